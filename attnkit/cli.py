@@ -128,8 +128,9 @@ def cmd_train(a) -> int:
 
         _, model, tok = _load(str(out))
         dev = load_task(cfg.task, cfg.data_dir).splits["validation"]
-        text = min((t for t in dev["text"][:200] if 6 <= len(t.split()) <= 14), key=len, default=dev["text"][0])
-        pair = dev["text_pair"][0] if "text_pair" in dev.column_names else None
+        texts = list(dev.select(range(min(200, len(dev))))["text"])
+        text = min((t for t in texts if 6 <= len(t.split()) <= 14), key=len, default=texts[0])
+        pair = dev[0]["text_pair"] if "text_pair" in dev.column_names else None
         maps = attention_maps(model, tok, text, pair, cfg.max_length)
         layer = maps.weights.shape[0] - 1
         png = plot_attention(maps, out / "attention.png", layer=layer, head=0)

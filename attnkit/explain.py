@@ -73,8 +73,7 @@ def plot_attention(maps: AttentionMaps, path: str | Path, layer: int | None = No
         if v is not None and not 0 <= v < n:
             raise ValueError(f"{name} {v} out of range: the model has {n} {name}s (0..{n - 1})")
     cells = [(l, h) for l in ([layer] if layer is not None else range(n_layers)) for h in ([head] if head is not None else range(n_heads))]
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_under("white")
+    cmap = plt.get_cmap("viridis").with_extremes(under="white")
     sizes = maps.support_sizes()
 
     if len(cells) == 1:

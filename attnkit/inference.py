@@ -53,11 +53,11 @@ def evaluate_split(model, tokenizer, dataset, *, batch_size: int = 64, max_lengt
     """Classification metrics of ``model`` on a tokenisable dataset (text, [text_pair], label)."""
     from attnkit.train import classification_metrics
 
-    labels = np.asarray(dataset["label"])
+    labels = np.asarray(list(dataset["label"]))
     if len(labels) == 0 or labels.min() < 0:
         raise ValueError("this split has no gold labels; use `attnkit predict` instead")
-    pairs = dataset["text_pair"] if "text_pair" in dataset.column_names else None
-    logits = predict_logits(model, tokenizer, dataset["text"], pairs, batch_size=batch_size, max_length=max_length)
+    pairs = list(dataset["text_pair"]) if "text_pair" in dataset.column_names else None
+    logits = predict_logits(model, tokenizer, list(dataset["text"]), pairs, batch_size=batch_size, max_length=max_length)
     metrics = classification_metrics(labels, logits.argmax(-1))
     metrics["n"] = int(len(labels))
     return metrics

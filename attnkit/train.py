@@ -106,7 +106,7 @@ def tokenize_splits(splits, tokenizer, max_length: int):
 
 
 def _labelled(ds) -> bool:
-    return ds is not None and len(ds) > 0 and min(ds["label"]) >= 0
+    return ds is not None and len(ds) > 0 and min(list(ds["label"])) >= 0
 
 
 def _subsample(ds, n: int | None, seed: int):

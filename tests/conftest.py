@@ -34,7 +34,9 @@ def make_tiny_bert(path: Path, family: str = "bert", layers: int = 2, hidden: in
     else:
         model = RobertaModel(RobertaConfig(**kw, pad_token_id=0, bos_token_id=2, eos_token_id=3))
     model.save_pretrained(path)
-    BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True).save_pretrained(path)
+    tok = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
+    assert tok.convert_tokens_to_ids("good") == vocab.index("good")
+    tok.save_pretrained(path)
     return path
 
 

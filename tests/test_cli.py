@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 def train_args(model, data, out, *extra):
     return [
         "train", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
-        "--batch-size", "16", "--lr", "5e-3", "--max-length", "16", "--logging-steps", "5", *extra,
+        "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--logging-steps", "5", *extra,
     ]
 
 
@@ -26,9 +26,9 @@ def trained(tmp_path_factory, tiny_bert):
     from conftest import write_tiny_sentiment
 
     root = tmp_path_factory.mktemp("cli")
-    data = write_tiny_sentiment(root / "data")
+    data = write_tiny_sentiment(root / "data", n_train=160)
     out = root / "run"
-    rc = main(train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2", "--epochs", "3", "--seed", "3"))
+    rc = main(train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2", "--epochs", "12", "--seed", "3"))
     assert rc == 0
     return out, data
 

@@ -1,0 +1,215 @@
+"""Speed of sparse attention against softmax, measured side by side in one run.
+
+Three measurements, each reported as a ratio to eager softmax taken in the same run:
+
+1. the normaliser alone, forward + backward on scores [32, 12, L, L], L in 64, 128, 256;
+2. a full MiniLM training step (forward, backward, AdamW) at batch 32 x length 128;
+3. MiniLM inference throughput at batch 64 x length 128.
+
+Variants: softmax (eager), sdpa (transformers' fused softmax attention; steps only),
+``entmax.sparsemax`` (the reference, ``pip install entmax``; skipped if absent), and
+attnkit's sparsemax and sparsegen-lin.
+
+    python benchmarks/speed.py --out benchmarks/results/speed.json   [--quick]
+
+Writes a JSON file and prints a markdown table; the machine, versions and date go with them.
+Timings interleave the variants round by round and keep the median, because these machines are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from attnkit import sparsegen_lin, sparsemax
+from attnkit.attention import NORMALISERS, AttentionSpec
+
+LAM = -4.0
+
+
+def _entmax():
+    try:
+        import entmax
+
+        return entmax
+    except ImportError:
+        return None
+
+
+def normaliser_fns():
+    fns = {
+        "softmax": lambda z: torch.softmax(z, -1),
+        "attnkit.sparsemax": lambda z: sparsemax(z, -1),
+        "attnkit.sparsegen_lin": lambda z: sparsegen_lin(z, LAM, -1),
+    }
+    em = _entmax()
+    if em is not None:
+        fns["entmax.sparsemax"] = lambda z: em.sparsemax(z, -1)
+    return fns
+
+
+def time_rounds(fns: dict, make_run, rounds: int, warmup: int = 1) -> dict[str, float]:
+    """Median seconds per call of each variant; variants interleaved round by round."""
+    runs = {k: make_run(f) for k, f in fns.items()}
+    for r in runs.values():
+        for _ in range(warmup):
+            r()
+    times = {k: [] for k in runs}
+    for _ in range(rounds):
+        for k, r in runs.items():
+            t = time.perf_counter()
+            r()
+            times[k].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def bench_normaliser(lengths, rounds, batch=32, heads=12):
+    rows = []
+    gen = torch.Generator().manual_seed(0)
+    for L in lengths:
+        scores = torch.randn(batch, heads, L, L, generator=gen) * 2.0
+        grad = torch.randn(batch, heads, L, L, generator=gen)
+
+        def make(f):
+            def run():
+                z = scores.clone().requires_grad_(True)
+                f(z).backward(grad)
+
+            return run
+
+        t = time_rounds(normaliser_fns(), make, rounds)
+        for k, v in t.items():
+            rows.append({"bench": "normaliser fwd+bwd", "shape": f"[{batch},{heads},{L},{L}]", "variant": k, "ms": v * 1e3, "ratio": v / t["softmax"]})
+    return rows
+
+
+def _model_variants():
+    from attnkit.modeling import build_classifier
+
+    em = _entmax()
+    if em is not None and "entmax-sparsemax" not in NORMALISERS:
+        NORMALISERS["entmax-sparsemax"] = lambda s, spec: em.sparsemax(s, -1)
+    variants = {"softmax (eager)": ("eager", None), "sdpa": ("sdpa", None)}
+    if em is not None:
+        variants["entmax.sparsemax"] = ("attnkit", AttentionSpec("entmax-sparsemax"))
+    variants["attnkit sparsemax"] = ("attnkit", AttentionSpec("sparsemax"))
+    variants[f"attnkit sparsegen-lin (lam={LAM:g})"] = ("attnkit", AttentionSpec("sparsegen-lin", LAM))
+
+    def build(impl, spec):
+        torch.manual_seed(0)
+        m = build_classifier("minilm", 2, spec or AttentionSpec("softmax"))
+        if impl != "attnkit":
+            m.set_attn_implementation(impl)
+        return m
+
+    return {k: (lambda impl=impl, spec=spec: build(impl, spec)) for k, (impl, spec) in variants.items()}
+
+
+def _batch(b, L, vocab=30000):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1000, vocab, (b, L), generator=g)
+    ids[:, 0] = 101
+    ids[:, -1] = 102
+    return {"input_ids": ids, "attention_mask": torch.ones(b, L, dtype=torch.long), "labels": torch.randint(0, 2, (b,), generator=g)}
+
+
+def bench_train_step(rounds, b=32, L=128):
+    batch = _batch(b, L)
+    models = {k: mk() for k, mk in _model_variants().items()}
+    opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-5) for k, m in models.items()}
+
+    def make(k):
+        m, opt = models[k], opts[k]
+        m.train()
+
+        def run():
+            opt.zero_grad(set_to_none=True)
+            m(**batch).loss.backward()
+            opt.step()
+
+        return run
+
+    t = time_rounds({k: k for k in models}, make, rounds)
+    base = t["softmax (eager)"]
+    return [{"bench": "MiniLM train step", "shape": f"b{b} x L{L}", "variant": k, "ms": v * 1e3, "ratio": v / base} for k, v in t.items()]
+
+
+def bench_inference(rounds, b=64, L=128):
+    batch = {k: v for k, v in _batch(b, L).items() if k != "labels"}
+    models = {k: mk().eval() for k, mk in _model_variants().items()}
+
+    def make(k):
+        m = models[k]
+
+        def run():
+            with torch.inference_mode():
+                m(**batch)
+
+        return run
+
+    t = time_rounds({k: k for k in models}, make, rounds)
+    base = t["softmax (eager)"]
+    return [
+        {"bench": "MiniLM inference", "shape": f"b{b} x L{L}", "variant": k, "ms": v * 1e3, "sentences_per_s": b / v, "ratio": base / v}
+        for k, v in t.items()
+    ]
+
+
+def environment() -> dict:
+    import transformers
+
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.uname().processor,
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "entmax": getattr(_entmax(), "__version__", None) if _entmax() else None,
+    }
+
+
+def to_markdown(rows) -> str:
+    out = ["| bench | shape | variant | time (ms) | ratio to softmax |", "|---|---|---|---|---|"]
+    for r in rows:
+        extra = f" ({r['sentences_per_s']:.1f} sent/s)" if "sentences_per_s" in r else ""
+        ratio = f"{r['ratio']:.2f}x" + (" throughput" if "sentences_per_s" in r else " time")
+        out.append(f"| {r['bench']} | {r['shape']} | {r['variant']} | {r['ms']:.1f}{extra} | {ratio} |")
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="benchmarks/results/speed.json")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="normaliser at L=64 only, 2 rounds (a smoke test)")
+    ap.add_argument("--only", choices=["normaliser", "step", "inference"], default=None)
+    a = ap.parse_args()
+    rounds = 2 if a.quick else a.rounds
+    rows = []
+    if a.only in (None, "normaliser"):
+        rows += bench_normaliser([64] if a.quick else [64, 128, 256], rounds)
+    if not a.quick and a.only in (None, "step"):
+        rows += bench_train_step(max(3, rounds // 2))
+    if not a.quick and a.only in (None, "inference"):
+        rows += bench_inference(rounds)
+    env = environment()
+    result = {"environment": env, "command": "python benchmarks/speed.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items() if v not in (None, False)), "rows": rows}
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(env))
+    print(to_markdown(rows))
+
+
+if __name__ == "__main__":
+    main()
