@@ -200,6 +200,7 @@ def train(cfg: TrainConfig) -> dict:
         greater_is_better=True,
         logging_steps=cfg.logging_steps,
         report_to="none",
+        disable_tqdm=False,
         dataloader_num_workers=0,
         use_cpu=not torch.cuda.is_available(),
     )
