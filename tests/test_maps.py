@@ -25,6 +25,18 @@ def gen():
     return torch.Generator().manual_seed(0)
 
 
+@pytest.fixture(autouse=True, params=["cpp", "torch"])
+def backend(request, monkeypatch):
+    """Every property holds for the compiled kernel and for the pure-torch path."""
+    from attnkit import kernels, maps
+
+    if request.param == "torch":
+        monkeypatch.setattr(maps, "_kernel_for", lambda t: None)
+    elif kernels.backend() != "cpp":
+        pytest.skip(f"compiled kernel not available here: {kernels.backend_reason()}")
+    return request.param
+
+
 @pytest.mark.parametrize("n", [1, 2, 5, 16, 17, 64, 130])
 @pytest.mark.parametrize("scale", [0.1, 1.0, 10.0])
 def test_matches_sort_reference(n, scale, gen):
@@ -171,3 +183,45 @@ def test_bad_input_types():
         sparsemax(torch.arange(5))
     with pytest.raises(TypeError, match="torch.Tensor"):
         sparsemax([1.0, 2.0])
+
+
+def test_kernel_and_torch_paths_agree(gen):
+    from attnkit import kernels, maps
+
+    if kernels.backend() != "cpp":
+        pytest.skip(kernels.backend_reason())
+    z = torch.randn(64, 12, 50, generator=gen) * 4
+    z[:, :, 40:] = -math.inf
+    z[0, 0] = -math.inf
+    g = torch.randn_like(z)
+    out = {}
+    for name, kf in (("cpp", maps._kernel_for), ("torch", lambda t: None)):
+        old = maps._kernel_for
+        maps._kernel_for = kf
+        try:
+            x = z.clone().requires_grad_(True)
+            p = sparsegen_lin(x, -1.5)
+            p.backward(g)
+            out[name] = (p.detach(), x.grad)
+        finally:
+            maps._kernel_for = old
+    assert torch.equal(out["cpp"][0] > 0, out["torch"][0] > 0)
+    assert torch.allclose(out["cpp"][0], out["torch"][0], atol=1e-6)
+    assert torch.allclose(out["cpp"][1], out["torch"][1], atol=1e-6)
+
+
+def test_fallback_when_kernel_is_disabled():
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, attnkit\n"
+        "from attnkit import kernels\n"
+        "p = attnkit.sparsemax(torch.tensor([[1.0, 0.5, -3.0]]))\n"
+        "assert kernels.backend() == 'torch', kernels.backend()\n"
+        "print(kernels.backend_reason(), p.tolist())\n"
+    )
+    env = dict(__import__("os").environ, ATTNKIT_KERNEL="torch")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "ATTNKIT_KERNEL=torch" in r.stdout and "[[0.75, 0.25, 0.0]]" in r.stdout

@@ -1,0 +1,128 @@
+// Exact sparsemax along the last dim, one pass per row in cache (CPU).
+//
+// For a row x (already multiplied by `scale` = 1 / (1 - lam) for sparsegen-lin):
+//   m   = max_j x_j                       (a row of all -inf gives zeros)
+//   C   = { j : x_j > m - 1 }             (the support is inside C since tau >= m - 1)
+//   tau = Michelot's fixed point on C:    tau <- (sum_{x_j > tau} x_j - 1) / #{x_j > tau}
+//         starting at m - 1; it increases monotonically and stops at the exact
+//         threshold after at most |C| steps (the set stops shrinking).
+//   p_j = max(0, x_j - tau)
+// Backward (closed form): g_z = scale * s * (g - mean_{j in S} g_j), s = 1[p > 0].
+
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace {
+
+template <typename T>
+void forward_rows(const T* z, T* p, int32_t* support, int64_t rows, int64_t n, T scale) {
+  at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+    std::vector<T> cand(n);
+    for (int64_t r = begin; r < end; ++r) {
+      const T* x = z + r * n;
+      T* out = p + r * n;
+      T m = -std::numeric_limits<T>::infinity();
+      for (int64_t j = 0; j < n; ++j) {
+        T v = x[j] * scale;
+        m = v > m ? v : m;
+      }
+      if (!(m > -std::numeric_limits<T>::infinity())) {  // fully masked (or NaN) row
+        for (int64_t j = 0; j < n; ++j) out[j] = std::isnan(m) ? m : T(0);
+        support[r] = 0;
+        continue;
+      }
+      // candidates within 1 of the max
+      const T lo = m - T(1);
+      int64_t c = 0;
+      T sum = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        T v = x[j] * scale;
+        if (v > lo) {
+          cand[c++] = v;
+          sum += v;
+        }
+      }
+      T tau = (sum - T(1)) / T(c);
+      // Michelot: drop candidates <= tau until none is dropped
+      while (true) {
+        int64_t k = 0;
+        T s = 0;
+        for (int64_t j = 0; j < c; ++j) {
+          if (cand[j] > tau) {
+            cand[k++] = cand[j];
+            s += cand[j];
+          }
+        }
+        if (k == c) break;
+        c = k;
+        sum = s;
+        tau = (sum - T(1)) / T(c);
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        T v = x[j] * scale - tau;
+        out[j] = v > T(0) ? v : T(0);
+      }
+      support[r] = static_cast<int32_t>(c);
+    }
+  });
+}
+
+template <typename T>
+void backward_rows(const T* p, const T* g, T* gz, int64_t rows, int64_t n, T scale) {
+  at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* pr = p + r * n;
+      const T* gr = g + r * n;
+      T* out = gz + r * n;
+      T s = 0;
+      int64_t k = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        if (pr[j] > T(0)) {
+          s += gr[j];
+          ++k;
+        }
+      }
+      const T mean = k > 0 ? s / T(k) : T(0);
+      for (int64_t j = 0; j < n; ++j) out[j] = pr[j] > T(0) ? (gr[j] - mean) * scale : T(0);
+    }
+  });
+}
+
+}  // namespace
+
+std::vector<torch::Tensor> sparsemax_forward(torch::Tensor z, double scale) {
+  TORCH_CHECK(z.device().is_cpu(), "sparsemax_forward: CPU tensors only");
+  auto zc = z.contiguous();
+  auto p = torch::empty_like(zc);
+  const int64_t n = zc.size(-1);
+  const int64_t rows = n == 0 ? 0 : zc.numel() / n;
+  auto support = torch::empty(zc.sizes().slice(0, zc.dim() - 1), zc.options().dtype(torch::kInt32));
+  AT_DISPATCH_FLOATING_TYPES(zc.scalar_type(), "sparsemax_forward", [&] {
+    forward_rows<scalar_t>(zc.data_ptr<scalar_t>(), p.data_ptr<scalar_t>(), support.data_ptr<int32_t>(), rows, n,
+                           static_cast<scalar_t>(scale));
+  });
+  return {p, support};
+}
+
+torch::Tensor sparsemax_backward(torch::Tensor p, torch::Tensor g, double scale) {
+  TORCH_CHECK(p.device().is_cpu() && g.device().is_cpu(), "sparsemax_backward: CPU tensors only");
+  auto pc = p.contiguous();
+  auto gc = g.contiguous().to(pc.scalar_type());
+  auto gz = torch::empty_like(pc);
+  const int64_t n = pc.size(-1);
+  const int64_t rows = n == 0 ? 0 : pc.numel() / n;
+  AT_DISPATCH_FLOATING_TYPES(pc.scalar_type(), "sparsemax_backward", [&] {
+    backward_rows<scalar_t>(pc.data_ptr<scalar_t>(), gc.data_ptr<scalar_t>(), gz.data_ptr<scalar_t>(), rows, n,
+                            static_cast<scalar_t>(scale));
+  });
+  return gz;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("forward", &sparsemax_forward, "exact sparsemax of scale * z along the last dim (CPU)");
+  m.def("backward", &sparsemax_backward, "closed-form sparsemax backward (CPU)");
+}

@@ -1,0 +1,57 @@
+"""Optional compiled kernels for the sparse maps, with a correct fallback.
+
+The CPU kernel (``csrc/sparsemax_cpu.cpp``) finds each row's exact threshold in cache:
+max, the candidates within 1 of it, Michelot's fixed point on those, then the output;
+the backward is the closed form. It is compiled on first use with
+``torch.utils.cpp_extension`` (needs a C++ compiler and ninja) and cached by torch.
+Where it cannot be built, or with ``ATTNKIT_KERNEL=torch``, the pure-torch path in
+:mod:`attnkit.maps` runs instead: same results, slower. :func:`backend` says which one runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger("attnkit")
+
+_ext = None
+_tried = False
+_why = "not loaded yet"
+
+
+def _load():
+    global _ext, _tried, _why
+    if _tried:
+        return _ext
+    _tried = True
+    if os.environ.get("ATTNKIT_KERNEL", "auto").lower() == "torch":
+        _why = "ATTNKIT_KERNEL=torch"
+        return None
+    try:
+        from torch.utils.cpp_extension import load
+
+        src = Path(__file__).with_name("csrc") / "sparsemax_cpu.cpp"
+        _ext = load(name="attnkit_sparsemax_cpu_v1", sources=[str(src)], extra_cflags=["-O3"], verbose=False)
+        _why = "compiled C++ kernel"
+    except Exception as e:  # no compiler, no ninja, build error: fall back, say why
+        _ext = None
+        _why = f"C++ kernel unavailable ({type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else e})"
+        log.warning("attnkit: %s; using the pure-torch sparse maps (exact, slower)", _why)
+    return _ext
+
+
+def cpu_kernel():
+    """The compiled CPU extension, or None."""
+    return _ext if _tried else _load()
+
+
+def backend() -> str:
+    """'cpp' if the compiled CPU kernel runs, else 'torch'; see :func:`backend_reason`."""
+    return "cpp" if cpu_kernel() is not None else "torch"
+
+
+def backend_reason() -> str:
+    cpu_kernel()
+    return _why
