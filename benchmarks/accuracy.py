@@ -39,7 +39,7 @@ def run_cell(task, method, seed, a) -> dict:
         from_scratch=from_scratch,
         epochs=a.epochs if a.epochs is not None else PAPER_EPOCHS.get(task, 3),
         batch_size=16,
-        lr=a.lr_scratch if from_scratch else 2e-5,
+        lr=a.lr_scratch if from_scratch else a.lr,
         max_length=a.max_length,
         seed=seed,
         output_dir=str(out),
@@ -65,6 +65,7 @@ def main():
     ap.add_argument("--model", default="minilm")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--epochs", type=float, default=None, help="default: the paper's epochs for the task")
+    ap.add_argument("--lr", type=float, default=2e-5, help="learning rate of the pre-trained runs (the paper's 2e-5)")
     ap.add_argument("--lr-scratch", type=float, default=1e-4, help="learning rate of the random-init (Np) runs")
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--max-train-samples", type=int, default=None)
@@ -91,15 +92,16 @@ def main():
         f"torch {torch.__version__}, transformers {transformers.__version__}.  ",
         f"Accuracy in %, mean ± std over seeds {a.seeds}; dev = best epoch's dev accuracy, test = that checkpoint on test.",
         "",
-        "| task | lam | epochs | train size | method | dev | test |",
-        "|---|---|---|---|---|---|---|",
+        "| task | lam | epochs | lr | train size | method | dev | test |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for (task, method), ms in results.items():
         dev = [m["validation"]["accuracy"] for m in ms]
         test = [m["test"]["accuracy"] for m in ms if "test" in m]
         lam = f"{PAPER_LAM.get(task, -4.0):g}" if "SSAF" in method else "—"
         ep = a.epochs if a.epochs is not None else PAPER_EPOCHS.get(task, 3)
-        lines.append(f"| {task} | {lam} | {ep:g} | {ms[0]['train_size']} | {method} | {fmt(dev)} | {fmt(test)} |")
+        lr = a.lr_scratch if "Np" in method else a.lr
+        lines.append(f"| {task} | {lam} | {ep:g} | {lr:g} | {ms[0]['train_size']} | {method} | {fmt(dev)} | {fmt(test)} |")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
