@@ -33,7 +33,7 @@ def _load():
         from torch.utils.cpp_extension import load
 
         src = Path(__file__).with_name("csrc") / "sparsemax_cpu.cpp"
-        _ext = load(name="attnkit_sparsemax_cpu_v1", sources=[str(src)], extra_cflags=["-O3"], verbose=False)
+        _ext = load(name="attnkit_sparsemax_cpu_v2", sources=[str(src)], extra_cflags=["-O3"], verbose=False)
         _why = "compiled C++ kernel"
     except Exception as e:  # no compiler, no ninja, build error: fall back, say why
         _ext = None

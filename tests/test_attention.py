@@ -186,3 +186,36 @@ def test_bundled_minilm_with_sparse_attention():
     assert w.shape[:3] == (6, 3, 12)
     assert (w == 0).float().mean() > 0.3
     assert not math.isnan(out.logits.sum().item())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lam", [-8.0, -4.0, 0.0])
+def test_exact_on_real_minilm_scores(lam):
+    """On MiniLM's real attention scores the maps match a float64 sort reference within 1e-6."""
+    from attnkit import sparsegen_lin
+    from attnkit.attention import NORMALISERS
+
+    seen = []
+
+    def record(scores, spec):
+        seen.append(scores.detach().clone())
+        return torch.softmax(scores, -1)
+
+    NORMALISERS["test-record"] = record
+    try:
+        model = build_classifier("minilm", 2, AttentionSpec("test-record")).eval()
+        tok = load_tokenizer("minilm")
+        with torch.no_grad():
+            model(**tok(SENTS * 4, padding=True, return_tensors="pt"))
+    finally:
+        del NORMALISERS["test-record"]
+    assert len(seen) == 6
+    for s in seen:
+        z = s.double() / (1 - lam)
+        zs = torch.sort(z, -1, descending=True).values
+        cs = zs.cumsum(-1)
+        k = (1 + torch.arange(1, z.shape[-1] + 1, dtype=z.dtype) * zs > cs).sum(-1, keepdim=True)
+        ref = (z - (cs.gather(-1, k - 1) - 1) / k).clamp(min=0)
+        p = sparsegen_lin(s, lam)
+        assert (p.double() - ref).abs().max() < 1e-6
+        assert torch.equal(p > 0, ref > 0)

@@ -159,3 +159,25 @@ def test_torchrun_two_processes(tiny_bert, tmp_path):
     # 2 processes x batch 16 per step: 3 steps saw 96 examples
     assert state["train_batch_size"] == 16
     assert "dev accuracy" in r.stdout and r.stdout.count("dev accuracy") == 1
+
+
+def test_fast_kernel_and_slow_path_train_the_same(tiny_bert, tmp_path, monkeypatch):
+    """A short fine-tuning run with a fixed seed gives the same dev metrics on both paths."""
+    from conftest import write_tiny_sentiment
+
+    from attnkit import kernels, maps
+
+    if kernels.backend() != "cpp":
+        pytest.skip(kernels.backend_reason())
+    data = write_tiny_sentiment(tmp_path / "data")
+    results = {}
+    for name in ("cpp", "torch"):
+        if name == "torch":
+            monkeypatch.setattr(maps, "_kernel_for", lambda t: None)
+        out = tmp_path / name
+        assert main(train_args(tiny_bert, data, out, "--max-steps", "8", "--no-heatmap", "--seed", "7")) == 0
+        results[name] = json.loads((out / "metrics.json").read_text())
+    a, b = results["cpp"], results["torch"]
+    assert a["validation"]["accuracy"] == b["validation"]["accuracy"]
+    assert a["validation"]["loss"] == pytest.approx(b["validation"]["loss"], abs=1e-4)
+    assert a["train"]["train_loss"] == pytest.approx(b["train"]["train_loss"], abs=1e-4)

@@ -18,39 +18,39 @@
 
 namespace {
 
+// Thresholds are computed in double: attention scores reach |x| ~ 30, where float
+// rounding of x - tau alone is ~2e-6.
 template <typename T>
-void forward_rows(const T* z, T* p, int32_t* support, int64_t rows, int64_t n, T scale) {
+void forward_rows(const T* z, T* p, int32_t* support, int64_t rows, int64_t n, double scale) {
+  using A = double;
   at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
-    std::vector<T> cand(n);
+    std::vector<A> cand(n);
     for (int64_t r = begin; r < end; ++r) {
       const T* x = z + r * n;
       T* out = p + r * n;
-      T m = -std::numeric_limits<T>::infinity();
-      for (int64_t j = 0; j < n; ++j) {
-        T v = x[j] * scale;
-        m = v > m ? v : m;
-      }
-      if (!(m > -std::numeric_limits<T>::infinity())) {  // fully masked (or NaN) row
-        for (int64_t j = 0; j < n; ++j) out[j] = std::isnan(m) ? m : T(0);
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t j = 0; j < n; ++j) mx = x[j] > mx ? x[j] : mx;
+      if (!(mx > -std::numeric_limits<T>::infinity())) {  // fully masked row: all zeros
+        for (int64_t j = 0; j < n; ++j) out[j] = T(0);
         support[r] = 0;
         continue;
       }
-      // candidates within 1 of the max
-      const T lo = m - T(1);
+      // candidates: within 1 of the max (scale > 0 keeps the order)
+      const A lo = A(mx) * scale - A(1);
       int64_t c = 0;
-      T sum = 0;
+      A sum = 0;
       for (int64_t j = 0; j < n; ++j) {
-        T v = x[j] * scale;
+        A v = A(x[j]) * scale;
         if (v > lo) {
           cand[c++] = v;
           sum += v;
         }
       }
-      T tau = (sum - T(1)) / T(c);
+      A tau = (sum - A(1)) / A(c);
       // Michelot: drop candidates <= tau until none is dropped
       while (true) {
         int64_t k = 0;
-        T s = 0;
+        A s = 0;
         for (int64_t j = 0; j < c; ++j) {
           if (cand[j] > tau) {
             cand[k++] = cand[j];
@@ -60,11 +60,11 @@ void forward_rows(const T* z, T* p, int32_t* support, int64_t rows, int64_t n, T
         if (k == c) break;
         c = k;
         sum = s;
-        tau = (sum - T(1)) / T(c);
+        tau = (sum - A(1)) / A(c);
       }
       for (int64_t j = 0; j < n; ++j) {
-        T v = x[j] * scale - tau;
-        out[j] = v > T(0) ? v : T(0);
+        A v = A(x[j]) * scale - tau;
+        out[j] = v > A(0) ? T(v) : T(0);
       }
       support[r] = static_cast<int32_t>(c);
     }
@@ -102,8 +102,7 @@ std::vector<torch::Tensor> sparsemax_forward(torch::Tensor z, double scale) {
   const int64_t rows = n == 0 ? 0 : zc.numel() / n;
   auto support = torch::empty(zc.sizes().slice(0, zc.dim() - 1), zc.options().dtype(torch::kInt32));
   AT_DISPATCH_FLOATING_TYPES(zc.scalar_type(), "sparsemax_forward", [&] {
-    forward_rows<scalar_t>(zc.data_ptr<scalar_t>(), p.data_ptr<scalar_t>(), support.data_ptr<int32_t>(), rows, n,
-                           static_cast<scalar_t>(scale));
+    forward_rows<scalar_t>(zc.data_ptr<scalar_t>(), p.data_ptr<scalar_t>(), support.data_ptr<int32_t>(), rows, n, scale);
   });
   return {p, support};
 }
