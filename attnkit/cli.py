@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return COMMANDS[a.command](a)
-    except (UserError, DataFormatError, FileNotFoundError) as e:
+    except (UserError, DataFormatError, OSError) as e:
         print(f"attnkit {a.command}: error: {e}", file=sys.stderr)
         return 2
     except ValueError as e:

@@ -45,8 +45,7 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> str:
         if not (p / "config.json").is_file():
             raise FileNotFoundError(f"model folder {p} has no config.json: expected a Hugging Face checkpoint folder")
         return str(p)
-    looks_local = s.startswith((".", "/", "~")) or os.sep in s.strip("/").split("/", 1)[-1] or s.count("/") > 1
-    if looks_local:
+    if s.startswith((".", "/", "~")) or s.count("/") > 1:  # a path, not "org/name"
         raise FileNotFoundError(f"model path {s} does not exist (expected a checkpoint folder or a hub name like 'bert-base-uncased')")
     return s  # a hub name: transformers resolves it (online) or fails with its own message
 
@@ -84,7 +83,10 @@ def build_classifier(
         kwargs["label2id"] = {n: i for i, n in enumerate(label_names)}
     if problem_type:
         kwargs["problem_type"] = problem_type
-    config = AutoConfig.from_pretrained(path, **kwargs)
+    try:
+        config = AutoConfig.from_pretrained(path, **kwargs)
+    except OSError as e:  # hub name offline / unknown: transformers' message does not name the model
+        raise OSError(f"could not load model {path!r}: {e}") from None
     apply_spec(config, spec)
     if from_scratch:
         net = AutoModelForSequenceClassification.from_config(config, attn_implementation=ATTN_IMPLEMENTATION)

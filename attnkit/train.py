@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +63,6 @@ class TrainConfig:
     eval_steps: int | None = None  # None: evaluate once per epoch (or at the end of --max-steps)
     resume: bool = True
     logging_steps: int = 50
-    extra: dict = field(default_factory=dict)
 
     def spec(self) -> AttentionSpec:
         lam = self.lam if self.lam is not None else PAPER_LAM.get(self.task, 0.0)

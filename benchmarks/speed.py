@@ -91,6 +91,40 @@ def bench_normaliser(lengths, rounds, batch=32, heads=12):
     return rows
 
 
+_MEMORY_CODE = """
+import resource, sys, torch
+sys.path.insert(0, {root!r})
+from benchmarks.speed import normaliser_fns
+L = {L}
+f = normaliser_fns()[{variant!r}]
+z = (torch.randn(32, 12, L, L) * 2).requires_grad_(True)
+g = torch.randn(32, 12, L, L)
+f(torch.randn(2, 2, L, L))  # load kernels before measuring
+def rss():
+    with open('/proc/self/statm') as fh:
+        return int(fh.read().split()[1]) * resource.getpagesize()
+base = rss()
+f(z).backward(g)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(max(0, peak - base))
+"""
+
+
+def bench_memory(L=128):
+    """Extra peak resident memory of one normaliser fwd+bwd, each variant in a fresh process."""
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).resolve().parents[1])
+    rows = {}
+    for variant in normaliser_fns():
+        code = _MEMORY_CODE.format(root=root, L=L, variant=variant)
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        rows[variant] = int(r.stdout.strip().splitlines()[-1]) / 2**20
+    base = rows["softmax"]
+    return [{"bench": "normaliser fwd+bwd peak memory", "shape": f"[32,12,{L},{L}]", "variant": k, "ms": float("nan"), "mib": v, "ratio": v / base} for k, v in rows.items()]
+
+
 def _model_variants():
     from attnkit.modeling import build_classifier
 
@@ -182,6 +216,9 @@ def environment() -> dict:
 def to_markdown(rows) -> str:
     out = ["| bench | shape | variant | time (ms) | ratio to softmax |", "|---|---|---|---|---|"]
     for r in rows:
+        if "mib" in r:
+            out.append(f"| {r['bench']} | {r['shape']} | {r['variant']} | {r['mib']:.0f} MiB | {r['ratio']:.2f}x memory |")
+            continue
         extra = f" ({r['sentences_per_s']:.1f} sent/s)" if "sentences_per_s" in r else ""
         ratio = f"{r['ratio']:.2f}x" + (" throughput" if "sentences_per_s" in r else " time")
         out.append(f"| {r['bench']} | {r['shape']} | {r['variant']} | {r['ms']:.1f}{extra} | {ratio} |")
@@ -193,17 +230,22 @@ def main():
     ap.add_argument("--out", default="benchmarks/results/speed.json")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="normaliser at L=64 only, 2 rounds (a smoke test)")
-    ap.add_argument("--only", choices=["normaliser", "step", "inference"], default=None)
+    ap.add_argument("--only", choices=["normaliser", "memory", "step", "inference"], default=None)
     a = ap.parse_args()
     rounds = 2 if a.quick else a.rounds
     rows = []
     if a.only in (None, "normaliser"):
         rows += bench_normaliser([64] if a.quick else [64, 128, 256], rounds)
+    if not a.quick and a.only in (None, "memory"):
+        rows += bench_memory()
     if not a.quick and a.only in (None, "step"):
         rows += bench_train_step(max(3, rounds // 2))
     if not a.quick and a.only in (None, "inference"):
         rows += bench_inference(rounds)
     env = environment()
+    from attnkit import kernels
+
+    env["attnkit_backend"] = f"{kernels.backend()} ({kernels.backend_reason()})"
     result = {"environment": env, "command": "python benchmarks/speed.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items() if v not in (None, False)), "rows": rows}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=2) + "\n")

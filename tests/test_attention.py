@@ -219,3 +219,14 @@ def test_exact_on_real_minilm_scores(lam):
         p = sparsegen_lin(s, lam)
         assert (p.double() - ref).abs().max() < 1e-6
         assert torch.equal(p > 0, ref > 0)
+
+
+def test_hub_names_go_to_transformers(monkeypatch):
+    """A hub name is passed to transformers untouched; offline it fails with transformers' own message."""
+    from attnkit.modeling import resolve_model
+
+    assert resolve_model("bert-base-uncased") == "bert-base-uncased"
+    assert resolve_model("FacebookAI/roberta-base") == "FacebookAI/roberta-base"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(OSError, match="attnkit-test/does-not-exist"):
+        build_classifier("attnkit-test/does-not-exist", 2)
