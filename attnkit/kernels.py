@@ -16,6 +16,9 @@ from pathlib import Path
 
 log = logging.getLogger("attnkit")
 
+# Vectorise the reductions (reassociation) but keep inf/NaN semantics: -inf marks padding.
+_FLAGS = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros", "-march=native"]
+
 _ext = None
 _tried = False
 _why = "not loaded yet"
@@ -33,7 +36,7 @@ def _load():
         from torch.utils.cpp_extension import load
 
         src = Path(__file__).with_name("csrc") / "sparsemax_cpu.cpp"
-        _ext = load(name="attnkit_sparsemax_cpu_v2", sources=[str(src)], extra_cflags=["-O3"], verbose=False)
+        _ext = load(name="attnkit_sparsemax_cpu_v7", sources=[str(src)], extra_cflags=_FLAGS, verbose=False)
         _why = "compiled C++ kernel"
     except Exception as e:  # no compiler, no ninja, build error: fall back, say why
         _ext = None

@@ -4,8 +4,8 @@
 //   m   = max_j x_j                       (a row of all -inf gives zeros)
 //   C   = { j : x_j > m - 1 }             (the support is inside C since tau >= m - 1)
 //   tau = Michelot's fixed point on C:    tau <- (sum_{x_j > tau} x_j - 1) / #{x_j > tau}
-//         starting at m - 1; it increases monotonically and stops at the exact
-//         threshold after at most |C| steps (the set stops shrinking).
+//         starting from all of C; it rises monotonically and stops at the exact
+//         threshold when no candidate is dropped.
 //   p_j = max(0, x_j - tau)
 // Backward (closed form): g_z = scale * s * (g - mean_{j in S} g_j), s = 1[p > 0].
 
@@ -24,7 +24,7 @@ template <typename T>
 void forward_rows(const T* z, T* p, int32_t* support, int64_t rows, int64_t n, double scale) {
   using A = double;
   at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
-    std::vector<A> cand(n);
+    std::vector<A> v(n);
     for (int64_t r = begin; r < end; ++r) {
       const T* x = z + r * n;
       T* out = p + r * n;
@@ -35,32 +35,36 @@ void forward_rows(const T* z, T* p, int32_t* support, int64_t rows, int64_t n, d
         support[r] = 0;
         continue;
       }
-      // candidates: within 1 of the max (scale > 0 keeps the order)
+      // candidates within 1 of the max (the support is among them since tau >= max - 1;
+      // scale > 0 keeps the order), gathered without branches: about half of a row of
+      // flat scores qualifies, and a mispredicted branch per entry costs more than the pass.
       const A lo = A(mx) * scale - A(1);
       int64_t c = 0;
       A sum = 0;
       for (int64_t j = 0; j < n; ++j) {
-        A v = A(x[j]) * scale;
-        if (v > lo) {
-          cand[c++] = v;
-          sum += v;
-        }
+        const A y = A(x[j]) * scale;
+        const bool keep = y > lo;
+        v[c] = y;
+        c += keep;
+        sum += keep ? y : A(0);
       }
+      // Michelot: tau <- (sum_{v > tau} v - 1) / #{v > tau} rises to the exact threshold;
+      // stop when no candidate is dropped.
+      // Each step is a masked sum and count over the fixed candidate array (no compaction,
+      // so it vectorises).
       A tau = (sum - A(1)) / A(c);
-      // Michelot: drop candidates <= tau until none is dropped
-      while (true) {
+      const int64_t nc = c;
+      for (;;) {
         int64_t k = 0;
         A s = 0;
-        for (int64_t j = 0; j < c; ++j) {
-          if (cand[j] > tau) {
-            cand[k++] = cand[j];
-            s += cand[j];
-          }
+        for (int64_t i = 0; i < nc; ++i) {
+          const bool keep = v[i] > tau;
+          k += keep;
+          s += keep ? v[i] : A(0);
         }
         if (k == c) break;
         c = k;
-        sum = s;
-        tau = (sum - A(1)) / A(c);
+        tau = (s - A(1)) / A(c);
       }
       for (int64_t j = 0; j < n; ++j) {
         A v = A(x[j]) * scale - tau;
