@@ -117,6 +117,10 @@ def cmd_train(a) -> int:
     out = Path(cfg.output_dir)
     v = metrics["validation"]
     print(f"\n[attnkit] task {cfg.task}, attention {cfg.spec().describe()}")
+    if cfg.spec().is_sparse:
+        from attnkit import kernels
+
+        print(f"[attnkit] sparse maps ran on the {kernels.backend()} path ({kernels.backend_reason()})")
     print(f"[attnkit] dev accuracy {v['accuracy']:.4f}  (macro-F1 {v['macro_f1']:.4f}, {metrics['train_size']} training examples)")
     if "test" in metrics:
         print(f"[attnkit] test accuracy {metrics['test']['accuracy']:.4f}")

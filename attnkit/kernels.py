@@ -24,6 +24,19 @@ _tried = False
 _why = "not loaded yet"
 
 
+def _cpu_tag() -> str:
+    import hashlib
+    import platform
+
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((l for l in f if l.startswith(("flags", "Features"))), "")
+    except OSError:
+        pass
+    return hashlib.md5((platform.machine() + flags).encode()).hexdigest()[:8]
+
+
 def _load():
     global _ext, _tried, _why
     if _tried:
@@ -36,7 +49,8 @@ def _load():
         from torch.utils.cpp_extension import load
 
         src = Path(__file__).with_name("csrc") / "sparsemax_cpu.cpp"
-        _ext = load(name="attnkit_sparsemax_cpu_v7", sources=[str(src)], extra_cflags=_FLAGS, verbose=False)
+        # -march=native: the build is only valid on this kind of CPU, so the cache name says which
+        _ext = load(name=f"attnkit_sparsemax_cpu_v7_{_cpu_tag()}", sources=[str(src)], extra_cflags=_FLAGS, verbose=False)
         _why = "compiled C++ kernel"
     except Exception as e:  # no compiler, no ninja, build error: fall back, say why
         _ext = None
