@@ -62,7 +62,9 @@ void forward_rows(const T* z, T* p, int32_t* support, int64_t rows, int64_t n, d
           k += keep;
           s += keep ? v[i] : A(0);
         }
-        if (k == c) break;
+        // k == c: converged. k > c or k == 0 cannot happen in exact arithmetic; if rounding
+        // produces them, tau is already the threshold to within rounding: stop there too.
+        if (k >= c || k == 0) break;
         c = k;
         tau = (s - A(1)) / A(c);
       }
