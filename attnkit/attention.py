@@ -4,7 +4,8 @@ An attention layer here is a composition of
 
     scores     = (x W_q)(x W_k)^T * scaling (+ padding mask)      score projection (the model's own)
     weights    = normaliser(scores)                               softmax | sparsemax | sparsegen-lin
-    output     = weights @ (x W_v)
+    output     = blur(weights @ blur(x W_v))                      optional Gaussian blur (locality step),
+                                                                  on the values or on each head's output
 
 Each paper is a configuration of those pieces, held in an :class:`AttentionSpec`. For a
 Hugging Face encoder the spec is stored in the model config as ``config.attnkit`` (a plain
@@ -53,16 +54,57 @@ NORMALISERS: dict[str, Callable[[torch.Tensor, "AttentionSpec"], torch.Tensor]] 
 }
 
 
+BLUR_PLACES = ("none", "context", "value")
+
+
+def gaussian_kernel(size: int, sigma: float, dtype=torch.float64, device=None) -> torch.Tensor:
+    """The fixed 1-D blur kernel ``g_j = exp(-(j - c)^2 / (2 sigma^2))``, ``c = (size-1)/2``, summing to 1.
+
+    As ``sigma -> 0`` it tends to the identity ``[0, .., 1, .., 0]`` (exactly, once the tails underflow).
+    """
+    j = torch.arange(size, dtype=torch.float64)
+    g = torch.exp(-((j - (size - 1) / 2) ** 2) / (2.0 * float(sigma) ** 2))
+    return (g / g.sum()).to(dtype=dtype, device=device)
+
+
+def gaussian_blur(x: torch.Tensor, kernel: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Depthwise blur of ``x`` [B, H, L, D] along L with ``kernel`` [k] (odd k), zero "SAME" padding.
+
+    ``valid`` [B, L] (True = real token) zeroes padded positions first, so padding never
+    leaks into real tokens: a padded batch gives each sentence what it gets alone.
+    ``out[:, :, i] = sum_j kernel[j] * x[:, :, i + j - c]`` (the kernel is symmetric).
+    """
+    if valid is not None:
+        x = x.masked_fill(~valid[:, None, :, None], 0.0)
+    k = kernel.numel()
+    c = k // 2
+    if k == 1:
+        return x * kernel[0].to(x.dtype)
+    L = x.size(-2)
+    xp = nn.functional.pad(x, (0, 0, c, c))  # [B, H, L + 2c, D], zeros at both ends
+    w = kernel.to(dtype=x.dtype, device=x.device)
+    out = w[0] * xp[..., 0:L, :]
+    for j in range(1, k):
+        out = out + w[j] * xp[..., j : j + L, :]
+    return out
+
+
 @dataclass(frozen=True)
 class AttentionSpec:
-    """What replaces softmax: the normaliser and its parameter.
+    """What replaces softmax, and the optional locality step.
 
     ``attention`` is one of :data:`NORMALISERS`; ``lam`` (< 1) only matters for
     sparsegen-lin (SSAF uses the same ``lam`` in every layer and head).
+    ``blur`` ("none" | "context" | "value") puts a parameter-free Gaussian blur of odd
+    width ``blur_size`` and scale ``blur_sigma`` on each head's output or on the values
+    (SesameBERT); it combines with every normaliser.
     """
 
     attention: str = "softmax"
     lam: float = 0.0
+    blur: str = "none"
+    blur_size: int = 3
+    blur_sigma: float = 0.3
 
     def __post_init__(self):
         name = str(self.attention).lower().replace("_", "-")
@@ -72,6 +114,21 @@ class AttentionSpec:
             raise ValueError(f"unknown attention {self.attention!r}: expected one of {', '.join(NORMALISERS)}")
         object.__setattr__(self, "attention", name)
         object.__setattr__(self, "lam", check_lam(self.lam))
+        blur = "none" if self.blur in (None, False) else str(self.blur).lower()
+        if blur not in BLUR_PLACES:
+            raise ValueError(f"unknown blur {self.blur!r}: expected one of {', '.join(BLUR_PLACES)}")
+        object.__setattr__(self, "blur", blur)
+        size = self.blur_size
+        if isinstance(size, bool) or not isinstance(size, (int, float)) or int(size) != size or size < 1 or size % 2 == 0:
+            raise ValueError(f"blur_size={size!r}: expected an odd positive integer (the blur window, e.g. 3)")
+        object.__setattr__(self, "blur_size", int(size))
+        sigma = float(self.blur_sigma)
+        if not math.isfinite(sigma) or sigma <= 0:
+            raise ValueError(f"blur_sigma={self.blur_sigma!r}: expected a finite number > 0")
+        object.__setattr__(self, "blur_sigma", sigma)
+
+    def kernel(self, dtype=torch.float32, device=None) -> torch.Tensor:
+        return gaussian_kernel(self.blur_size, self.blur_sigma, dtype=dtype, device=device)
 
     @property
     def is_sparse(self) -> bool:
@@ -96,7 +153,10 @@ class AttentionSpec:
         return cls(**d)
 
     def describe(self) -> str:
-        return f"sparsegen-lin (lam={self.lam:g})" if self.attention == "sparsegen-lin" else self.attention
+        s = f"sparsegen-lin (lam={self.lam:g})" if self.attention == "sparsegen-lin" else self.attention
+        if self.blur != "none":
+            s += f" + Gaussian blur on {'values' if self.blur == 'value' else 'context'} (k={self.blur_size}, sigma={self.blur_sigma:g})"
+        return s
 
 
 def spec_of(config) -> AttentionSpec:
@@ -150,8 +210,30 @@ def attnkit_attention_forward(
     scores = _mask_scores(scores, attention_mask)
     weights = spec.normalise(scores)
     dropped = nn.functional.dropout(weights, p=dropout, training=module.training)
-    out = torch.matmul(dropped, value)  # [B, H, Lq, D]
+    if spec.blur == "none":
+        out = torch.matmul(dropped, value)  # [B, H, Lq, D]
+        return out.transpose(1, 2).contiguous(), weights
+    kernel = spec.kernel(dtype=value.dtype, device=value.device)
+    valid = _valid_keys(attention_mask, value.size(0), value.size(-2))  # [B, Lk] or None
+    if spec.blur == "value":
+        out = torch.matmul(dropped, gaussian_blur(value, kernel, valid))
+    else:  # context: blur each head's output along the query positions (self-attention: Lq == Lk)
+        out = torch.matmul(dropped, value)
+        out = gaussian_blur(out, kernel, valid if out.size(-2) == value.size(-2) else None)
     return out.transpose(1, 2).contiguous(), weights
+
+
+def _valid_keys(attention_mask: torch.Tensor | None, batch: int, length: int) -> torch.Tensor | None:
+    """[B, Lk] bool, True for keys some query may attend to (real tokens); None if nothing is masked."""
+    if attention_mask is None:
+        return None
+    m = attention_mask
+    keep = m if m.dtype == torch.bool else m > torch.finfo(m.dtype).min / 2
+    if keep.dim() == 4:
+        keep = keep.any(dim=1).any(dim=1)  # over heads and queries -> [B, Lk]
+    elif keep.dim() == 3:
+        keep = keep.any(dim=1)
+    return keep.expand(batch, length)
 
 
 _registered = False

@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = TrainConfig()
     parser = argparse.ArgumentParser(prog="attnkit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="show library logs and warnings")
-    sub = parser.add_subparsers(dest="command", metavar="{train,evaluate,predict,explain}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,evaluate,predict,explain,layer-weights,tasks}")
 
     t = sub.add_parser("train", help="fine-tune an encoder with softmax or sparse attention")
     t.add_argument("--task", default=d.task, help=f"dataset (default {d.task}); see `attnkit tasks`")
@@ -56,19 +56,33 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--eval-steps", type=int, default=None, help="evaluate and checkpoint every N steps (default: every epoch)")
     t.add_argument("--logging-steps", type=int, default=d.logging_steps)
     t.add_argument("--no-heatmap", action="store_true", help="do not draw an attention heatmap at the end")
+    s = t.add_argument_group("SesameBERT: Gaussian blur and layer pooling")
+    s.add_argument("--blur", default="none", choices=["none", "context", "value"], help="Gaussian blur on each head's output (context) or on the values (default none)")
+    s.add_argument("--blur-size", type=int, default=d.blur_size, help=f"odd blur window k (default {d.blur_size})")
+    s.add_argument("--blur-sigma", type=float, default=d.blur_sigma, help=f"blur sigma > 0 (default {d.blur_sigma:g})")
+    s.add_argument("--layer-pooling", default=d.pooling, choices=["first", "second", "second-to-last", "last", "sum-last-four", "sum-all", "weighted"],
+                   help="which layers the classifier reads (SesameBERT Table 3; default last)")
+    s.add_argument("--se", action=argparse.BooleanOptionalAction, default=False, help="Squeeze-and-Excitation over the layer outputs (default off)")
+    s.add_argument("--se-ratio", type=int, default=d.se_ratio, help=f"SE reduction ratio r (default {d.se_ratio})")
 
     e = sub.add_parser("evaluate", help="metrics of a trained model on a split, printed and written as JSON")
     _add_model_io(e)
     e.add_argument("--task", default=None, help="dataset (default: the one the model was trained on)")
     e.add_argument("--data-dir", default=None)
-    e.add_argument("--split", default="validation", choices=["train", "validation", "test"])
+    e.add_argument("--split", default="validation", help="split to evaluate (default validation; MNLI also has validation_mismatched)")
     e.add_argument("--output", default=None, help="JSON file (default: <model>/eval_<task>_<split>.json)")
+    e.add_argument("--hans-per-subcase", type=int, default=None, help="HANS only: evaluate the first N pairs of each of the 30 subcases (default all 1000)")
+    e.add_argument("--plot", default=None, help="HANS only: bar chart file, .png or .svg (default: next to the JSON)")
 
     p = sub.add_parser("predict", help="label and probabilities for texts given as arguments or in a file")
     _add_model_io(p)
     p.add_argument("texts", nargs="*", help="texts to classify")
     p.add_argument("--file", default=None, help="a text file, one text per line")
     p.add_argument("--output", default=None, help="write JSON lines here instead of standard output")
+    p.add_argument("--task", default=None, help="with --split: predict a whole split of this task")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--split", default=None, help="predict every row of this split; for GLUE test splits, writes the submission file (e.g. RTE.tsv)")
+    p.add_argument("--output-dir", default=None, help="with --split: folder for the GLUE submission file (default <model>/glue_submission)")
 
     x = sub.add_parser("explain", help="draw one sentence's attention as a heatmap (PNG or SVG)")
     _add_model_io(x)
@@ -77,6 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--layer", type=int, default=None, help="layer (0-based); omit for every layer")
     x.add_argument("--head", type=int, default=None, help="head (0-based); omit for every head")
     x.add_argument("--stats", default=None, help="also write the sparsity statistics to this JSON file")
+
+    w = sub.add_parser("layer-weights", help="bar chart of a layer-pooling model's learned layer weights (SE, weighted average)")
+    _add_model_io(w)
+    w.add_argument("--task", default=None, help="dataset whose texts are averaged over (default: the one the model was trained on)")
+    w.add_argument("--data-dir", default=None)
+    w.add_argument("--split", default="validation")
+    w.add_argument("--max-samples", type=int, default=500, help="average over at most this many texts (default 500)")
+    w.add_argument("--output", default="layer_weights.png", help="chart file, .png or .svg (default layer_weights.png)")
 
     sub.add_parser("tasks", help="list the datasets attnkit can load")
     return parser
@@ -107,7 +129,9 @@ def cmd_train(a) -> int:
         weight_decay=a.weight_decay, max_length=a.max_length, seed=a.seed, output_dir=a.output_dir,
         resume=not a.no_resume, max_train_samples=a.max_train_samples, max_eval_samples=a.max_eval_samples,
         eval_steps=a.eval_steps, logging_steps=a.logging_steps,
+        blur=a.blur, blur_size=a.blur_size, blur_sigma=a.blur_sigma, pooling=a.layer_pooling, se=a.se, se_ratio=a.se_ratio,
     )
+    cfg.head()
     cfg.spec()  # validate attention/lam before any heavy work
     from attnkit.train import train
 
@@ -116,14 +140,17 @@ def cmd_train(a) -> int:
         return 0
     out = Path(cfg.output_dir)
     v = metrics["validation"]
-    print(f"\n[attnkit] task {cfg.task}, attention {cfg.spec().describe()}")
+    print(f"\n[attnkit] task {cfg.task}, attention {cfg.spec().describe()}, classifier on the {cfg.head().describe()}")
     if cfg.spec().is_sparse:
         from attnkit import kernels
 
         print(f"[attnkit] sparse maps ran on the {kernels.backend()} path ({kernels.backend_reason()})")
-    print(f"[attnkit] dev accuracy {v['accuracy']:.4f}  (macro-F1 {v['macro_f1']:.4f}, {metrics['train_size']} training examples)")
-    if "test" in metrics:
-        print(f"[attnkit] test accuracy {metrics['test']['accuracy']:.4f}")
+    main_metric = metrics.get("main_metric", "accuracy")
+    shown = ", ".join(f"{k} {x:.4f}" for k, x in v.items() if k in ("accuracy", "macro_f1", "f1", "mcc", "pearson", "spearman"))
+    print(f"[attnkit] dev {main_metric} {v[main_metric]:.4f}  ({shown}; {metrics['train_size']} training examples)")
+    for name in metrics:
+        if name.startswith(("test", "validation_")) and isinstance(metrics[name], dict):
+            print(f"[attnkit] {name} {main_metric} {metrics[name][main_metric]:.4f}")
     print(f"[attnkit] model written to {metrics['model_dir']}")
     print(f"[attnkit] metrics written to {out / METRICS_FILE}")
     if not a.no_heatmap:
@@ -133,8 +160,9 @@ def cmd_train(a) -> int:
         _, model, tok = _load(str(out))
         dev = load_task(cfg.task, cfg.data_dir).splits["validation"]
         texts = list(dev.select(range(min(200, len(dev))))["text"])
-        text = min((t for t in texts if 6 <= len(t.split()) <= 14), key=len, default=texts[0])
-        pair = dev[0]["text_pair"] if "text_pair" in dev.column_names else None
+        i = min((j for j, t in enumerate(texts) if 6 <= len(t.split()) <= 14), key=lambda j: len(texts[j]), default=0)
+        text = texts[i]
+        pair = dev[i]["text_pair"] if "text_pair" in dev.column_names else None
         maps = attention_maps(model, tok, text, pair, cfg.max_length)
         layer = maps.weights.shape[0] - 1
         png = plot_attention(maps, out / "attention.png", layer=layer, head=0)
@@ -143,22 +171,28 @@ def cmd_train(a) -> int:
     return 0
 
 
+def _run_info(d: Path) -> dict:
+    run = d / "attnkit_run.json"
+    return json.loads(run.read_text()) if run.is_file() else {}
+
+
 def cmd_evaluate(a) -> int:
     from attnkit.data import load_task
     from attnkit.inference import evaluate_split
     from attnkit.train import write_json_atomic
 
     d, model, tok = _load(a.model)
-    run = d / "attnkit_run.json"
-    task = a.task or (json.loads(run.read_text()).get("task") if run.is_file() else None)
+    task = a.task or _run_info(d).get("task")
     if not task:
         raise UserError("--task is needed: the checkpoint does not record what it was trained on")
+    if task == "hans":
+        return _evaluate_hans(a, d, model, tok)
     data = load_task(task, a.data_dir)
     if a.split not in data.splits:
         raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
     if list(data.label_names) != [model.config.id2label[i] for i in range(model.config.num_labels)]:
         raise UserError(f"task {task} has labels {data.label_names} but the model predicts {list(model.config.id2label.values())}")
-    metrics = evaluate_split(model, tok, data.splits[a.split], batch_size=a.batch_size, max_length=a.max_length)
+    metrics = evaluate_split(model, tok, data.splits[a.split], batch_size=a.batch_size, max_length=a.max_length, kind=data.metric)
     metrics = {"task": task, "split": a.split, "model": str(d), **metrics}
     out = Path(a.output) if a.output else d / f"eval_{task}_{a.split}.json"
     write_json_atomic(out, metrics)
@@ -168,9 +202,70 @@ def cmd_evaluate(a) -> int:
     return 0
 
 
+def _evaluate_hans(a, d: Path, model, tok) -> int:
+    """HANS: entailment vs non-entailment (an NLI model's neutral and contradiction both count as non-entailment)."""
+    from attnkit.data import default_data_dir
+    from attnkit.glue import HANS_FILE, entailment_index, hans_report, hans_subset, plot_hans, read_hans
+    from attnkit.inference import label_names_of, predict_logits
+    from attnkit.train import write_json_atomic
+
+    root = Path(a.data_dir) if a.data_dir else default_data_dir()
+    if root is None:
+        raise UserError(f"HANS: no data folder; pass --data-dir holding {HANS_FILE}")
+    path = root if root.is_file() else root / HANS_FILE  # --data-dir may name the HANS file itself
+    ent = entailment_index(label_names_of(model))
+    rows = hans_subset(read_hans(path), a.hans_per_subcase)
+    logits = predict_logits(model, tok, rows["text"], rows["text_pair"], batch_size=a.batch_size, max_length=a.max_length)
+    report = hans_report(rows, logits.argmax(-1) == ent)
+    info = _run_info(d)
+    report = {"task": "hans", "file": str(path), "model": str(d), "model_trained_on": info.get("trained_on", info.get("task", "unknown")),
+              "model_labels": label_names_of(model), **report}
+    out = Path(a.output) if a.output else d / "eval_hans.json"
+    write_json_atomic(out, report)
+    plot = plot_hans(report, a.plot or out.with_suffix(".png"), title=f"HANS: {d.name} (trained on {report['model_trained_on']})"[:100])
+    print(f"HANS accuracy {report['accuracy']:.4f} on {report['n']} pairs (model trained on {report['model_trained_on']})")
+    for h, by in report["heuristic"].items():
+        print(f"  {h:<16} " + "  ".join(f"{g} {v:.3f}" for g, v in by.items()))
+    print(f"[attnkit] per-subcase results written to {out}; chart {plot}")
+    return 0
+
+
+def _predict_split(a) -> int:
+    from attnkit.data import load_task
+    from attnkit.glue import predictions_of, write_submission
+    from attnkit.inference import label_names_of, predict_logits
+
+    d, model, tok = _load(a.model)
+    task = a.task or _run_info(d).get("task")
+    if not task:
+        raise UserError("--task is needed with --split: the checkpoint does not record what it was trained on")
+    data = load_task(task, a.data_dir)
+    if a.split not in data.splits:
+        raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
+    ds = data.splits[a.split]
+    pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
+    logits = predict_logits(model, tok, list(ds["text"]), pairs, batch_size=a.batch_size, max_length=a.max_length)
+    preds = predictions_of(data.metric, logits)
+    idx = list(ds["idx"]) if "idx" in ds.column_names else list(range(len(ds)))
+    if (data.submission or {}).get(a.split):
+        path = write_submission(data, a.split, preds, idx, a.output_dir or d / "glue_submission")
+        print(f"[attnkit] {len(preds)} predictions written to {path} (GLUE submission format)")
+        return 0
+    names = label_names_of(model)
+    lines = "".join(
+        json.dumps({"idx": int(i), "prediction": float(p) if data.metric == "regression" else names[int(p)]}) + "\n" for i, p in zip(idx, preds)
+    )
+    out = Path(a.output) if a.output else d / f"predictions_{task}_{a.split}.jsonl"
+    out.write_text(lines, encoding="utf-8")
+    print(f"[attnkit] {len(preds)} predictions written to {out}")
+    return 0
+
+
 def cmd_predict(a) -> int:
     from attnkit.inference import predict_texts, read_text_file
 
+    if a.split:
+        return _predict_split(a)
     texts = list(a.texts)
     if a.file:
         texts += read_text_file(a.file)
@@ -200,7 +295,10 @@ def cmd_explain(a) -> int:
     except ValueError as e:
         raise UserError(str(e)) from None
     st = maps.stats()
+    from attnkit.pooling import head_of
+
     print(f"attention: {maps.attention}")
+    print(f"classifier reads: the {head_of(model.config).describe()}")
     print(f"tokens: {' '.join(maps.tokens)}")
     print(f"exact zeros: {st['zero_fraction']:.1%}; support per row: mean {st['mean_support']:.2f}, max {st['max_support']}")
     if a.layer is not None and a.head is not None:
@@ -212,6 +310,33 @@ def cmd_explain(a) -> int:
     return 0
 
 
+def cmd_layer_weights(a) -> int:
+    from attnkit.data import load_task
+    from attnkit.explain import layer_weights, plot_layer_weights
+    from attnkit.train import write_json_atomic
+
+    if Path(a.output).suffix.lower() not in (".png", ".svg"):
+        raise UserError(f"--output {a.output}: the chart file must end in .png or .svg")
+    d, model, tok = _load(a.model)
+    task = a.task or _run_info(d).get("task")
+    if not task:
+        raise UserError("--task is needed: the checkpoint does not record what it was trained on")
+    data = load_task(task, a.data_dir)
+    if a.split not in data.splits:
+        raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
+    ds = data.splits[a.split]
+    ds = ds.select(range(min(a.max_samples, len(ds))))
+    pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
+    w = layer_weights(model, tok, list(ds["text"]), pairs, max_length=a.max_length)
+    path = plot_layer_weights(w, a.output, title=f"{d.name}: {task} {a.split} ({len(ds)} texts)")
+    write_json_atomic(Path(a.output).with_suffix(".json"), w)
+    for k in ("se_mean", "mix"):
+        if k in w:
+            print(f"{k}: " + " ".join(f"L{i + 1}={x:.3f}" for i, x in enumerate(w[k])))
+    print(f"[attnkit] layer weights drawn to {path} (values in {Path(a.output).with_suffix('.json')})")
+    return 0
+
+
 def cmd_tasks(a) -> int:
     from attnkit.data import list_tasks
 
@@ -220,7 +345,10 @@ def cmd_tasks(a) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict, "explain": cmd_explain, "tasks": cmd_tasks}
+COMMANDS = {
+    "train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict, "explain": cmd_explain,
+    "layer-weights": cmd_layer_weights, "tasks": cmd_tasks,
+}
 
 
 def _quiet_libraries() -> None:

@@ -67,6 +67,8 @@ class TaskData:
     splits: datasets.DatasetDict
     label_names: list[str]
     description: str = ""
+    metric: str = "accuracy"  # kind of metrics: accuracy | mcc | f1 | regression (see attnkit.glue.task_metrics)
+    submission: dict[str, str] | None = None  # split -> GLUE submission file name
 
 
 class Example(NamedTuple):
@@ -275,7 +277,7 @@ def load_sst2(data_dir: Path | None) -> TaskData:
             continue
         splits[split] = _read_sst2_file(_require_file(path, "sst2"), labelled=split != "test")
     desc = "GLUE SST-2 (dev.tsv as validation; test unlabelled)"
-    return TaskData("sst2", _to_splits(splits), list(BINARY_SENTIMENT), desc)
+    return TaskData("sst2", _to_splits(splits), list(BINARY_SENTIMENT), desc, submission={"test": "SST-2.tsv"})
 
 
 # ----------------------------------------------------------------------------- SST-5 (PTB trees)
@@ -835,3 +837,7 @@ def _generic_loader(fmt: str, doc: str) -> Callable[..., TaskData]:
 load_csv = _generic_loader("csv", "Comma-separated files with a header row (standard csv quoting).")
 load_tsv = _generic_loader("tsv", "Tab-separated files with a header row, no quoting (quotes are text, as in GLUE).")
 load_jsonl = _generic_loader("jsonl", "One JSON object a line.")
+
+
+# GLUE, MNLI and HANS live in their own module; importing it registers those tasks.
+from attnkit import glue as _glue  # noqa: E402,F401

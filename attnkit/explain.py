@@ -106,3 +106,76 @@ def plot_attention(maps: AttentionMaps, path: str | Path, layer: int | None = No
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+# ----------------------------------------------------------------------------- layer weights (SesameBERT)
+
+
+def layer_weights(model, tokenizer, texts, pairs=None, *, batch_size: int = 32, max_length: int = 128) -> dict:
+    """The learned layer weights of a layer-pooling classifier, averaged over ``texts``.
+
+    ``se``: the mean Squeeze-and-Excitation weight ``s_l`` per layer (input-dependent);
+    ``mix``: the softmax weights of the ``weighted`` strategy (fixed after training).
+    Raises ValueError for a model with neither (plain last-layer BERT).
+    """
+    import torch
+
+    from attnkit.pooling import head_of
+
+    head = head_of(model.config)
+    if not (head.se or head.pooling == "weighted"):
+        raise ValueError(
+            f"this model has no learned layer weights (layer pooling {head.pooling!r}, no SE); "
+            "train with --se or --layer-pooling weighted"
+        )
+    model.eval()
+    se_sum, n, mix = None, 0, None
+    for i in range(0, len(texts), batch_size):
+        a = list(texts[i : i + batch_size])
+        b = list(pairs[i : i + batch_size]) if pairs is not None else None
+        enc = tokenizer(a, b, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+        with torch.inference_mode():
+            model(**enc)
+        w = model.layer_weights()
+        if "se" in w:
+            s = w["se"].float().sum(0)
+            se_sum = s if se_sum is None else se_sum + s
+            n += w["se"].shape[0]
+        if "mix" in w:
+            mix = w["mix"].float()
+    out = {"pooling": head.pooling, "se": head.se, "layers": int(model.config.num_hidden_layers), "n_texts": len(texts)}
+    if se_sum is not None:
+        out["se_mean"] = (se_sum / max(n, 1)).tolist()
+    if mix is not None:
+        out["mix"] = mix.tolist()
+    return out
+
+
+def plot_layer_weights(weights: dict, path: str | Path, title: str = "") -> Path:
+    """Bar chart of the layer weights per layer (PNG or SVG), like SesameBERT's Figure 4."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise ValueError(f"plot file must end in .png or .svg, got {path.name!r}")
+    series = [(k, weights[k]) for k in ("se_mean", "mix") if k in weights]
+    L = weights["layers"]
+    x = np.arange(1, L + 1)
+    fig, axes = plt.subplots(1, len(series), figsize=(4 * len(series), 3), squeeze=False)
+    for ax, (k, v) in zip(axes.flat, series):
+        bars = ax.bar(x, v, color="#4c72b0" if k == "se_mean" else "#55a868")
+        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+        ax.set_xticks(x)
+        ax.set_xlabel("encoder layer")
+        ax.set_ylabel("SE weight s_l (mean)" if k == "se_mean" else "mix weight (softmax)")
+        ax.set_title(("Squeeze-and-Excitation" if k == "se_mean" else "weighted average") + f" ({weights['pooling']})", fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

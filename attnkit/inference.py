@@ -49,16 +49,16 @@ def label_names_of(model) -> list[str]:
     return [str(id2label.get(i, id2label.get(str(i), i))) for i in range(model.config.num_labels)]
 
 
-def evaluate_split(model, tokenizer, dataset, *, batch_size: int = 64, max_length: int = 128) -> dict:
-    """Classification metrics of ``model`` on a tokenisable dataset (text, [text_pair], label)."""
-    from attnkit.train import classification_metrics
+def evaluate_split(model, tokenizer, dataset, *, batch_size: int = 64, max_length: int = 128, kind: str = "accuracy") -> dict:
+    """Metrics of ``model`` on a tokenisable dataset (text, [text_pair], label); ``kind`` as in :func:`attnkit.glue.task_metrics`."""
+    from attnkit.glue import predictions_of, task_metrics
 
     labels = np.asarray(list(dataset["label"]))
     if len(labels) == 0 or labels.min() < 0:
         raise ValueError("this split has no gold labels; use `attnkit predict` instead")
     pairs = list(dataset["text_pair"]) if "text_pair" in dataset.column_names else None
     logits = predict_logits(model, tokenizer, list(dataset["text"]), pairs, batch_size=batch_size, max_length=max_length)
-    metrics = classification_metrics(labels, logits.argmax(-1))
+    metrics = task_metrics(kind, labels, predictions_of(kind, logits))
     metrics["n"] = int(len(labels))
     return metrics
 

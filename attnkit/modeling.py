@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 from attnkit.attention import ATTN_IMPLEMENTATION, CONFIG_KEY, AttentionSpec, apply_spec, register, spec_of
+from attnkit.pooling import HEAD_KEY, HeadSpec, head_of
 
 DEFAULT_MODEL = "minilm"
 _ALIASES = {"minilm", "all-minilm-l6-v2", "default"}
@@ -64,16 +65,22 @@ def build_classifier(
     label_names: list[str] | None = None,
     from_scratch: bool = False,
     problem_type: str | None = None,
+    head: HeadSpec | None = None,
 ):
     """A sequence classifier on ``model``'s encoder with ``spec``'s attention.
 
     ``from_scratch=True`` keeps the architecture but draws random weights: the paper's
-    Np baseline (softmax) and SSAF(Np) (sparse).
+    Np baseline (softmax) and SSAF(Np) (sparse). ``head`` picks how the classifier reads
+    the layer stack (SesameBERT's SE and extraction strategies); the default (last layer,
+    no SE) is the model's own classification head.
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
+
+    from attnkit.pooling import PooledEncoderForSequenceClassification
 
     register()
     spec = spec or AttentionSpec()
+    head = head or HeadSpec()
     path = resolve_model(model)
     kwargs = {"num_labels": num_labels}
     if label_names:
@@ -88,6 +95,16 @@ def build_classifier(
     except OSError as e:  # hub name offline / unknown: transformers' message does not name the model
         raise OSError(f"could not load model {path!r}: {e}") from None
     apply_spec(config, spec)
+    if not head.is_default:
+        setattr(config, HEAD_KEY, head.to_dict())
+        net = PooledEncoderForSequenceClassification(config)
+        if not from_scratch:
+            encoder = AutoModel.from_pretrained(
+                path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True
+            )
+            net.encoder.load_state_dict(encoder.state_dict(), strict=True)
+        apply_spec(net.config, spec)
+        return net
     if from_scratch:
         net = AutoModelForSequenceClassification.from_config(config, attn_implementation=ATTN_IMPLEMENTATION)
     else:
@@ -107,6 +124,14 @@ def load_classifier(path: str | os.PathLike):
     config = AutoConfig.from_pretrained(path)
     spec = spec_of(config)
     apply_spec(config, spec)
+    if not head_of(config).is_default:
+        from attnkit.pooling import PooledEncoderForSequenceClassification
+
+        net = PooledEncoderForSequenceClassification.from_pretrained(
+            path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True
+        )
+        apply_spec(net.config, spec)
+        return net
     net = AutoModelForSequenceClassification.from_pretrained(
         path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True
     )

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from attnkit.attention import AttentionSpec
+from attnkit.pooling import HeadSpec
 
 log = logging.getLogger("attnkit")
 
@@ -63,10 +64,20 @@ class TrainConfig:
     eval_steps: int | None = None  # None: evaluate once per epoch (or at the end of --max-steps)
     resume: bool = True
     logging_steps: int = 50
+    # SesameBERT: locality step and layer pooling
+    blur: str = "none"  # none | context | value
+    blur_size: int = 3
+    blur_sigma: float = 0.3
+    pooling: str = "last"  # first | second | second-to-last | last | sum-last-four | sum-all | weighted
+    se: bool = False
+    se_ratio: int = 3
 
     def spec(self) -> AttentionSpec:
         lam = self.lam if self.lam is not None else PAPER_LAM.get(self.task, 0.0)
-        return AttentionSpec(self.attention, lam)
+        return AttentionSpec(self.attention, lam, blur=self.blur, blur_size=self.blur_size, blur_sigma=self.blur_sigma)
+
+    def head(self) -> HeadSpec:
+        return HeadSpec(self.pooling, se=self.se, se_ratio=self.se_ratio)
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -81,11 +92,17 @@ def classification_metrics(labels: np.ndarray, preds: np.ndarray) -> dict[str, f
     }
 
 
-def _compute_metrics(eval_pred) -> dict[str, float]:
-    logits, labels = eval_pred.predictions, eval_pred.label_ids
-    if isinstance(logits, tuple):
-        logits = logits[0]
-    return classification_metrics(labels, np.argmax(logits, axis=-1))
+def metrics_fn(kind: str):
+    """A Trainer ``compute_metrics`` for a task's metric kind (accuracy | mcc | f1 | regression)."""
+    from attnkit.glue import predictions_of, task_metrics
+
+    def compute(eval_pred) -> dict[str, float]:
+        logits, labels = eval_pred.predictions, eval_pred.label_ids
+        if isinstance(logits, tuple):
+            logits = logits[0]
+        return task_metrics(kind, labels, predictions_of(kind, logits))
+
+    return compute
 
 
 # ----------------------------------------------------------------------------- data
@@ -94,13 +111,14 @@ def _compute_metrics(eval_pred) -> dict[str, float]:
 def tokenize_splits(splits, tokenizer, max_length: int):
     """Tokenise every split of a DatasetDict (text, optional text_pair) without padding."""
     has_pair = "text_pair" in next(iter(splits.values())).column_names
+    extra = [c for c in ("idx",) if c in next(iter(splits.values())).column_names]
 
     def enc(batch):
         if has_pair:
             return tokenizer(batch["text"], batch["text_pair"], truncation=True, max_length=max_length)
         return tokenizer(batch["text"], truncation=True, max_length=max_length)
 
-    drop = ["text", "text_pair"] if has_pair else ["text"]
+    drop = (["text", "text_pair"] if has_pair else ["text"]) + extra
     return splits.map(enc, batched=True, remove_columns=drop, desc="tokenising")
 
 
@@ -156,25 +174,32 @@ def train(cfg: TrainConfig) -> dict:
     from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
 
     from attnkit.data import load_task
+    from attnkit.glue import MAIN_METRIC
     from attnkit.modeling import build_classifier, load_tokenizer, save_checkpoint
 
     set_seed(cfg.seed)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     spec = cfg.spec()
+    head = cfg.head()
     data = load_task(cfg.task, cfg.data_dir)
     splits = data.splits
     if "train" not in splits or "validation" not in splits:
-        raise ValueError(f"task {cfg.task} needs a train and a validation split, found {list(splits)}")
+        raise FileNotFoundError(
+            f"task {cfg.task} needs a train and a validation split; only {', '.join(splits)} found"
+            f"{' in ' + str(cfg.data_dir) if cfg.data_dir else ''} (is its train file missing?)"
+        )
     tokenizer = load_tokenizer(cfg.model)
     enc = tokenize_splits(splits, tokenizer, cfg.max_length)
     train_ds = _subsample(enc["train"], cfg.max_train_samples, cfg.seed)
     dev_ds = _subsample(enc["validation"], cfg.max_eval_samples, cfg.seed)
-    test_ds = enc["test"] if "test" in enc and _labelled(enc["test"]) else None
-    test_ds = _subsample(test_ds, cfg.max_eval_samples, cfg.seed)
+    # every other labelled split is evaluated at the end (test, MNLI's validation_mismatched, ...)
+    others = {k: _subsample(v, cfg.max_eval_samples, cfg.seed) for k, v in enc.items() if k not in ("train", "validation") and _labelled(v)}
+    regression = data.metric == "regression"
 
     model = build_classifier(
-        cfg.model, len(data.label_names), spec, label_names=data.label_names, from_scratch=cfg.from_scratch
+        cfg.model, 1 if regression else len(data.label_names), spec, label_names=data.label_names,
+        from_scratch=cfg.from_scratch, head=head, problem_type="regression" if regression else None,
     )
     per_steps = cfg.max_steps > 0 or cfg.eval_steps is not None
     every = cfg.eval_steps or (cfg.max_steps if cfg.max_steps > 0 else None)
@@ -195,7 +220,7 @@ def train(cfg: TrainConfig) -> dict:
         save_steps=every,
         save_total_limit=2,
         load_best_model_at_end=True,
-        metric_for_best_model="accuracy",
+        metric_for_best_model=MAIN_METRIC[data.metric],
         greater_is_better=True,
         logging_steps=cfg.logging_steps,
         report_to="none",
@@ -211,7 +236,7 @@ def train(cfg: TrainConfig) -> dict:
         eval_dataset=dev_ds,
         data_collator=collator,
         processing_class=tokenizer,
-        compute_metrics=_compute_metrics,
+        compute_metrics=metrics_fn(data.metric),
     )
     resume = last_complete_checkpoint(out) if cfg.resume else None
     if resume:
@@ -220,19 +245,22 @@ def train(cfg: TrainConfig) -> dict:
 
     metrics: dict = {"train": dict(train_result.metrics)}
     metrics["validation"] = _strip(trainer.evaluate(dev_ds, metric_key_prefix="eval"), "eval_")
-    if test_ds is not None:
-        metrics["test"] = _strip(trainer.evaluate(test_ds, metric_key_prefix="test"), "test_")
+    for name, ds in others.items():
+        metrics[name] = _strip(trainer.evaluate(ds, metric_key_prefix="test"), "test_")
     metrics["best_checkpoint"] = trainer.state.best_model_checkpoint
     metrics["attention"] = spec.to_dict()
+    metrics["head"] = head.to_dict()
+    metrics["main_metric"] = MAIN_METRIC[data.metric]
     metrics["task"] = cfg.task
     metrics["train_size"] = len(train_ds)
 
     if trainer.is_world_process_zero():
         model_dir = save_checkpoint(
-            trainer.model, out / MODEL_DIR, tokenizer, extra={"task": cfg.task, "label_names": data.label_names}
+            trainer.model, out / MODEL_DIR, tokenizer,
+            extra={"task": cfg.task, "label_names": data.label_names, "trained_on": data.description, "metric": data.metric},
         )
         metrics["model_dir"] = str(model_dir)
-        write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict()})
+        write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict(), "head_spec": head.to_dict()})
         write_json_atomic(out / METRICS_FILE, metrics)
     return metrics
 

@@ -100,12 +100,19 @@ f = normaliser_fns()[{variant!r}]
 z = (torch.randn(32, 12, L, L) * 2).requires_grad_(True)
 g = torch.randn(32, 12, L, L)
 f(torch.randn(2, 2, L, L))  # load kernels before measuring
-def rss():
-    with open('/proc/self/statm') as fh:
-        return int(fh.read().split()[1]) * resource.getpagesize()
-base = rss()
+def status(key):
+    with open('/proc/self/status') as fh:
+        for line in fh:
+            if line.startswith(key + ':'):
+                return int(line.split()[1]) * 1024
+try:  # reset the high-water mark, so imports and kernel loading do not count
+    with open('/proc/self/clear_refs', 'w') as fh:
+        fh.write('5')
+except OSError:
+    pass
+base = status('VmRSS')
 f(z).backward(g)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = max(status('VmHWM'), status('VmRSS'))
 print(max(0, peak - base))
 """
 
@@ -231,7 +238,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="normaliser at L=64 only, 2 rounds (a smoke test)")
     ap.add_argument("--only", choices=["normaliser", "memory", "step", "inference"], default=None)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
     rounds = 2 if a.quick else a.rounds
     rows = []
     if a.only in (None, "normaliser"):
@@ -239,7 +249,7 @@ def main():
     if not a.quick and a.only in (None, "memory"):
         rows += bench_memory()
     if not a.quick and a.only in (None, "step"):
-        rows += bench_train_step(max(3, rounds // 2))
+        rows += bench_train_step(rounds)
     if not a.quick and a.only in (None, "inference"):
         rows += bench_inference(rounds)
     env = environment()

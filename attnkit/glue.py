@@ -1,0 +1,372 @@
+"""GLUE tasks, MNLI, HANS: loaders, metrics and the GLUE submission format.
+
+Files are read from ``<data_dir>/glue/<TASK>/{train,dev,test}.tsv`` as written by the GLUE
+download script (MNLI: ``dev_matched.tsv``/``dev_mismatched.tsv``/``test_matched.tsv``...).
+A task whose train file is missing still loads its other splits (QNLI here has dev/test only),
+so a trained model can be evaluated on it; ``attnkit train`` then says which file is missing.
+
+Sentence pairs are kept as ``text`` + ``text_pair`` and encoded as pairs. Every split keeps
+the file's ``idx`` so that ``attnkit predict --split test`` can write GLUE submission files.
+
+MNLI train is not available in this project's data, only dev-matched (``mnli/dev_matched_mccoy.tsv``).
+The task ``mnli-devsplit`` splits it, by a hash of each row's index, into train (80%),
+validation (10%) and test (10%); results trained on it are labelled so. ``mnli`` reads the
+full GLUE layout when it is there.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnkit.data import (
+    DataFormatError,
+    TaskData,
+    _read_delimited,
+    _require_dir,
+    register_task,
+)
+
+NLI3 = ["entailment", "neutral", "contradiction"]
+NLI2 = ["entailment", "not_entailment"]
+
+
+# ----------------------------------------------------------------------------- metrics
+
+#: metric kind -> the metric that picks the best checkpoint
+MAIN_METRIC = {"accuracy": "accuracy", "mcc": "mcc", "f1": "f1", "regression": "pearson"}
+
+
+def task_metrics(kind: str, labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+    """GLUE metrics by kind: ``accuracy`` (+ macro-F1), ``mcc`` (CoLA), ``f1`` (MRPC, QQP), ``regression`` (STS-B).
+
+    ``predictions`` are class ids, or scores for ``regression``.
+    """
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    labels = np.asarray(labels)
+    predictions = np.asarray(predictions)
+    if kind == "regression":
+        from scipy.stats import pearsonr, spearmanr
+
+        p = float(pearsonr(predictions, labels)[0]) if np.std(predictions) > 0 else 0.0
+        s = float(spearmanr(predictions, labels)[0]) if np.std(predictions) > 0 else 0.0
+        return {"pearson": p, "spearman": s, "corr": (p + s) / 2}
+    out = {"accuracy": float(accuracy_score(labels, predictions))}
+    if kind == "mcc":
+        out["mcc"] = float(matthews_corrcoef(labels, predictions))
+    elif kind == "f1":
+        out["f1"] = float(f1_score(labels, predictions, pos_label=1, average="binary"))
+        out["acc_and_f1"] = (out["accuracy"] + out["f1"]) / 2
+    else:
+        out["macro_f1"] = float(f1_score(labels, predictions, average="macro"))
+    return out
+
+
+def predictions_of(kind: str, logits: np.ndarray) -> np.ndarray:
+    """Class ids (argmax) or, for regression, the single output."""
+    logits = np.asarray(logits)
+    if kind == "regression":
+        return logits.reshape(len(logits), -1)[:, 0]
+    return logits.argmax(-1)
+
+
+# ----------------------------------------------------------------------------- GLUE tables
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    name: str  # attnkit task name
+    folder: str  # under <data_dir>/glue/
+    text: str  # header name of the first text column
+    pair: str | None  # header name of the second, or None
+    label: str | None  # header name of the label column
+    labels: list[str] | None  # label names in file spelling (None: regression)
+    metric: str
+    submission: dict[str, str]  # split -> GLUE submission file name
+    files: dict[str, str] = field(default_factory=lambda: {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv"})
+    label_names: list[str] | None = None  # names shown to users, if not the file's
+
+
+GLUE: dict[str, GlueTask] = {
+    t.name: t
+    for t in [
+        GlueTask("cola", "CoLA", "sentence", None, "label", ["0", "1"], "mcc", {"test": "CoLA.tsv"}, label_names=["unacceptable", "acceptable"]),
+        GlueTask("mrpc", "MRPC", "#1 String", "#2 String", "Quality", ["0", "1"], "f1", {"test": "MRPC.tsv"}, label_names=["not_equivalent", "equivalent"]),
+        GlueTask("stsb", "STS-B", "sentence1", "sentence2", "score", None, "regression", {"test": "STS-B.tsv"}),
+        GlueTask("qnli", "QNLI", "question", "sentence", "label", NLI2, "accuracy", {"test": "QNLI.tsv"}),
+        GlueTask("rte", "RTE", "sentence1", "sentence2", "label", NLI2, "accuracy", {"test": "RTE.tsv"}),
+        GlueTask("wnli", "WNLI", "sentence1", "sentence2", "label", ["0", "1"], "accuracy", {"test": "WNLI.tsv"}, label_names=["not_entailment", "entailment"]),
+        GlueTask("qqp", "QQP", "question1", "question2", "is_duplicate", ["0", "1"], "f1", {"test": "QQP.tsv"}, label_names=["not_duplicate", "duplicate"]),
+        GlueTask(
+            "mnli", "MNLI", "sentence1", "sentence2", "gold_label", NLI3, "accuracy",
+            {"test": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv"},
+            files={"train": "train.tsv", "validation": "dev_matched.tsv", "validation_mismatched": "dev_mismatched.tsv",
+                   "test": "test_matched.tsv", "test_mismatched": "test_mismatched.tsv"},
+        ),
+    ]
+}
+#: CoLA's train/dev files have no header: source, label, original label, sentence
+_COLA_COLUMNS = ["source", "label", "orig_label", "sentence"]
+
+
+def _rows(path: Path, task: GlueTask, split: str) -> dict[str, list]:
+    records = _read_delimited(path, "\t", csv.QUOTE_NONE)
+    first = next(records, None)
+    if first is None:
+        raise DataFormatError(path, None, "expected a GLUE tsv file, found an empty file")
+    line, fields = first
+    if task.name == "cola" and [f.strip() for f in fields][:2] != ["index", "sentence"]:
+        header = _COLA_COLUMNS
+        records = iter([(line, fields), *records])
+    else:
+        header = [f.strip().lstrip("\ufeff") for f in fields]
+    need = [task.text] + ([task.pair] if task.pair else [])
+    for col in need:
+        if col not in header:
+            raise DataFormatError(path, line, f"expected a column {col!r} for {task.name}, found the header {header}")
+    labelled = task.label is not None and task.label in header
+    idx_col = "index" if "index" in header else ("id" if "id" in header else None)
+    out: dict[str, list] = {"text": [], "label": [], "idx": []}
+    if task.pair:
+        out["text_pair"] = []
+    ti, pi = header.index(task.text), header.index(task.pair) if task.pair else None
+    li = header.index(task.label) if labelled else None
+    for n, (line, fields) in enumerate(records):
+        if len(fields) < len(header):
+            raise DataFormatError(path, line, f"expected {len(header)} tab-separated fields ({', '.join(header)}), found {len(fields)}")
+        out["text"].append(fields[ti].strip())
+        if pi is not None:
+            out["text_pair"].append(fields[pi].strip())
+        if li is None:
+            out["label"].append(-1.0 if task.labels is None else -1)
+        elif task.labels is None:
+            try:
+                out["label"].append(float(fields[li]))
+            except ValueError:
+                raise DataFormatError(path, line, f"expected a number in column {task.label!r}, found {fields[li]!r}") from None
+        else:
+            value = fields[li].strip()
+            if value not in task.labels:
+                raise DataFormatError(path, line, f"unknown label {value!r} in column {task.label!r}, expected one of {task.labels}")
+            out["label"].append(task.labels.index(value))
+        idx = fields[header.index(idx_col)].strip() if idx_col else str(n)
+        out["idx"].append(int(idx) if idx.isdigit() else n)
+    return out
+
+
+def _dataset(columns: dict[str, list], regression: bool):
+    import datasets
+
+    feats = {"text": datasets.Value("string")}
+    if "text_pair" in columns:
+        feats["text_pair"] = datasets.Value("string")
+    feats["label"] = datasets.Value("float32" if regression else "int64")
+    feats["idx"] = datasets.Value("int64")
+    return datasets.Dataset.from_dict({k: columns[k] for k in feats}, features=datasets.Features(feats))
+
+
+def load_glue(task_name: str, data_dir: Path | None) -> TaskData:
+    import datasets
+
+    task = GLUE[task_name]
+    folder = _require_dir(data_dir, f"glue/{task.folder}", task_name)
+    splits = {}
+    for split, fname in task.files.items():
+        path = folder / fname
+        if path.is_file():
+            splits[split] = _dataset(_rows(path, task, split), task.labels is None)
+    if not splits:
+        raise FileNotFoundError(f"task {task_name}: none of {', '.join(task.files.values())} is in {folder}")
+    names = task.label_names or task.labels or ["score"]
+    return TaskData(task_name, datasets.DatasetDict(splits), list(names), f"GLUE {task.folder} ({', '.join(splits)})",
+                    metric=task.metric, submission=dict(task.submission))
+
+
+def _make_loader(name: str):
+    def loader(data_dir: Path | None) -> TaskData:
+        return load_glue(name, data_dir)
+
+    loader.__name__ = f"load_{name}"
+    loader.__doc__ = f"GLUE {GLUE[name].folder} from glue/{GLUE[name].folder}/ ({GLUE[name].metric})"
+    return loader
+
+
+for _name in GLUE:
+    register_task(_name)(_make_loader(_name))
+
+
+# ----------------------------------------------------------------------------- MNLI dev-matched split
+
+
+def mnli_devsplit_of(index: str) -> str:
+    """train (80%) / validation (10%) / test (10%) by the md5 of the row's GLUE index."""
+    h = int(hashlib.md5(index.encode()).hexdigest(), 16) % 10
+    return "test" if h == 0 else "validation" if h == 1 else "train"
+
+
+@register_task("mnli-devsplit")
+def load_mnli_devsplit(data_dir: Path | None) -> TaskData:
+    """MNLI dev-matched (mnli/dev_matched_mccoy.tsv) split 80/10/10 by md5(index): MNLI train is not available here."""
+    import datasets
+
+    folder = _require_dir(data_dir, "mnli", "mnli-devsplit")
+    path = folder / "dev_matched_mccoy.tsv"
+    if not path.is_file():
+        raise FileNotFoundError(f"task mnli-devsplit needs {path}")
+    records = _read_delimited(path, "\t", csv.QUOTE_NONE)
+    line, header = next(records, (1, []))
+    header = [h.strip() for h in header]
+    for col in ("index", "premise", "hypothesis", "gold_label"):
+        if col not in header:
+            raise DataFormatError(path, line, f"expected a column {col!r}, found the header {header}")
+    cols = {s: {"text": [], "text_pair": [], "label": [], "idx": []} for s in ("train", "validation", "test")}
+    for line, f in records:
+        if len(f) < 4:
+            raise DataFormatError(path, line, f"expected {len(header)} tab-separated fields, found {len(f)}")
+        gold = f[header.index("gold_label")].strip()
+        if gold not in NLI3:
+            raise DataFormatError(path, line, f"unknown gold_label {gold!r}, expected one of {NLI3}")
+        index = f[header.index("index")].strip()
+        c = cols[mnli_devsplit_of(index)]
+        c["text"].append(f[header.index("premise")].strip())
+        c["text_pair"].append(f[header.index("hypothesis")].strip())
+        c["label"].append(NLI3.index(gold))
+        c["idx"].append(int(index) if index.isdigit() else len(c["idx"]))
+    splits = datasets.DatasetDict({s: _dataset(c, False) for s, c in cols.items()})
+    return TaskData("mnli-devsplit", splits, list(NLI3), "MNLI dev-matched split 80/10/10 by md5(index) (MNLI train is not available)")
+
+
+# ----------------------------------------------------------------------------- GLUE submission files
+
+
+def write_submission(task: TaskData, split: str, predictions: np.ndarray, idx: list[int], out_dir: str | Path) -> Path:
+    """``<out_dir>/<TASK>.tsv`` with ``index<TAB>prediction`` rows, in the GLUE server's format."""
+    fname = (getattr(task, "submission", None) or {}).get(split)
+    if fname is None:
+        raise ValueError(f"task {task.name} has no GLUE submission file for split {split!r}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / fname
+    gt = GLUE.get(task.name)
+    lines = ["index\tprediction"]
+    for i, p in zip(idx, predictions):
+        if task.metric == "regression":
+            value = f"{min(5.0, max(0.0, float(p))):.3f}"
+        elif gt is not None and gt.labels is not None and gt.label_names is None:
+            value = gt.labels[int(p)]  # NLI tasks: label names
+        else:
+            value = str(int(p))  # CoLA, SST-2, MRPC, QQP, WNLI: 0/1
+        lines.append(f"{i}\t{value}")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+# ----------------------------------------------------------------------------- HANS
+
+HANS_FILE = "hans/heuristics_evaluation_set_noparse.tsv"
+HANS_LABELS = ["entailment", "non-entailment"]
+
+
+def read_hans(path: str | Path) -> dict[str, list]:
+    """HANS rows (noparse or the original format with parse columns): text, text_pair, label, heuristic, subcase."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"HANS file {path} does not exist (expected {HANS_FILE} under the data folder)")
+    records = _read_delimited(path, "\t", csv.QUOTE_NONE)
+    line, header = next(records, (1, []))
+    header = [h.strip() for h in header]
+    for col in ("gold_label", "sentence1", "sentence2", "heuristic", "subcase"):
+        if col not in header:
+            raise DataFormatError(path, line, f"expected a HANS column {col!r}, found the header {header}")
+    ix = {c: header.index(c) for c in ("gold_label", "sentence1", "sentence2", "heuristic", "subcase")}
+    out: dict[str, list] = {"text": [], "text_pair": [], "label": [], "heuristic": [], "subcase": []}
+    for line, f in records:
+        if len(f) < len(header):
+            raise DataFormatError(path, line, f"expected {len(header)} tab-separated fields, found {len(f)}")
+        gold = f[ix["gold_label"]].strip()
+        if gold not in HANS_LABELS:
+            raise DataFormatError(path, line, f"unknown gold_label {gold!r}, expected one of {HANS_LABELS}")
+        out["text"].append(f[ix["sentence1"]].strip())
+        out["text_pair"].append(f[ix["sentence2"]].strip())
+        out["label"].append(HANS_LABELS.index(gold))
+        out["heuristic"].append(f[ix["heuristic"]].strip())
+        out["subcase"].append(f[ix["subcase"]].strip())
+    return out
+
+
+def hans_subset(rows: dict[str, list], per_subcase: int | None) -> dict[str, list]:
+    """The first ``per_subcase`` rows of every subcase (all rows if None)."""
+    if not per_subcase:
+        return rows
+    seen: dict[str, int] = {}
+    keep = []
+    for i, s in enumerate(rows["subcase"]):
+        if seen.get(s, 0) < per_subcase:
+            keep.append(i)
+            seen[s] = seen.get(s, 0) + 1
+    return {k: [v[i] for i in keep] for k, v in rows.items()}
+
+
+def entailment_index(label_names: list[str]) -> int:
+    """Which output of an NLI model means entailment; every other output is non-entailment."""
+    names = [str(n).lower() for n in label_names]
+    if "entailment" not in names:
+        raise ValueError(f"HANS needs an NLI model with an 'entailment' label; this model predicts {label_names}")
+    return names.index("entailment")
+
+
+def hans_report(rows: dict[str, list], predicted_entailment: np.ndarray) -> dict[str, Any]:
+    """Accuracy overall, per heuristic x gold label, and per subcase (non-entailment = neutral or contradiction)."""
+    gold = np.asarray(rows["label"]) == 0  # True = entailment
+    pred = np.asarray(predicted_entailment, dtype=bool)
+    correct = gold == pred
+    heur = np.asarray(rows["heuristic"])
+    sub = np.asarray(rows["subcase"])
+    report: dict[str, Any] = {"n": int(len(gold)), "accuracy": float(correct.mean()), "heuristic": {}, "subcase": {}}
+    for h in sorted(set(heur)):
+        report["heuristic"][h] = {}
+        for g, name in ((True, "entailment"), (False, "non-entailment")):
+            m = (heur == h) & (gold == g)
+            if m.any():
+                report["heuristic"][h][name] = float(correct[m].mean())
+    for s in sorted(set(sub)):
+        m = sub == s
+        report["subcase"][s] = {"accuracy": float(correct[m].mean()), "gold": "entailment" if gold[m][0] else "non-entailment",
+                                "heuristic": str(heur[m][0]), "n": int(m.sum())}
+    report["predicted_entailment_rate"] = float(pred.mean())
+    return report
+
+
+def plot_hans(report: dict[str, Any], path: str | Path, title: str = "") -> Path:
+    """Grouped bars like SesameBERT's Figure 3: accuracy per heuristic, entailment vs non-entailment."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    heur = list(report["heuristic"])
+    x = np.arange(len(heur))
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for k, (name, color) in enumerate((("entailment", "#4c72b0"), ("non-entailment", "#dd8452"))):
+        vals = [report["heuristic"][h].get(name, np.nan) * 100 for h in heur]
+        bars = ax.bar(x + (k - 0.5) * 0.38, vals, 0.38, label=name, color=color)
+        ax.bar_label(bars, fmt="%.0f", fontsize=8)
+    ax.set_xticks(x, [h.replace("_", " ") for h in heur])
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(title or f"HANS (n={report['n']}, accuracy {report['accuracy'] * 100:.1f}%)", fontsize=9)
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
