@@ -87,7 +87,7 @@ def test_checkpoint_round_trip(tiny_bert, tmp_path):
     assert not any(f.endswith((".bin", ".pt", ".pth")) for f in files)
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["attn_implementation"] == "attnkit"
-    assert cfg["attnkit"] == {"attention": "sparsegen-lin", "lam": -4.0}
+    assert cfg["attnkit"] == {"attention": "sparsegen-lin", "lam": -4.0, "blur": "none", "blur_size": 3, "blur_sigma": 0.3}
     again = load_classifier(out)
     assert spec_of(again.config) == spec
     assert again.config.id2label[2] == "pos"

@@ -36,7 +36,7 @@ def trained(tmp_path_factory, tiny_bert):
 def test_train_writes_metrics_model_and_heatmap(trained, capsys):
     out, _ = trained
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["attention"] == {"attention": "sparsegen-lin", "lam": -2.0}
+    assert metrics["attention"] == {"attention": "sparsegen-lin", "lam": -2.0, "blur": "none", "blur_size": 3, "blur_sigma": 0.3}
     assert 0.0 <= metrics["validation"]["accuracy"] <= 1.0
     assert "train_loss" in metrics["train"]
     assert metrics["best_checkpoint"] and "checkpoint-" in metrics["best_checkpoint"]
