@@ -50,7 +50,7 @@ def _load():
 
         src = Path(__file__).with_name("csrc") / "sparsemax_cpu.cpp"
         # -march=native: the build is only valid on this kind of CPU, so the cache name says which
-        _ext = load(name=f"attnkit_sparsemax_cpu_v8_{_cpu_tag()}", sources=[str(src)], extra_cflags=_FLAGS, verbose=False)
+        _ext = load(name=f"attnkit_sparsemax_cpu_v9_{_cpu_tag()}", sources=[str(src)], extra_cflags=_FLAGS, verbose=False)
         _why = "compiled C++ kernel"
     except Exception as e:  # no compiler, no ninja, build error: fall back, say why
         _ext = None

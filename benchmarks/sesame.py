@@ -1,0 +1,236 @@
+"""SesameBERT benchmarks on MiniLM: Table-3 grid, Table-2 blur placement, HANS, and the cost of SE and blur.
+
+Each cell is a real in-process `attnkit train` run; finished runs (their metrics.json) are
+reused, so an interrupted benchmark resumes. Results: a markdown table (mean ± std over
+seeds) and a JSON file with every run's metrics.
+
+    python benchmarks/sesame.py table3 --seeds 1 2 3 --out benchmarks/results/sesame_table3.md
+    python benchmarks/sesame.py table2 --seeds 1 2 3 --out benchmarks/results/sesame_table2.md
+    python benchmarks/sesame.py hans   --seeds 1 2 3 --out benchmarks/results/sesame_hans.md
+    python benchmarks/sesame.py cost   --out benchmarks/results/sesame_cost.md
+
+The paper trains BERT-base for 3 epochs at batch 32, lr 3e-5. On 2 CPU cores that does
+not fit; ``--epochs``, ``--max-train-samples`` and ``--max-length`` shrink the runs and the
+table records what was used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+VARIANTS = {  # name -> (se, blur placement)
+    "plain": (False, "none"),
+    "SE": (True, "none"),
+    "blur": (False, "context"),
+    "SE+blur": (True, "context"),
+}
+
+
+def run(a, task, name, seed, *, pooling="last", se=False, blur="none", attention="softmax", lam=0.0, max_train=None):
+    from attnkit.train import TrainConfig, train
+
+    out = Path(a.work_dir) / f"{task}__{name}__s{seed}"
+    if (out / "metrics.json").is_file():
+        return json.loads((out / "metrics.json").read_text())
+    cfg = TrainConfig(
+        task=task, data_dir=a.data_dir, model=a.model, attention=attention, lam=lam, epochs=a.epochs,
+        batch_size=a.batch_size, lr=a.lr, max_length=a.max_length, seed=seed, output_dir=str(out),
+        max_train_samples=max_train if max_train is not None else a.max_train_samples, logging_steps=10**9,
+        blur=blur, blur_size=a.blur_size, blur_sigma=a.blur_sigma, pooling=pooling, se=se, se_ratio=a.se_ratio,
+    )
+    t = time.perf_counter()
+    m = train(cfg)
+    m["wall_s"] = time.perf_counter() - t
+    (out / "metrics.json").write_text(json.dumps(m, indent=2, default=str) + "\n")
+    return m
+
+
+def fmt(xs, scale=100.0):
+    xs = [scale * x for x in xs]
+    if not xs:
+        return "—"
+    return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs) if len(xs) > 1 else 0.0:.1f}"
+
+
+def header(a, title):
+    import torch
+    import transformers
+
+    return [
+        f"# {title}",
+        "",
+        f"Command: `python benchmarks/sesame.py {' '.join(sys.argv[1:])}`  ",
+        f"Date: {dt.date.today().isoformat()}; machine: {platform.machine()}, {torch.get_num_threads()} torch threads (2-core VM, shared); "
+        f"torch {torch.__version__}, transformers {transformers.__version__}.  ",
+        f"Model {a.model}; {a.epochs:g} epoch(s), batch {a.batch_size}, lr {a.lr:g}, max length {a.max_length}, "
+        f"train subset {a.max_train_samples or 'all'}; blur k={a.blur_size}, sigma={a.blur_sigma:g}; SE r={a.se_ratio}. "
+        f"Mean ± std over seeds {a.seeds}; dev metric of the best epoch.",
+        "",
+    ]
+
+
+def table3(a):
+    poolings = a.poolings
+    res = {}
+    for pooling in poolings:
+        for v, (se, blur) in VARIANTS.items():
+            for s in a.seeds:
+                m = run(a, "rte", f"{pooling}-{v}", s, pooling=pooling, se=se, blur=blur)
+                res.setdefault((pooling, v), []).append(m)
+                print(f"[bench] rte {pooling} {v} seed {s}: dev acc {m['validation']['accuracy']:.4f}", flush=True)
+    lines = header(a, "SesameBERT Table-3-style grid on RTE (dev accuracy %)")
+    lines += ["| extraction | " + " | ".join(VARIANTS) + " |", "|---|" + "---|" * len(VARIANTS)]
+    for p in poolings:
+        lines.append(f"| {p} | " + " | ".join(fmt([m["validation"]["accuracy"] for m in res[(p, v)]]) for v in VARIANTS) + " |")
+    lines += ["", "plain = MiniLM; SE = Squeeze-and-Excitation over layers; blur = Gaussian blur on each head's output (context); "
+              "SE+blur = SesameBERT. RTE dev has 277 pairs: one pair is 0.36 points."]
+    return lines, res
+
+
+def table2(a):
+    tasks = a.tasks or ["mrpc", "rte", "sst2"]
+    res = {}
+    places = {"none": "MiniLM", "value": "blur on values", "context": "blur on context"}
+    for task in tasks:
+        for blur in places:
+            for s in a.seeds:
+                m = run(a, task, f"blur-{blur}", s, blur=blur)
+                res.setdefault((task, blur), []).append(m)
+                print(f"[bench] {task} blur={blur} seed {s}: dev acc {m['validation']['accuracy']:.4f}", flush=True)
+    lines = header(a, "Blur on values vs blur on context (Table-2 style), dev accuracy % (MRPC: accuracy / F1)")
+    lines += ["| task | train size | " + " | ".join(places.values()) + " |", "|---|---|" + "---|" * len(places)]
+    for task in tasks:
+        cells = []
+        for blur in places:
+            ms = res[(task, blur)]
+            c = fmt([m["validation"]["accuracy"] for m in ms])
+            if "f1" in ms[0]["validation"]:
+                c += " / " + fmt([m["validation"]["f1"] for m in ms])
+            cells.append(c)
+        lines.append(f"| {task} | {res[(task, 'none')][0]['train_size']} | " + " | ".join(cells) + " |")
+    return lines, res
+
+
+def hans(a):
+    from attnkit.cli import main as cli
+
+    models = {  # name -> run kwargs
+        "softmax (MiniLM)": dict(),
+        "SesameBERT (SE + weighted + blur on context)": dict(pooling="weighted", se=True, blur="context"),
+        "SesameBERT + sparsegen-lin (lam -4)": dict(pooling="weighted", se=True, blur="context", attention="sparsegen-lin", lam=-4.0),
+    }
+    res = {}
+    for name, kw in models.items():
+        short = name.split(" (")[0].replace(" ", "").replace("+", "-")
+        for s in a.seeds:
+            m = run(a, "mnli-devsplit", short, s, **kw)
+            rep_path = Path(a.work_dir) / f"mnli-devsplit__{short}__s{s}" / "hans.json"
+            if not rep_path.is_file():
+                args = ["evaluate", "--model", str(rep_path.parent), "--task", "hans", "--output", str(rep_path),
+                        "--max-length", str(a.max_length)]
+                if a.data_dir:
+                    args += ["--data-dir", a.data_dir]
+                if a.hans_per_subcase:
+                    args += ["--hans-per-subcase", str(a.hans_per_subcase)]
+                assert cli(args) == 0
+            rep = json.loads(rep_path.read_text())
+            res.setdefault(name, []).append((m, rep))
+            print(f"[bench] {name} seed {s}: MNLI dev-split acc {m['validation']['accuracy']:.4f}, HANS {rep['accuracy']:.4f}", flush=True)
+    heur = ["lexical_overlap", "subsequence", "constituent"]
+    lines = header(a, "HANS per heuristic (accuracy %), models trained on the MNLI dev-matched split")
+    n = next(iter(res.values()))[0][1]["n"]
+    lines += [
+        f"Trained on `mnli-devsplit` (80% of MNLI dev-matched, {next(iter(res.values()))[0][0]['train_size']} pairs; MNLI train is not "
+        f"available here). HANS: {n} pairs ({a.hans_per_subcase or 1000} per subcase). Neutral and contradiction count as non-entailment.",
+        "",
+        "| model | MNLI split dev | HANS all | " + " | ".join(f"{h} ent | {h} non-ent" for h in heur) + " |",
+        "|---|---|---|" + "---|---|" * len(heur),
+    ]
+    for name, runs in res.items():
+        cells = [fmt([m["validation"]["accuracy"] for m, _ in runs]), fmt([r["accuracy"] for _, r in runs])]
+        for h in heur:
+            for g in ("entailment", "non-entailment"):
+                cells.append(fmt([r["heuristic"][h][g] for _, r in runs]))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines, {k: [{"train": m, "hans": r} for m, r in v] for k, v in res.items()}
+
+
+def cost(a):
+    """Extra time per MiniLM training step (b32 x L128) of SE and of blur, as ratios, interleaved rounds."""
+    import torch
+
+    from attnkit.attention import AttentionSpec
+    from attnkit.modeling import build_classifier
+    from attnkit.pooling import HeadSpec
+
+    variants = {
+        "plain": (AttentionSpec("softmax"), HeadSpec()),
+        "SE (last)": (AttentionSpec("softmax"), HeadSpec("last", se=True)),
+        "SE + weighted": (AttentionSpec("softmax"), HeadSpec("weighted", se=True)),
+        "blur context": (AttentionSpec("softmax", blur="context"), HeadSpec()),
+        "blur value": (AttentionSpec("softmax", blur="value"), HeadSpec()),
+        "SesameBERT (SE + weighted + blur context)": (AttentionSpec("softmax", blur="context"), HeadSpec("weighted", se=True)),
+    }
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1000, 30000, (32, 128), generator=g)
+    batch = {"input_ids": ids, "attention_mask": torch.ones(32, 128, dtype=torch.long), "labels": torch.randint(0, 2, (32,), generator=g)}
+    models, opts = {}, {}
+    for k, (spec, head) in variants.items():
+        torch.manual_seed(0)
+        models[k] = build_classifier(a.model, 2, spec, head=head).train()
+        opts[k] = torch.optim.AdamW(models[k].parameters(), lr=1e-5)
+    times = {k: [] for k in variants}
+    for r in range(a.rounds + 1):
+        for k in variants:
+            t = time.perf_counter()
+            opts[k].zero_grad(set_to_none=True)
+            models[k](**batch).loss.backward()
+            opts[k].step()
+            if r:  # round 0 is warm-up
+                times[k].append(time.perf_counter() - t)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    lines = header(a, "Extra cost per training step of SE and blur (MiniLM, b32 x L128, fwd + bwd + AdamW)")
+    lines += [f"Median of {a.rounds} interleaved rounds.", "", "| variant | ms / step | ratio to plain |", "|---|---|---|"]
+    for k, v in med.items():
+        lines.append(f"| {k} | {v * 1e3:.0f} | {v / med['plain']:.3f}x |")
+    return lines, {k: {"ms": v * 1e3, "ratio": v / med["plain"]} for k, v in med.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("grid", choices=["table3", "table2", "hans", "cost"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    ap.add_argument("--tasks", nargs="+", default=None, help="table2: tasks (default mrpc rte sst2)")
+    ap.add_argument("--poolings", nargs="+", default=["last", "second-to-last", "sum-last-four", "weighted"])
+    ap.add_argument("--model", default="minilm")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--epochs", type=float, default=1.0)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=5e-5)
+    ap.add_argument("--max-length", type=int, default=128)
+    ap.add_argument("--max-train-samples", type=int, default=None)
+    ap.add_argument("--blur-size", type=int, default=3)
+    ap.add_argument("--blur-sigma", type=float, default=0.5)
+    ap.add_argument("--se-ratio", type=int, default=3)
+    ap.add_argument("--hans-per-subcase", type=int, default=None)
+    ap.add_argument("--rounds", type=int, default=5, help="cost: timing rounds")
+    ap.add_argument("--work-dir", default="runs/bench_sesame")
+    ap.add_argument("--out", required=True, help="markdown file; the JSON goes next to it")
+    a = ap.parse_args()
+    lines, res = {"table3": table3, "table2": table2, "hans": hans, "cost": cost}[a.grid](a)
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    out.with_suffix(".json").write_text(json.dumps({"command": " ".join(sys.argv), "results": {str(k): v for k, v in res.items()}}, indent=1, default=str) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
