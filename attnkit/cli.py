@@ -176,6 +176,20 @@ def _run_info(d: Path) -> dict:
     return json.loads(run.read_text()) if run.is_file() else {}
 
 
+def _model_and_split(a):
+    """The model named by --model and the --split of --task (default: the task it was trained on)."""
+    from attnkit.data import load_task
+
+    d, model, tok = _load(a.model)
+    task = a.task or _run_info(d).get("task")
+    if not task:
+        raise UserError("--task is needed: the checkpoint does not record what it was trained on")
+    data = load_task(task, a.data_dir)
+    if a.split not in data.splits:
+        raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
+    return d, model, tok, task, data, data.splits[a.split]
+
+
 def cmd_evaluate(a) -> int:
     from attnkit.data import load_task
     from attnkit.inference import evaluate_split
@@ -231,18 +245,10 @@ def _evaluate_hans(a, d: Path, model, tok) -> int:
 
 
 def _predict_split(a) -> int:
-    from attnkit.data import load_task
     from attnkit.glue import predictions_of, write_submission
     from attnkit.inference import label_names_of, predict_logits
 
-    d, model, tok = _load(a.model)
-    task = a.task or _run_info(d).get("task")
-    if not task:
-        raise UserError("--task is needed with --split: the checkpoint does not record what it was trained on")
-    data = load_task(task, a.data_dir)
-    if a.split not in data.splits:
-        raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
-    ds = data.splits[a.split]
+    d, model, tok, task, data, ds = _model_and_split(a)
     pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
     logits = predict_logits(model, tok, list(ds["text"]), pairs, batch_size=a.batch_size, max_length=a.max_length)
     preds = predictions_of(data.metric, logits)
@@ -311,20 +317,12 @@ def cmd_explain(a) -> int:
 
 
 def cmd_layer_weights(a) -> int:
-    from attnkit.data import load_task
     from attnkit.explain import layer_weights, plot_layer_weights
     from attnkit.train import write_json_atomic
 
     if Path(a.output).suffix.lower() not in (".png", ".svg"):
         raise UserError(f"--output {a.output}: the chart file must end in .png or .svg")
-    d, model, tok = _load(a.model)
-    task = a.task or _run_info(d).get("task")
-    if not task:
-        raise UserError("--task is needed: the checkpoint does not record what it was trained on")
-    data = load_task(task, a.data_dir)
-    if a.split not in data.splits:
-        raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
-    ds = data.splits[a.split]
+    d, model, tok, task, data, ds = _model_and_split(a)
     ds = ds.select(range(min(a.max_samples, len(ds))))
     pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
     w = layer_weights(model, tok, list(ds["text"]), pairs, max_length=a.max_length)
