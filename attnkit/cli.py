@@ -146,7 +146,7 @@ def cmd_train(a) -> int:
 
         print(f"[attnkit] sparse maps ran on the {kernels.backend()} path ({kernels.backend_reason()})")
     main_metric = metrics.get("main_metric", "accuracy")
-    shown = ", ".join(f"{k} {x:.4f}" for k, x in v.items() if k in ("accuracy", "macro_f1", "f1", "mcc", "pearson", "spearman"))
+    shown = ", ".join(f"{k} {x:.4f}" for k, x in v.items() if k in ("accuracy", "macro_f1", "f1", "mcc", "pearson", "spearman") and k != main_metric)
     print(f"[attnkit] dev {main_metric} {v[main_metric]:.4f}  ({shown}; {metrics['train_size']} training examples)")
     for name in metrics:
         if name.startswith(("test", "validation_")) and isinstance(metrics[name], dict):

@@ -98,10 +98,11 @@ def table2(a):
     tasks = a.tasks or ["mrpc", "rte", "sst2"]
     res = {}
     places = {"none": "MiniLM", "value": "blur on values", "context": "blur on context"}
+    names = {"none": "last-plain", "value": "last-blur-value", "context": "last-blur"}  # shares runs with table3
     for task in tasks:
         for blur in places:
             for s in a.seeds:
-                m = run(a, task, f"blur-{blur}", s, blur=blur)
+                m = run(a, task, names[blur], s, blur=blur)
                 res.setdefault((task, blur), []).append(m)
                 print(f"[bench] {task} blur={blur} seed {s}: dev acc {m['validation']['accuracy']:.4f}", flush=True)
     lines = header(a, "Blur on values vs blur on context (Table-2 style), dev accuracy % (MRPC: accuracy / F1)")
