@@ -413,3 +413,44 @@ def test_cli_rejects_bad_blur_size(tmp_path, capsys):
 
     assert main(["train", "--blur", "context", "--blur-size", "4", "--output-dir", str(tmp_path / "r")]) == 2
     assert "blur_size=4" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_regression_task_trains_and_submits(tiny_bert, tmp_path, capsys):
+    """STS-B is a regression: one output, MSE loss, Pearson picks the best checkpoint, scores in the submission."""
+    import random
+
+    from conftest import WORDS
+
+    from attnkit.cli import main
+
+    rng = random.Random(0)
+    head = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+
+    def rows(n, labelled=True):
+        out = []
+        for i in range(n):
+            a = rng.sample(WORDS, 5)
+            shared = rng.randint(0, 5)
+            b = a[:shared] + rng.sample(WORDS, 5 - shared)
+            out.append(f"{i}\tg\tf\ty\t{i}\tn\tn\t{' '.join(a)}\t{' '.join(b)}" + (f"\t{shared:.3f}" if labelled else ""))
+        return "\n".join(out) + "\n"
+
+    data = tmp_path / "data"
+    _write(data / "glue/STS-B/train.tsv", head + rows(48))
+    _write(data / "glue/STS-B/dev.tsv", head + rows(16))
+    _write(data / "glue/STS-B/test.tsv", head.rsplit("\t", 1)[0] + "\n" + rows(4, labelled=False))
+    out = tmp_path / "run"
+    assert main(["train", "--task", "stsb", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(out),
+                 "--epochs", "2", "--batch-size", "8", "--max-length", "24", "--attention", "sparsemax", "--no-heatmap"]) == 0
+    assert "dev pearson" in capsys.readouterr().out
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["main_metric"] == "pearson" and -1 <= metrics["validation"]["pearson"] <= 1
+    cfg = json.loads((out / "model" / "config.json").read_text())
+    assert cfg["num_labels"] == 1 if "num_labels" in cfg else len(cfg["id2label"]) == 1
+    assert cfg["problem_type"] == "regression"
+    assert main(["predict", "--model", str(out), "--split", "test", "--data-dir", str(data)]) == 0
+    lines = (out / "model" / "glue_submission" / "STS-B.tsv").read_text().splitlines()
+    assert len(lines) == 5 and all(0.0 <= float(l.split("\t")[1]) <= 5.0 for l in lines[1:])
+    assert main(["evaluate", "--model", str(out), "--data-dir", str(data)]) == 0
+    assert "spearman" in capsys.readouterr().out
