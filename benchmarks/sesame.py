@@ -39,6 +39,8 @@ def run(a, task, name, seed, *, pooling="last", se=False, blur="none", attention
     out = Path(a.work_dir) / f"{task}__{name}__s{seed}"
     if (out / "metrics.json").is_file():
         return json.loads((out / "metrics.json").read_text())
+    if a.report_only:
+        return None
     cfg = TrainConfig(
         task=task, data_dir=a.data_dir, model=a.model, attention=attention, lam=lam, epochs=a.epochs,
         batch_size=a.batch_size, lr=a.lr, max_length=a.max_length, seed=seed, output_dir=str(out),
@@ -59,6 +61,12 @@ def fmt(xs, scale=100.0):
     return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs) if len(xs) > 1 else 0.0:.1f}"
 
 
+def _n(runs, a) -> str:
+    """A marker for cells with fewer finished seeds than asked for."""
+    k = len(runs or [])
+    return "" if k == len(a.seeds) else f" (n={k})"
+
+
 def header(a, title):
     import torch
     import transformers
@@ -66,7 +74,7 @@ def header(a, title):
     return [
         f"# {title}",
         "",
-        f"Command: `python benchmarks/sesame.py {' '.join(sys.argv[1:])}`  ",
+        f"Command: `python benchmarks/sesame.py {' '.join(x for x in sys.argv[1:] if x != '--report-only')}`  ",
         f"Date: {dt.date.today().isoformat()}; machine: {platform.machine()}, {torch.get_num_threads()} torch threads (2-core VM, shared); "
         f"torch {torch.__version__}, transformers {transformers.__version__}.  ",
         f"Model {a.model}; {a.epochs:g} epoch(s), batch {a.batch_size}, lr {a.lr:g}, max length {a.max_length}, "
@@ -79,16 +87,18 @@ def header(a, title):
 def table3(a):
     poolings = a.poolings
     res = {}
-    for pooling in poolings:
-        for v, (se, blur) in VARIANTS.items():
-            for s in a.seeds:
+    for s in a.seeds:  # seed-major: a benchmark stopped early still covers every cell
+        for pooling in poolings:
+            for v, (se, blur) in VARIANTS.items():
                 m = run(a, "rte", f"{pooling}-{v}", s, pooling=pooling, se=se, blur=blur)
+                if m is None:
+                    continue
                 res.setdefault((pooling, v), []).append(m)
                 print(f"[bench] rte {pooling} {v} seed {s}: dev acc {m['validation']['accuracy']:.4f}", flush=True)
     lines = header(a, "SesameBERT Table-3-style grid on RTE (dev accuracy %)")
     lines += ["| extraction | " + " | ".join(VARIANTS) + " |", "|---|" + "---|" * len(VARIANTS)]
     for p in poolings:
-        lines.append(f"| {p} | " + " | ".join(fmt([m["validation"]["accuracy"] for m in res[(p, v)]]) for v in VARIANTS) + " |")
+        lines.append(f"| {p} | " + " | ".join(fmt([m["validation"]["accuracy"] for m in res.get((p, v), [])]) + _n(res.get((p, v)), a) for v in VARIANTS) + " |")
     lines += ["", "plain = MiniLM; SE = Squeeze-and-Excitation over layers; blur = Gaussian blur on each head's output (context); "
               "SE+blur = SesameBERT. RTE dev has 277 pairs: one pair is 0.36 points."]
     return lines, res
@@ -99,10 +109,12 @@ def table2(a):
     res = {}
     places = {"none": "MiniLM", "value": "blur on values", "context": "blur on context"}
     names = {"none": "last-plain", "value": "last-blur-value", "context": "last-blur"}  # shares runs with table3
-    for task in tasks:
-        for blur in places:
-            for s in a.seeds:
+    for s in a.seeds:
+        for task in tasks:
+            for blur in places:
                 m = run(a, task, names[blur], s, blur=blur)
+                if m is None:
+                    continue
                 res.setdefault((task, blur), []).append(m)
                 print(f"[bench] {task} blur={blur} seed {s}: dev acc {m['validation']['accuracy']:.4f}", flush=True)
     lines = header(a, "Blur on values vs blur on context (Table-2 style), dev accuracy % (MRPC: accuracy / F1)")
@@ -110,12 +122,13 @@ def table2(a):
     for task in tasks:
         cells = []
         for blur in places:
-            ms = res[(task, blur)]
+            ms = res.get((task, blur), [])
             c = fmt([m["validation"]["accuracy"] for m in ms])
-            if "f1" in ms[0]["validation"]:
+            if ms and "f1" in ms[0]["validation"]:
                 c += " / " + fmt([m["validation"]["f1"] for m in ms])
-            cells.append(c)
-        lines.append(f"| {task} | {res[(task, 'none')][0]['train_size']} | " + " | ".join(cells) + " |")
+            cells.append(c + _n(ms, a))
+        size = next((ms[0]["train_size"] for (t, _), ms in res.items() if t == task and ms), "—")
+        lines.append(f"| {task} | {size} | " + " | ".join(cells) + " |")
     return lines, res
 
 
@@ -128,11 +141,15 @@ def hans(a):
         "SesameBERT + sparsegen-lin (lam -4)": dict(pooling="weighted", se=True, blur="context", attention="sparsegen-lin", lam=-4.0),
     }
     res = {}
-    for name, kw in models.items():
-        short = name.split(" (")[0].replace(" ", "").replace("+", "-")
-        for s in a.seeds:
+    for s in a.seeds:
+        for name, kw in models.items():
+            short = name.split(" (")[0].replace(" ", "").replace("+", "-")
             m = run(a, "mnli-devsplit", short, s, **kw)
+            if m is None:
+                continue
             rep_path = Path(a.work_dir) / f"mnli-devsplit__{short}__s{s}" / "hans.json"
+            if not rep_path.is_file() and a.report_only:
+                continue
             if not rep_path.is_file():
                 args = ["evaluate", "--model", str(rep_path.parent), "--task", "hans", "--output", str(rep_path),
                         "--max-length", str(a.max_length)]
@@ -146,6 +163,8 @@ def hans(a):
             print(f"[bench] {name} seed {s}: MNLI dev-split acc {m['validation']['accuracy']:.4f}, HANS {rep['accuracy']:.4f}", flush=True)
     heur = ["lexical_overlap", "subsequence", "constituent"]
     lines = header(a, "HANS per heuristic (accuracy %), models trained on the MNLI dev-matched split")
+    if not res:
+        return lines + ["(no finished runs)"], {}
     n = next(iter(res.values()))[0][1]["n"]
     lines += [
         f"Trained on `mnli-devsplit` (80% of MNLI dev-matched, {next(iter(res.values()))[0][0]['train_size']} pairs; MNLI train is not "
@@ -159,7 +178,7 @@ def hans(a):
         for h in heur:
             for g in ("entailment", "non-entailment"):
                 cells.append(fmt([r["heuristic"][h][g] for _, r in runs]))
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name}{_n(runs, a)} | " + " | ".join(cells) + " |")
     return lines, {k: [{"train": m, "hans": r} for m, r in v] for k, v in res.items()}
 
 
@@ -223,6 +242,7 @@ def main():
     ap.add_argument("--hans-per-subcase", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=5, help="cost: timing rounds")
     ap.add_argument("--work-dir", default="runs/bench_sesame")
+    ap.add_argument("--report-only", action="store_true", help="write the tables from the finished runs, train nothing")
     ap.add_argument("--out", required=True, help="markdown file; the JSON goes next to it")
     a = ap.parse_args()
     lines, res = {"table3": table3, "table2": table2, "hans": hans, "cost": cost}[a.grid](a)

@@ -454,3 +454,13 @@ def test_cli_regression_task_trains_and_submits(tiny_bert, tmp_path, capsys):
     assert len(lines) == 5 and all(0.0 <= float(l.split("\t")[1]) <= 5.0 for l in lines[1:])
     assert main(["evaluate", "--model", str(out), "--data-dir", str(data)]) == 0
     assert "spearman" in capsys.readouterr().out
+
+
+def test_roberta_family_with_se_and_blur(tiny_roberta):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_roberta)
+    model = _classifier(tiny_roberta, AttentionSpec("sparsegen-lin", -1.0, blur="value", blur_size=5, blur_sigma=1.0),
+                        HeadSpec("sum-last-four", se=True, se_ratio=1))
+    assert type(model.encoder).__name__ == "RobertaModel"
+    assert _padding_gap(model, tok) < 1e-5
