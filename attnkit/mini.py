@@ -235,7 +235,12 @@ def _two_layer_head(d_in: int, d_hidden: int, d_out: int) -> nn.Sequential:
 
 
 class MiniBertForMaskedLM(MiniBertPreTrainedModel):
-    """MLM pre-training: a 2-layer FC net on each token's output predicts the token ([B, L, V])."""
+    """MLM pre-training: a 2-layer FC net on each token's output predicts the token ([B, L, V]).
+
+    With ``labels`` the head runs only on the chosen positions (labels != -100), which gives the
+    same loss for about 15% of the cost of the d x V projection; ``logits`` is then None unless
+    ``return_logits=True`` asks for all of them.
+    """
 
     def __init__(self, config: MiniBertConfig):
         super().__init__(config)
@@ -244,13 +249,16 @@ class MiniBertForMaskedLM(MiniBertPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids, attention_mask=None, labels=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None, **kwargs):
+                output_hidden_states=None, return_dict=None, return_logits=False, **kwargs):
         enc = self.mini(input_ids, attention_mask, output_attentions=output_attentions,
                         output_hidden_states=output_hidden_states, return_dict=True)
-        logits = self.mlm_head(enc.last_hidden_state)  # [B, L, V]
+        h = enc.last_hidden_state  # [B, L, d]
+        logits = self.mlm_head(h) if labels is None or return_logits else None  # [B, L, V]
         loss = None
         if labels is not None:  # -100 = not a chosen token
-            loss = nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), labels.view(-1), ignore_index=-100)
+            chosen = labels != -100  # [B, L]
+            picked = logits[chosen] if logits is not None else self.mlm_head(h[chosen])  # [n_chosen, V]
+            loss = nn.functional.cross_entropy(picked, labels[chosen], reduction="sum") / chosen.sum().clamp_min(1)
         out = MaskedLMOutput(loss=loss, logits=logits, hidden_states=enc.hidden_states, attentions=enc.attentions)
         return out if return_dict is not False else out.to_tuple()
 

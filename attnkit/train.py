@@ -65,7 +65,7 @@ class TrainConfig:
     logging_steps: int = 50
     freeze: str | None = None  # comma-separated parameter groups not trained (attnkit.freeze.GROUPS)
     # --model mini: a MiniBERT trained from scratch (tokenizer from the training text, random weights)
-    # (None: the defaults sa, 1, 1, 32, 8000; unused for any other model)
+    # (None: the defaults sa, 1, 1, 32, 4000; unused for any other model)
     kind: str | None = None
     layers: int | None = None
     heads: int | None = None
@@ -181,7 +181,7 @@ def train(cfg: TrainConfig) -> dict:
         texts = list(splits["train"]["text"]) + (list(splits["train"]["text_pair"]) if "text_pair" in splits["train"].column_names else [])
         model_path = str(init_mini_checkpoint(
             texts, out / "mini_init", kind=cfg.kind or "sa", layers=cfg.layers or 1, heads=cfg.heads or 1,
-            dim=cfg.dim or 32, vocab_size=cfg.vocab_size or 8000, spec=spec, seed=cfg.seed, extra={"task": cfg.task},
+            dim=cfg.dim or 32, vocab_size=cfg.vocab_size or 4000, spec=spec, seed=cfg.seed, extra={"task": cfg.task},
         ))
     tokenizer = load_tokenizer(model_path)
     enc = tokenize_splits(splits, tokenizer, cfg.max_length)

@@ -161,9 +161,15 @@ def test_classifier_loss_and_masked_lm_loss():
     assert out.logits.shape == (3, 3) and out.loss.ndim == 0 and out.loss.requires_grad
     mlm = MiniBertForMaskedLM(make_config(len(tok)))
     labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
-    out = mlm(**enc, labels=labels)
-    assert out.logits.shape == (*enc["input_ids"].shape, len(tok))
-    assert out.loss.item() == pytest.approx(torch.log(torch.tensor(float(len(tok)))).item(), rel=0.3)
+    labels[:, ::2] = -100
+    full = mlm(**enc, labels=labels, return_logits=True)
+    assert full.logits.shape == (*enc["input_ids"].shape, len(tok))
+    ref = torch.nn.functional.cross_entropy(full.logits.view(-1, len(tok)), labels.view(-1), ignore_index=-100)
+    assert full.loss.item() == pytest.approx(ref.item(), rel=1e-5)
+    fast = mlm(**enc, labels=labels)  # the head runs on the chosen positions only: same loss, no logits
+    assert fast.logits is None and fast.loss.item() == pytest.approx(ref.item(), rel=1e-5)
+    assert mlm(**enc).logits.shape == full.logits.shape
+    assert ref.item() == pytest.approx(torch.log(torch.tensor(float(len(tok)))).item(), rel=0.3)
 
 
 # ----------------------------------------------------------------------------- save / load / Auto classes
