@@ -24,8 +24,6 @@ import argparse
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 
 def received_attention(model, tokenizer, texts, *, batch_size: int = 64, max_length: int = 128, progress: bool = True):
     """For each text: (words, received attention per word, predicted class id)."""
