@@ -325,6 +325,11 @@ def mini_train_settings(a, default_attention: str = "sparsegen-lin", default_lr:
     given = [f"--{k.replace('_', '-')}" for k, v in shape.items() if v is not None]
     if given and not mini:
         raise ValueError(f"{', '.join(given)} only apply to --model mini (a checkpoint's architecture is fixed by its config.json)")
+    for k in ("layers", "heads", "dim", "vocab_size"):
+        if shape[k] is not None and shape[k] < 1:
+            raise ValueError(f"--{k.replace('_', '-')} must be a positive integer, got {shape[k]}")
+    if (shape["dim"] or 32) % (shape["heads"] or 1):
+        raise ValueError(f"--dim {shape['dim'] or 32} is not divisible by --heads {shape['heads']}")
     model = a.model
     ckpt = None if mini else _checkpoint_dir(a.model)
     if ckpt is not None:

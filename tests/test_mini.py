@@ -128,6 +128,18 @@ def test_padded_batch_equals_each_sentence_alone(kind, spec):
             assert (torch.stack(out.attentions)[0, 0, :, :, :] == 0).any() or kind == "nta"
 
 
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.attention)
+def test_every_normaliser_trains_with_finite_gradients(spec):
+    torch.manual_seed(0)
+    tok = _tok()
+    model = MiniBertForSequenceClassification(make_config(len(tok), kind="sa", spec=spec, num_labels=3))
+    enc = tok(SENTS, padding=True, return_tensors="pt")
+    model(**enc, labels=torch.tensor([0, 1, 2])).loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    assert all(g is not None and torch.isfinite(g).all() for g in grads.values())
+    assert grads["mini.layers.0.attention.query.weight"].abs().sum() > 0
+
+
 def test_nta_attention_is_the_bare_embedding_dot_product():
     torch.manual_seed(0)
     cfg = make_config(30, kind="nta", spec=AttentionSpec("softmax"))
@@ -427,6 +439,8 @@ def test_train_mini_from_scratch_and_option_errors(tmp_path, capsys):
     assert main(["pretrain", "--task", "csv", "--data-dir", str(data), "--dim", "30", "--heads", "4",
                  "--output-dir", str(tmp_path / "p")]) == 2
     assert "--dim 30 is not divisible by --heads 4" in capsys.readouterr().err
+    assert main(["train", "--task", "csv", "--data-dir", str(data), "--model", "mini", "--heads", "3"]) == 2
+    assert "--dim 32 is not divisible by --heads 3" in capsys.readouterr().err
 
 
 def test_real_task_tokenizer_never_sees_dev_or_test():
