@@ -38,6 +38,20 @@ def _softmax(scores: torch.Tensor, spec: "AttentionSpec") -> torch.Tensor:
     return p.to(scores.dtype)
 
 
+def _taylor(scores: torch.Tensor, spec: "AttentionSpec") -> torch.Tensor:
+    """Taylor-softmax (de Brébisson & Vincent 2015): (1 + z + z^2/2) normalised over the row.
+
+    1 + z + z^2/2 >= 1/2 for every finite z, so every unmasked entry gets a positive weight;
+    -inf (masked) entries get exactly 0 and a fully masked row gives zeros (never NaN).
+    """
+    dtype = torch.promote_types(scores.dtype, torch.float32)
+    masked = torch.isneginf(scores)
+    z = scores.to(dtype).masked_fill(masked, 0.0)
+    num = (1.0 + z + 0.5 * z * z).masked_fill(masked, 0.0)
+    den = num.sum(-1, keepdim=True).clamp_min(torch.finfo(dtype).tiny)  # only a fully masked row is clamped
+    return (num / den).to(scores.dtype)
+
+
 def _sparsemax(scores: torch.Tensor, spec: "AttentionSpec") -> torch.Tensor:
     return sparsemax(scores, dim=-1)
 
@@ -49,9 +63,14 @@ def _sparsegen_lin(scores: torch.Tensor, spec: "AttentionSpec") -> torch.Tensor:
 #: name -> fn(scores [..., Lk], spec) -> weights [..., Lk]; each row sums to 1 (or is all 0 if fully masked)
 NORMALISERS: dict[str, Callable[[torch.Tensor, "AttentionSpec"], torch.Tensor]] = {
     "softmax": _softmax,
+    "taylor": _taylor,
     "sparsemax": _sparsemax,
     "sparsegen-lin": _sparsegen_lin,
 }
+
+
+#: normalisers whose weights are never exactly 0 on unmasked entries
+DENSE_NORMALISERS = ("softmax", "taylor")
 
 
 BLUR_PLACES = ("none", "context", "value")
@@ -132,7 +151,7 @@ class AttentionSpec:
 
     @property
     def is_sparse(self) -> bool:
-        return self.attention != "softmax"
+        return self.attention not in DENSE_NORMALISERS
 
     def normalise(self, scores: torch.Tensor) -> torch.Tensor:
         """Attention weights from masked scores, along the last dim."""
@@ -251,3 +270,4 @@ def register() -> None:
     # boolean masks (True = attend) that _mask_scores turns into -inf
     AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
     _registered = True
+    import attnkit.mini  # noqa: F401  registers MiniBERT with the Auto classes

@@ -13,7 +13,10 @@ import os
 import sys
 from pathlib import Path
 
+from attnkit.attention import NORMALISERS
+from attnkit.pretrain import add_mini_train_options, add_pretrain_parser, cmd_pretrain, mini_train_settings
 from attnkit.train import METRICS_FILE, MODEL_DIR, TrainConfig
+from attnkit.words import add_words_parser, cmd_words
 
 log = logging.getLogger("attnkit")
 
@@ -32,19 +35,19 @@ def build_parser() -> argparse.ArgumentParser:
     d = TrainConfig()
     parser = argparse.ArgumentParser(prog="attnkit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="show library logs and warnings")
-    sub = parser.add_subparsers(dest="command", metavar="{train,evaluate,predict,explain,layer-weights,tasks}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,pretrain,evaluate,predict,explain,words,layer-weights,tasks}")
 
     t = sub.add_parser("train", help="fine-tune an encoder with softmax or sparse attention")
     t.add_argument("--task", default=d.task, help=f"dataset (default {d.task}); see `attnkit tasks`")
     t.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
     t.add_argument("--model", default=d.model, help="'minilm' (bundled), a local checkpoint folder, or a hub name")
-    t.add_argument("--attention", default=d.attention, choices=["softmax", "sparsemax", "sparsegen-lin"], help=f"normaliser (default {d.attention})")
+    t.add_argument("--attention", default=None, choices=list(NORMALISERS), help=f"normaliser (default: a checkpoint's own, else {d.attention}; see MiniBERT below)")
     t.add_argument("--lam", type=float, default=None, help="sparsegen-lin lam < 1 (default: the SSAF paper's value for the task, else 0)")
     t.add_argument("--from-scratch", action="store_true", help="random weights, same architecture (the paper's Np / SSAF(Np))")
     t.add_argument("--epochs", type=float, default=d.epochs, help=f"training epochs (default {d.epochs:g})")
     t.add_argument("--max-steps", type=int, default=d.max_steps, help="stop after this many steps (overrides --epochs)")
     t.add_argument("--batch-size", type=int, default=d.batch_size, help=f"per-process batch size (default {d.batch_size})")
-    t.add_argument("--lr", type=float, default=d.lr, help=f"learning rate (default {d.lr:g})")
+    t.add_argument("--lr", type=float, default=None, help=f"learning rate (default {d.lr:g}; MiniBERT: see below)")
     t.add_argument("--warmup", type=float, default=d.warmup_ratio, help="warm-up: a fraction of the steps if < 1, else a step count")
     t.add_argument("--weight-decay", type=float, default=d.weight_decay)
     t.add_argument("--max-length", type=int, default=d.max_length, help=f"truncate inputs to this many tokens (default {d.max_length})")
@@ -64,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="which layers the classifier reads (SesameBERT Table 3; default last)")
     s.add_argument("--se", action=argparse.BooleanOptionalAction, default=False, help="Squeeze-and-Excitation over the layer outputs (default off)")
     s.add_argument("--se-ratio", type=int, default=d.se_ratio, help=f"SE reduction ratio r (default {d.se_ratio})")
+    add_mini_train_options(t)
+    add_pretrain_parser(sub)
 
     e = sub.add_parser("evaluate", help="metrics of a trained model on a split, printed and written as JSON")
     _add_model_io(e)
@@ -100,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--max-samples", type=int, default=500, help="average over at most this many texts (default 500)")
     w.add_argument("--output", default="layer_weights.png", help="chart file, .png or .svg (default layer_weights.png)")
 
+    add_words_parser(sub)
     sub.add_parser("tasks", help="list the datasets attnkit can load")
     return parser
 
@@ -124,12 +130,13 @@ def _load(path: str):
 
 def cmd_train(a) -> int:
     cfg = TrainConfig(
-        task=a.task, data_dir=a.data_dir, model=a.model, attention=a.attention, lam=a.lam, from_scratch=a.from_scratch,
-        epochs=a.epochs, max_steps=a.max_steps, batch_size=a.batch_size, lr=a.lr, warmup_ratio=a.warmup,
+        task=a.task, data_dir=a.data_dir, from_scratch=a.from_scratch,
+        epochs=a.epochs, max_steps=a.max_steps, batch_size=a.batch_size, warmup_ratio=a.warmup,
         weight_decay=a.weight_decay, max_length=a.max_length, seed=a.seed, output_dir=a.output_dir,
         resume=not a.no_resume, max_train_samples=a.max_train_samples, max_eval_samples=a.max_eval_samples,
         eval_steps=a.eval_steps, logging_steps=a.logging_steps,
         blur=a.blur, blur_size=a.blur_size, blur_sigma=a.blur_sigma, pooling=a.layer_pooling, se=a.se, se_ratio=a.se_ratio,
+        **mini_train_settings(a, TrainConfig.attention, TrainConfig.lr),  # model, attention, lam, lr, freeze, MiniBERT shape
     )
     cfg.head()
     cfg.spec()  # validate attention/lam before any heavy work
@@ -347,6 +354,7 @@ COMMANDS = {
     "train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict, "explain": cmd_explain,
     "layer-weights": cmd_layer_weights, "tasks": cmd_tasks,
 }
+COMMANDS.update(pretrain=cmd_pretrain, words=cmd_words)
 
 
 def _quiet_libraries() -> None:

@@ -54,6 +54,7 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> str:
 def load_tokenizer(name_or_path: str | os.PathLike | None):
     from transformers import AutoTokenizer
 
+    register()  # also registers MiniBERT's config type, which AutoTokenizer reads from config.json
     return AutoTokenizer.from_pretrained(resolve_model(name_or_path))
 
 

@@ -71,6 +71,14 @@ class TrainConfig:
     pooling: str = "last"  # first | second | second-to-last | last | sum-last-four | sum-all | weighted
     se: bool = False
     se_ratio: int = 3
+    freeze: str | None = None  # comma-separated parameter groups not trained (attnkit.freeze.GROUPS)
+    # --model mini: a MiniBERT trained from scratch (tokenizer from the training text, random weights)
+    # (None: the defaults sa, 1, 1, 32, 4000; unused for any other model)
+    kind: str | None = None
+    layers: int | None = None
+    heads: int | None = None
+    dim: int | None = None
+    vocab_size: int | None = None
 
     def spec(self) -> AttentionSpec:
         lam = self.lam if self.lam is not None else PAPER_LAM.get(self.task, 0.0)
@@ -189,7 +197,16 @@ def train(cfg: TrainConfig) -> dict:
             f"task {cfg.task} needs a train and a validation split; only {', '.join(splits)} found"
             f"{' in ' + str(cfg.data_dir) if cfg.data_dir else ''} (is its train file missing?)"
         )
-    tokenizer = load_tokenizer(cfg.model)
+    model_path = cfg.model
+    if str(cfg.model).lower() in ("mini", "minibert"):  # MiniBERT from scratch: tokenizer + random init on train text only
+        from attnkit.pretrain import init_mini_checkpoint
+
+        texts = list(splits["train"]["text"]) + (list(splits["train"]["text_pair"]) if "text_pair" in splits["train"].column_names else [])
+        model_path = str(init_mini_checkpoint(
+            texts, out / "mini_init", kind=cfg.kind or "sa", layers=cfg.layers or 1, heads=cfg.heads or 1,
+            dim=cfg.dim or 32, vocab_size=cfg.vocab_size or 4000, spec=spec, seed=cfg.seed, extra={"task": cfg.task},
+        ))
+    tokenizer = load_tokenizer(model_path)
     enc = tokenize_splits(splits, tokenizer, cfg.max_length)
     train_ds = _subsample(enc["train"], cfg.max_train_samples, cfg.seed)
     dev_ds = _subsample(enc["validation"], cfg.max_eval_samples, cfg.seed)
@@ -198,9 +215,14 @@ def train(cfg: TrainConfig) -> dict:
     regression = data.metric == "regression"
 
     model = build_classifier(
-        cfg.model, 1 if regression else len(data.label_names), spec, label_names=data.label_names,
+        model_path, 1 if regression else len(data.label_names), spec, label_names=data.label_names,
         from_scratch=cfg.from_scratch, head=head, problem_type="regression" if regression else None,
     )
+    frozen = None
+    if cfg.freeze:
+        from attnkit.freeze import freeze_parameters
+
+        frozen = freeze_parameters(model, cfg.freeze)
     per_steps = cfg.max_steps > 0 or cfg.eval_steps is not None
     every = cfg.eval_steps or (cfg.max_steps if cfg.max_steps > 0 else None)
     args = TrainingArguments(
@@ -253,6 +275,9 @@ def train(cfg: TrainConfig) -> dict:
     metrics["main_metric"] = MAIN_METRIC[data.metric]
     metrics["task"] = cfg.task
     metrics["train_size"] = len(train_ds)
+    metrics["parameters"] = sum(p.numel() for p in model.parameters())
+    if frozen is not None:
+        metrics["frozen"] = {k: v for k, v in frozen.items() if k != "names"}
 
     if trainer.is_world_process_zero():
         model_dir = save_checkpoint(

@@ -1,0 +1,346 @@
+"""MiniBERT (METHODS.md §3): a deliberately tiny BERT for small corpora, top to bottom.
+
+    ids [B, L] ──> E = tok_emb(ids) + sinusoid(pos)                      [B, L, d]   (positions fixed, not learned)
+               ──> L_layers x attention (no dropout, no residual by default) [B, L, d]
+               ──> MLM head: 2-layer FC per token                           [B, L, V]
+                or classification head: mean over real tokens, 2-layer FC    [B, n_labels]
+
+One attention layer over its input X [B, L, d], in one of three kinds (``attention_kind``):
+
+    sa  (MiniSA):  A = norm((X Wq)(X Wk)^T * s),  out = A (X Wv)     Wq, Wk, Wv: d x d, no bias
+    ssa (MiniSSA): A = norm((X Wq) X^T * s),      out = A X          Wq only: a third of sa's parameters
+    nta (MiniNTA): A = norm(X X^T * s),           out = A X          no attention parameters at all
+
+``norm`` is one of attnkit's normalisers (softmax, taylor, sparsemax, sparsegen-lin), chosen
+by the :class:`~attnkit.attention.AttentionSpec` stored in ``config.attnkit`` exactly as for
+the BERT models (``apply_spec``/``spec_of``), so a checkpoint records its normaliser the same way.
+
+Choices made here (the paper does not fix them):
+
+* scaling ``s = 1/sqrt(d_head)`` as in BERT (``scale_scores=False`` gives the paper's bare dot product);
+* with H > 1 heads, d is split into H contiguous slices of ``d_head = d / H``: head h uses
+  slice h of the (projected, for sa/ssa) queries, keys and values, and the head outputs are
+  concatenated back to d. There is no output projection W_o (none in the paper, and it keeps
+  SSA at exactly a third of SA's attention parameters for any H);
+* padded keys get -inf before the normaliser, so they receive exactly 0 weight and the outputs of
+  real tokens never depend on padding;
+* ``residual=True`` adds X to the attention output, ``dropout > 0`` drops attention outputs
+  (both off by default, as in the paper).
+
+The models ignore ``config._attn_implementation`` ("attnkit" or any other): they always run this
+file's attention, so ``attnkit.modeling.build_classifier``/``load_classifier`` work unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from transformers import PretrainedConfig, PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, SequenceClassifierOutput
+
+from attnkit.attention import AttentionSpec, apply_spec, spec_of
+
+MODEL_TYPE = "attnkit-mini"
+KINDS = ("sa", "ssa", "nta")
+
+
+class MiniBertConfig(PretrainedConfig):
+    """Configuration of a MiniBERT model (defaults: the paper's 1 layer x 1 head, d = 32, MiniSA).
+
+    ``initializer_range`` is the std of the token embeddings at init (1.0: the scale of the
+    sinusoidal positions); linear layers use PyTorch's default (Kaiming-uniform) init.
+    """
+
+    model_type = MODEL_TYPE
+
+    def __init__(
+        self,
+        vocab_size: int = 2000,
+        hidden_size: int = 32,
+        num_hidden_layers: int = 1,
+        num_attention_heads: int = 1,
+        attention_kind: str = "sa",
+        max_position_embeddings: int = 512,
+        head_hidden_size: int | None = None,
+        scale_scores: bool = True,
+        residual: bool = False,
+        dropout: float = 0.0,
+        initializer_range: float = 1.0,
+        pad_token_id: int = 0,
+        **kwargs,
+    ):
+        kind = str(attention_kind).lower()
+        if kind not in KINDS:
+            raise ValueError(f"attention_kind {attention_kind!r}: expected one of {', '.join(KINDS)} (MiniSA, MiniSSA, MiniNTA)")
+        for name, v in (("hidden_size", hidden_size), ("num_hidden_layers", num_hidden_layers),
+                        ("num_attention_heads", num_attention_heads), ("vocab_size", vocab_size)):
+            if int(v) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v}")
+        if hidden_size % num_attention_heads:
+            raise ValueError(f"hidden_size {hidden_size} is not divisible by num_attention_heads {num_attention_heads}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.vocab_size = int(vocab_size)
+        self.hidden_size = int(hidden_size)
+        self.num_hidden_layers = int(num_hidden_layers)
+        self.num_attention_heads = int(num_attention_heads)
+        self.attention_kind = kind
+        self.max_position_embeddings = int(max_position_embeddings)
+        self.head_hidden_size = int(head_hidden_size or hidden_size)
+        self.scale_scores = bool(scale_scores)
+        self.residual = bool(residual)
+        self.dropout = float(dropout)
+        self.initializer_range = float(initializer_range)
+        super().__init__(pad_token_id=pad_token_id, **kwargs)
+
+
+def sinusoid(n_positions: int, dim: int) -> torch.Tensor:
+    """Fixed positional embeddings (Vaswani et al.): [n_positions, dim], sin on even dims, cos on odd."""
+    pos = torch.arange(n_positions, dtype=torch.float32)[:, None]  # [P, 1]
+    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))  # [ceil(d/2)]
+    table = torch.zeros(n_positions, dim)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
+    return table
+
+
+class MiniBertEmbeddings(nn.Module):
+    def __init__(self, config: MiniBertConfig):
+        super().__init__()
+        self.tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # a buffer, not a parameter: never trained, not saved (rebuilt from the config)
+        self.register_buffer("positions", sinusoid(config.max_position_embeddings, config.hidden_size), persistent=False)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        B, L = input_ids.shape
+        if L > self.positions.shape[0]:
+            raise ValueError(f"sequence of {L} tokens is longer than max_position_embeddings={self.positions.shape[0]}")
+        return self.tokens(input_ids) + self.positions[:L][None]  # [B, L, d]
+
+
+class MiniBertAttention(nn.Module):
+    """One attention layer of kind sa / ssa / nta (see the module docstring)."""
+
+    def __init__(self, config: MiniBertConfig):
+        super().__init__()
+        self.config = config
+        d, kind = config.hidden_size, config.attention_kind
+        self.n_heads = config.num_attention_heads
+        self.d_head = d // self.n_heads
+        self.scaling = self.d_head**-0.5 if config.scale_scores else 1.0
+        self.query = nn.Linear(d, d, bias=False) if kind in ("sa", "ssa") else None
+        self.key = nn.Linear(d, d, bias=False) if kind == "sa" else None
+        self.value = nn.Linear(d, d, bias=False) if kind == "sa" else None
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [B, L, d] -> [B, H, L, d_head]
+        B, L, _ = x.shape
+        return x.view(B, L, self.n_heads, self.d_head).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [B, L, d], key_mask bool [B, L] (True = real token) -> (out [B, L, d], weights [B, H, L, L])."""
+        q = self._heads(self.query(x) if self.query is not None else x)  # [B, H, L, dh]
+        k = self._heads(self.key(x) if self.key is not None else x)  # [B, H, L, dh]
+        v = self._heads(self.value(x) if self.value is not None else x)  # [B, H, L, dh]
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scaling  # [B, H, L, L]
+        scores = scores.masked_fill(~key_mask[:, None, None, :], -math.inf)  # padded keys -> weight exactly 0
+        weights = spec_of(self.config).normalise(scores)  # [B, H, L, L], rows sum to 1
+        out = torch.matmul(weights, v)  # [B, H, L, dh]
+        B, H, L, dh = out.shape
+        return out.transpose(1, 2).reshape(B, L, H * dh), weights  # [B, L, d]
+
+
+class MiniBertLayer(nn.Module):
+    def __init__(self, config: MiniBertConfig):
+        super().__init__()
+        self.attention = MiniBertAttention(config)
+        self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else nn.Identity()
+        self.residual = config.residual
+
+    def forward(self, x, key_mask):
+        out, weights = self.attention(x, key_mask)
+        out = self.dropout(out)
+        return (x + out if self.residual else out), weights
+
+
+class MiniBertPreTrainedModel(PreTrainedModel):
+    config_class = MiniBertConfig
+    config: MiniBertConfig
+    base_model_prefix = "mini"
+    main_input_name = "input_ids"
+    _supports_attention_backend = True  # accepts attn_implementation="attnkit" (and ignores it)
+    _no_split_modules = ["MiniBertLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            init.kaiming_uniform_(module.weight, a=math.sqrt(5))  # PyTorch's default for nn.Linear
+            if module.bias is not None:
+                bound = 1 / math.sqrt(module.in_features)
+                init.uniform_(module.bias, -bound, bound)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
+        elif isinstance(module, MiniBertEmbeddings):
+            init.copy_(module.positions, sinusoid(*module.positions.shape))
+
+
+class MiniBertModel(MiniBertPreTrainedModel):
+    """Embeddings + attention layers; ``last_hidden_state`` is the last layer's output [B, L, d]."""
+
+    def __init__(self, config: MiniBertConfig):
+        super().__init__(config)
+        self.embeddings = MiniBertEmbeddings(config)
+        self.layers = nn.ModuleList(MiniBertLayer(config) for _ in range(config.num_hidden_layers))
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.tokens
+
+    def set_input_embeddings(self, value):
+        self.embeddings.tokens = value
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,  # accepted for tokenizers that return it; unused
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ):
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        key_mask = attention_mask.bool()  # [B, L]
+        x = self.embeddings(input_ids)  # [B, L, d]
+        hidden, attentions = [x], []
+        for layer in self.layers:
+            x, w = layer(x, key_mask)  # [B, L, d], [B, H, L, L]
+            hidden.append(x)
+            attentions.append(w)
+        out = BaseModelOutput(
+            last_hidden_state=x,
+            hidden_states=tuple(hidden) if output_hidden_states else None,
+            attentions=tuple(attentions) if output_attentions else None,
+        )
+        return out if return_dict is not False else out.to_tuple()
+
+
+def _two_layer_head(d_in: int, d_hidden: int, d_out: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(d_in, d_hidden), nn.GELU(), nn.Linear(d_hidden, d_out))
+
+
+class MiniBertForMaskedLM(MiniBertPreTrainedModel):
+    """MLM pre-training: a 2-layer FC net on each token's output predicts the token ([B, L, V]).
+
+    With ``labels`` the head runs only on the chosen positions (labels != -100), which gives the
+    same loss for about 15% of the cost of the d x V projection; ``logits`` is then None unless
+    ``return_logits=True`` asks for all of them.
+    """
+
+    def __init__(self, config: MiniBertConfig):
+        super().__init__(config)
+        self.mini = MiniBertModel(config)
+        self.mlm_head = _two_layer_head(config.hidden_size, config.head_hidden_size, config.vocab_size)
+        self.post_init()
+
+    def forward(self, input_ids, attention_mask=None, labels=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None, return_logits=False, **kwargs):
+        enc = self.mini(input_ids, attention_mask, output_attentions=output_attentions,
+                        output_hidden_states=output_hidden_states, return_dict=True)
+        h = enc.last_hidden_state  # [B, L, d]
+        logits = self.mlm_head(h) if labels is None or return_logits else None  # [B, L, V]
+        loss = None
+        if labels is not None:  # -100 = not a chosen token
+            chosen = labels != -100  # [B, L]
+            picked = logits[chosen] if logits is not None else self.mlm_head(h[chosen])  # [n_chosen, V]
+            loss = nn.functional.cross_entropy(picked, labels[chosen], reduction="sum") / chosen.sum().clamp_min(1)
+        out = MaskedLMOutput(loss=loss, logits=logits, hidden_states=enc.hidden_states, attentions=enc.attentions)
+        return out if return_dict is not False else out.to_tuple()
+
+
+class MiniBertForSequenceClassification(MiniBertPreTrainedModel):
+    """Classification: mean of the last layer's outputs over the real tokens ([CLS] and [SEP]
+    included, padding excluded) -> 2-layer FC net -> logits [B, num_labels]."""
+
+    def __init__(self, config: MiniBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.mini = MiniBertModel(config)
+        self.classifier = _two_layer_head(config.hidden_size, config.head_hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids, attention_mask=None, labels=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None, **kwargs):
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        enc = self.mini(input_ids, attention_mask, output_attentions=output_attentions,
+                        output_hidden_states=output_hidden_states, return_dict=True)
+        m = attention_mask.to(enc.last_hidden_state.dtype)[..., None]  # [B, L, 1]
+        pooled = (enc.last_hidden_state * m).sum(1) / m.sum(1).clamp_min(1.0)  # [B, d]
+        logits = self.classifier(pooled)  # [B, num_labels]
+        loss = None
+        if labels is not None:
+            loss = self._loss(logits, labels)
+        out = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=enc.hidden_states, attentions=enc.attentions)
+        return out if return_dict is not False else out.to_tuple()
+
+    def _loss(self, logits, labels):
+        pt = self.config.problem_type
+        if pt is None:
+            pt = "regression" if self.num_labels == 1 else "single_label_classification"
+        if pt == "regression":
+            return nn.functional.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).view(-1))
+        if pt == "multi_label_classification":
+            return nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+        return nn.functional.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1))
+
+
+def attention_parameter_count(model: nn.Module) -> int:
+    """Parameters of the attention layers only (Wq, Wk, Wv)."""
+    return sum(p.numel() for m in model.modules() if isinstance(m, MiniBertAttention) for p in m.parameters())
+
+
+def make_config(
+    vocab_size: int,
+    *,
+    kind: str = "sa",
+    layers: int = 1,
+    heads: int = 1,
+    dim: int = 32,
+    spec: AttentionSpec | None = None,
+    pad_token_id: int = 0,
+    max_position_embeddings: int = 512,
+    **kwargs,
+) -> MiniBertConfig:
+    """A :class:`MiniBertConfig` with ``spec``'s normaliser stored the attnkit way (default softmax)."""
+    cfg = MiniBertConfig(
+        vocab_size=vocab_size, hidden_size=dim, num_hidden_layers=layers, num_attention_heads=heads,
+        attention_kind=kind, pad_token_id=pad_token_id, max_position_embeddings=max_position_embeddings, **kwargs,
+    )
+    apply_spec(cfg, spec or AttentionSpec("softmax"))
+    return cfg
+
+
+def register() -> None:
+    """Register MiniBERT with AutoConfig / AutoModel / AutoModelForMaskedLM / AutoModelForSequenceClassification
+    (and attnkit's attention implementation name, which configs made here carry)."""
+    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
+
+    from attnkit.attention import register as register_attention
+
+    register_attention()
+    try:
+        AutoConfig.register(MODEL_TYPE, MiniBertConfig)
+    except ValueError:  # already registered
+        return
+    AutoModel.register(MiniBertConfig, MiniBertModel)
+    AutoModelForMaskedLM.register(MiniBertConfig, MiniBertForMaskedLM)
+    AutoModelForSequenceClassification.register(MiniBertConfig, MiniBertForSequenceClassification)
+
+
+register()
