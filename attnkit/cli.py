@@ -333,7 +333,8 @@ def cmd_layer_weights(a) -> int:
     ds = ds.select(range(min(a.max_samples, len(ds))))
     pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
     w = layer_weights(model, tok, list(ds["text"]), pairs, max_length=a.max_length)
-    path = plot_layer_weights(w, a.output, title=f"{d.name}: {task} {a.split} ({len(ds)} texts)")
+    name = d.parent.name if d.name == MODEL_DIR else d.name
+    path = plot_layer_weights(w, a.output, title=f"{name}: {task} {a.split} ({len(ds)} texts)")
     write_json_atomic(Path(a.output).with_suffix(".json"), w)
     for k in ("se_mean", "mix"):
         if k in w:
