@@ -17,7 +17,7 @@ from pathlib import Path
 log = logging.getLogger("attnkit")
 
 # Vectorise the reductions (reassociation) but keep inf/NaN semantics: -inf marks padding.
-_FLAGS = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros", "-march=native"]
+_FLAGS = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros", "-fopenmp-simd", "-march=native"]
 
 _ext = None
 _tried = False
@@ -50,7 +50,7 @@ def _load():
 
         src = Path(__file__).with_name("csrc") / "sparsemax_cpu.cpp"
         # -march=native: the build is only valid on this kind of CPU, so the cache name says which
-        _ext = load(name=f"attnkit_sparsemax_cpu_v9_{_cpu_tag()}", sources=[str(src)], extra_cflags=_FLAGS, verbose=False)
+        _ext = load(name=f"attnkit_sparsemax_cpu_v10_{_cpu_tag()}", sources=[str(src)], extra_cflags=_FLAGS, verbose=False)
         _why = "compiled C++ kernel"
     except Exception as e:  # no compiler, no ninja, build error: fall back, say why
         _ext = None

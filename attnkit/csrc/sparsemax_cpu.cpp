@@ -32,6 +32,7 @@ void forward_rows(const T* z, T* p, int32_t* support, int64_t rows, int64_t n, d
       const T* x = z + r * n;
       T* out = p + r * n;
       T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)  // with -fopenmp-simd: a vectorised max (a plain loop stays scalar)
       for (int64_t j = 0; j < n; ++j) mx = x[j] > mx ? x[j] : mx;
       if (!(mx > -std::numeric_limits<T>::infinity())) {  // fully masked row: all zeros
         for (int64_t j = 0; j < n; ++j) out[j] = T(0);
