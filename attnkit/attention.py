@@ -18,6 +18,7 @@ silently attended to.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable
@@ -147,7 +148,7 @@ class AttentionSpec:
         object.__setattr__(self, "blur_sigma", sigma)
 
     def kernel(self, dtype=torch.float32, device=None) -> torch.Tensor:
-        return gaussian_kernel(self.blur_size, self.blur_sigma, dtype=dtype, device=device)
+        return _cached_kernel(self.blur_size, self.blur_sigma, dtype, None if device is None else torch.device(device))
 
     @property
     def is_sparse(self) -> bool:
@@ -178,6 +179,12 @@ class AttentionSpec:
         return s
 
 
+@functools.lru_cache(maxsize=32)
+def _cached_kernel(size: int, sigma: float, dtype, device) -> torch.Tensor:
+    # built once per (size, sigma, dtype, device), not in every layer of every forward
+    return gaussian_kernel(size, sigma, dtype=dtype, device=device)
+
+
 def spec_of(config) -> AttentionSpec:
     """The :class:`AttentionSpec` stored in a transformers config (softmax if none)."""
     d = getattr(config, CONFIG_KEY, None)
@@ -185,7 +192,16 @@ def spec_of(config) -> AttentionSpec:
         return AttentionSpec()
     if isinstance(d, AttentionSpec):
         return d
-    return AttentionSpec.from_dict(dict(d))
+    try:
+        return _spec_from_items(tuple(sorted(d.items())))
+    except TypeError:  # unhashable values: let from_dict report them
+        return AttentionSpec.from_dict(dict(d))
+
+
+@functools.lru_cache(maxsize=64)
+def _spec_from_items(items: tuple) -> AttentionSpec:
+    # the attention function asks for the spec in every layer of every forward: validate it once
+    return AttentionSpec.from_dict(dict(items))
 
 
 def apply_spec(config, spec: AttentionSpec) -> None:

@@ -128,12 +128,10 @@ def layer_weights(model, tokenizer, texts, pairs=None, *, batch_size: int = 32, 
             f"this model has no learned layer weights (layer pooling {head.pooling!r}, no SE); "
             "train with --se or --layer-pooling weighted"
         )
-    model.eval()
+    from attnkit.inference import encoded_batches
+
     se_sum, n, mix = None, 0, None
-    for i in range(0, len(texts), batch_size):
-        a = list(texts[i : i + batch_size])
-        b = list(pairs[i : i + batch_size]) if pairs is not None else None
-        enc = tokenizer(a, b, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+    for _, enc in encoded_batches(model, tokenizer, texts, pairs, batch_size=batch_size, max_length=max_length, desc="layer weights"):
         with torch.inference_mode():
             model(**enc)
         w = model.layer_weights()

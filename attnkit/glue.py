@@ -115,7 +115,7 @@ GLUE: dict[str, GlueTask] = {
 _COLA_COLUMNS = ["source", "label", "orig_label", "sentence"]
 
 
-def _rows(path: Path, task: GlueTask, split: str) -> dict[str, list]:
+def _rows(path: Path, task: GlueTask) -> dict[str, list]:
     records = _read_delimited(path, "\t", csv.QUOTE_NONE)
     first = next(records, None)
     if first is None:
@@ -180,7 +180,7 @@ def load_glue(task_name: str, data_dir: Path | None) -> TaskData:
     for split, fname in task.files.items():
         path = folder / fname
         if path.is_file():
-            splits[split] = _dataset(_rows(path, task, split), task.labels is None)
+            splits[split] = _dataset(_rows(path, task), task.labels is None)
     if not splits:
         raise FileNotFoundError(f"task {task_name}: none of {', '.join(task.files.values())} is in {folder}")
     names = task.label_names or task.labels or ["score"]

@@ -8,6 +8,35 @@ from typing import Sequence
 import numpy as np
 
 
+def encoded_batches(
+    model,
+    tokenizer,
+    texts: Sequence[str],
+    pairs: Sequence[str] | None = None,
+    *,
+    batch_size: int = 64,
+    max_length: int = 128,
+    progress: bool = True,
+    desc: str = "predicting",
+    **tokenizer_kwargs,
+):
+    """Yield ``(start, encoded batch)`` for ``texts`` (and ``pairs``): padded, truncated, on the model's device.
+
+    Puts ``model`` in eval mode. Extra ``tokenizer_kwargs`` (e.g. ``return_offsets_mapping=True``) go to
+    the tokenizer; tensors that are not model inputs must be popped by the caller.
+    """
+    from tqdm.auto import tqdm
+
+    model.eval()
+    device = next(model.parameters()).device
+    starts = range(0, len(texts), batch_size)
+    for i in tqdm(starts, desc=desc, unit="batch", disable=not progress or len(starts) < 2):
+        a = list(texts[i : i + batch_size])
+        b = list(pairs[i : i + batch_size]) if pairs is not None else None
+        enc = tokenizer(a, b, truncation=True, max_length=max_length, padding=True, return_tensors="pt", **tokenizer_kwargs)
+        yield i, enc.to(device)  # a BatchEncoding: word_ids() stays available
+
+
 def predict_logits(
     model,
     tokenizer,
@@ -20,17 +49,9 @@ def predict_logits(
 ) -> np.ndarray:
     """Logits [N, num_labels] for ``texts`` (and optional second segments ``pairs``)."""
     import torch
-    from tqdm.auto import tqdm
 
-    model.eval()
-    device = next(model.parameters()).device
     out = []
-    starts = range(0, len(texts), batch_size)
-    for i in tqdm(starts, desc="predicting", unit="batch", disable=not progress or len(starts) < 2):
-        a = list(texts[i : i + batch_size])
-        b = list(pairs[i : i + batch_size]) if pairs is not None else None
-        enc = tokenizer(a, b, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
-        enc = {k: v.to(device) for k, v in enc.items()}
+    for _, enc in encoded_batches(model, tokenizer, texts, pairs, batch_size=batch_size, max_length=max_length, progress=progress):
         with torch.inference_mode():
             out.append(model(**enc).logits.float().cpu().numpy())
     if not out:

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import PretrainedConfig, PreTrainedModel
 
 HEAD_KEY = "attnkit_head"
 
@@ -121,16 +122,7 @@ def extract(stack: torch.Tensor, pooling: str, mix: torch.Tensor | None = None) 
     raise ValueError(f"unknown layer pooling {pooling!r}")
 
 
-def _pretrained_model_base():
-    from transformers import PretrainedConfig, PreTrainedModel
-
-    return PretrainedConfig, PreTrainedModel
-
-
-_PretrainedConfig, _PreTrainedModel = _pretrained_model_base()
-
-
-class PooledEncoderForSequenceClassification(_PreTrainedModel):
+class PooledEncoderForSequenceClassification(PreTrainedModel):
     """Any transformers encoder + (SE over layers) + an extraction strategy + BERT-style classifier.
 
     Saved and loaded with ``save_pretrained``/``from_pretrained`` (safetensors); the head
@@ -138,7 +130,7 @@ class PooledEncoderForSequenceClassification(_PreTrainedModel):
     RobertaConfig, ...), so any BERT-family checkpoint works.
     """
 
-    config_class = _PretrainedConfig
+    config_class = PretrainedConfig
     base_model_prefix = "encoder"
     _supports_attention_backend = True
     _supports_sdpa = True

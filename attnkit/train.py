@@ -15,7 +15,6 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 
 from attnkit.attention import AttentionSpec
 from attnkit.pooling import HeadSpec
@@ -89,15 +88,6 @@ class TrainConfig:
 
 
 # ----------------------------------------------------------------------------- metrics
-
-
-def classification_metrics(labels: np.ndarray, preds: np.ndarray) -> dict[str, float]:
-    from sklearn.metrics import accuracy_score, f1_score
-
-    return {
-        "accuracy": float(accuracy_score(labels, preds)),
-        "macro_f1": float(f1_score(labels, preds, average="macro")),
-    }
 
 
 def metrics_fn(kind: str):

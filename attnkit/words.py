@@ -28,20 +28,16 @@ from pathlib import Path
 def received_attention(model, tokenizer, texts, *, batch_size: int = 64, max_length: int = 128, progress: bool = True):
     """For each text: (words, received attention per word, predicted class id)."""
     import torch
-    from tqdm.auto import tqdm
+
+    from attnkit.inference import encoded_batches
 
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("word ranking needs a fast tokenizer (word_ids and offsets)")
-    model.eval()
-    device = next(model.parameters()).device
     out = []
-    starts = range(0, len(texts), batch_size)
-    for s in tqdm(starts, desc="reading attention", unit="batch", disable=not progress or len(starts) < 2):
+    for s, inputs in encoded_batches(model, tokenizer, texts, batch_size=batch_size, max_length=max_length,
+                                     progress=progress, desc="reading attention", return_offsets_mapping=True):
         batch = list(texts[s : s + batch_size])
-        enc = tokenizer(batch, truncation=True, max_length=max_length, padding=True, return_tensors="pt",
-                        return_offsets_mapping=True)
-        offsets = enc.pop("offset_mapping").tolist()
-        inputs = {k: v.to(device) for k, v in enc.items()}
+        offsets = inputs.pop("offset_mapping").tolist()
         with torch.inference_mode():
             res = model(**inputs, output_attentions=True)
         if not res.attentions:
@@ -52,7 +48,7 @@ def received_attention(model, tokenizer, texts, *, batch_size: int = 64, max_len
         preds = res.logits.argmax(-1).tolist()
         for b, text in enumerate(batch):
             spans: dict[int, list] = {}
-            for j, w in enumerate(enc.word_ids(b)):
+            for j, w in enumerate(inputs.word_ids(b)):
                 if w is None:
                     continue
                 st, en = offsets[b][j]
