@@ -1,9 +1,11 @@
 """Optional compiled kernels for the sparse maps, with a correct fallback.
 
 The CPU kernel (``csrc/sparsemax_cpu.cpp``) finds each row's exact threshold in cache:
-max, the candidates within 1 of it, Michelot's fixed point on those, then the output;
-the backward is the closed form. It is compiled on first use with
-``torch.utils.cpp_extension`` (needs a C++ compiler and ninja) and cached by torch.
+the row max, then Michelot's fixed point from ``max - 1`` (vectorised masked passes,
+four rows interleaved), then the output; the backward is the closed form. Rows run in
+parallel on torch's OpenMP threads. It is compiled on first use with
+``torch.utils.cpp_extension`` (needs a C++ compiler and ninja) and cached by torch; a
+compiler without OpenMP gets a one-thread build, and :func:`backend_reason` says so.
 Where it cannot be built, or with ``ATTNKIT_KERNEL=torch``, the pure-torch path in
 :mod:`attnkit.maps` runs instead: same results, slower. :func:`backend` says which one runs.
 """
@@ -18,6 +20,10 @@ log = logging.getLogger("attnkit")
 
 # Vectorise the reductions (reassociation) but keep inf/NaN semantics: -inf marks padding.
 _FLAGS = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros", "-fopenmp-simd", "-march=native"]
+# at::parallel_for is a header template: without -fopenmp its `omp parallel` is ignored and
+# the kernel runs on one thread. The extension links libgomp.so.1, which resolves to the copy
+# torch has already loaded, so both share one thread pool.
+_OPENMP = ["-fopenmp"]
 
 _ext = None
 _tried = False
@@ -45,17 +51,24 @@ def _load():
     if os.environ.get("ATTNKIT_KERNEL", "auto").lower() == "torch":
         _why = "ATTNKIT_KERNEL=torch"
         return None
-    try:
-        from torch.utils.cpp_extension import load
+    errors = []
+    # First with OpenMP (parallel over rows); a compiler without it gets the one-thread build.
+    for tag, cflags, ldflags in (("omp", _FLAGS + _OPENMP, _OPENMP), ("serial", _FLAGS, [])):
+        try:
+            from torch.utils.cpp_extension import load
 
-        src = Path(__file__).with_name("csrc") / "sparsemax_cpu.cpp"
-        # -march=native: the build is only valid on this kind of CPU, so the cache name says which
-        _ext = load(name=f"attnkit_sparsemax_cpu_v10_{_cpu_tag()}", sources=[str(src)], extra_cflags=_FLAGS, verbose=False)
-        _why = "compiled C++ kernel"
-    except Exception as e:  # no compiler, no ninja, build error: fall back, say why
-        _ext = None
-        _why = f"C++ kernel unavailable ({type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else e})"
-        log.warning("attnkit: %s; using the pure-torch sparse maps (exact, slower)", _why)
+            src = Path(__file__).with_name("csrc") / "sparsemax_cpu.cpp"
+            # -march=native: the build is only valid on this kind of CPU, so the cache name says which
+            name = f"attnkit_sparsemax_cpu_v11_{tag}_{_cpu_tag()}"
+            _ext = load(name=name, sources=[str(src)], extra_cflags=cflags, extra_ldflags=ldflags, verbose=False)
+            _why = "compiled C++ kernel" + ("" if tag == "omp" else f", one thread (no OpenMP: {errors[-1]})")
+            return _ext
+        except Exception as e:  # no compiler, no ninja, build error: fall back, say why
+            msg = str(e).strip()
+            errors.append(f"{type(e).__name__}: {msg.splitlines()[-1] if msg else e}")
+    _ext = None
+    _why = f"C++ kernel unavailable ({errors[-1]})"
+    log.warning("attnkit: %s; using the pure-torch sparse maps (exact, slower)", _why)
     return _ext
 
 

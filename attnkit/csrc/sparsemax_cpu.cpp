@@ -1,4 +1,4 @@
-// Exact sparsemax along the last dim, one pass per row in cache (CPU).
+// Exact sparsemax along the last dim, rows in parallel (OpenMP), each row in cache (CPU).
 //
 // For a row x (already multiplied by `scale` = 1 / (1 - lam) for sparsegen-lin):
 //   m   = max_j x_j                       (a row of all -inf gives zeros)
@@ -23,70 +23,117 @@ namespace {
 // Every pass runs over the whole row with masks instead of compacting the candidates:
 // a compaction loop is serial (one store per entry), while a masked sum and count over
 // the row vectorises; Michelot needs few passes (about 2-3 for sparsemax on attention
-// scores, 5-6 for sparsegen-lin at lam = -4 on flat random rows).
+// scores, 5-6 for sparsegen-lin at lam = -4 on flat random rows). A pass over a short
+// row ends in a horizontal sum and a division that the next pass waits for, so rows are
+// processed R at a time with their passes interleaved (measured: 1.3-1.6x faster forward
+// at L = 64 and 128 than one row at a time).
+template <typename T>
+inline T row_max(const T* __restrict x, int64_t n) {
+  T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 0; j < n; ++j) mx = x[j] > mx ? x[j] : mx;
+  return mx;
+}
+
+// Michelot pass: count and sum of y = scale * x above tau.
+template <typename T>
+inline void above(const T* __restrict x, int64_t n, double scale, double tau, double& s_out, double& k_out) {
+  using A = double;
+  A s = 0, k = 0;
+#pragma omp simd reduction(+ : s, k)
+  for (int64_t j = 0; j < n; ++j) {
+    const A y = A(x[j]) * scale;
+    const bool keep = y > tau;
+    k += keep ? A(1) : A(0);
+    s += keep ? y : A(0);
+  }
+  s_out = s;
+  k_out = k;
+}
+
+// R rows at a time: their Michelot passes interleave, so one row's reduction and
+// division latency hides behind the others' loads.
+template <typename T, int R>
+inline void forward_block(const T* __restrict x, T* __restrict out, int32_t* __restrict support, int64_t n, double scale) {
+  using A = double;
+  A tau[R];
+  int64_t c[R];
+  bool live[R];
+  int nlive = 0;
+  for (int i = 0; i < R; ++i) {
+    const T mx = row_max(x + i * n, n);
+    live[i] = mx > -std::numeric_limits<T>::infinity();
+    // Start below the threshold: tau >= max - 1 (scale > 0 keeps the order). From a lower
+    // bound Michelot's step tau <- (sum_{y > tau} y - 1) / #{y > tau} rises monotonically
+    // to the exact threshold; it stops when the set stops shrinking. A fully masked row
+    // gets tau = +inf: all zeros, support 0.
+    tau[i] = live[i] ? A(mx) * scale - A(1) : std::numeric_limits<A>::infinity();
+    c[i] = live[i] ? n + 1 : 0;
+    nlive += live[i];
+  }
+  for (int it = 0; it < 4 * 64 && nlive > 0; ++it) {
+    A s[R], k[R];
+    for (int i = 0; i < R; ++i)
+      if (live[i]) above(x + i * n, n, scale, tau[i], s[i], k[i]);
+    for (int i = 0; i < R; ++i) {
+      if (!live[i]) continue;
+      const int64_t ki = static_cast<int64_t>(k[i]);
+      // ki == c: converged (tau came from this very set). ki > c or ki == 0 cannot
+      // happen in exact arithmetic; if rounding produces them, tau is already the
+      // threshold to within rounding: stop there too.
+      if (ki >= c[i] || ki == 0) {
+        live[i] = false;
+        --nlive;
+      } else {
+        c[i] = ki;
+        tau[i] = (s[i] - A(1)) / k[i];
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    const T* xr = x + i * n;
+    T* o = out + i * n;
+    const A t = tau[i];
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const A v = A(xr[j]) * scale - t;
+      o[j] = v > A(0) ? T(v) : T(0);
+    }
+    support[i] = static_cast<int32_t>(c[i]);
+  }
+}
+
 template <typename T>
 void forward_rows(const T* z, T* p, int32_t* support, int64_t rows, int64_t n, double scale) {
-  using A = double;
-  at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* x = z + r * n;
-      T* out = p + r * n;
-      T mx = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : mx)  // with -fopenmp-simd: a vectorised max (a plain loop stays scalar)
-      for (int64_t j = 0; j < n; ++j) mx = x[j] > mx ? x[j] : mx;
-      if (!(mx > -std::numeric_limits<T>::infinity())) {  // fully masked row: all zeros
-        for (int64_t j = 0; j < n; ++j) out[j] = T(0);
-        support[r] = 0;
-        continue;
-      }
-      // Start below the threshold: tau >= max - 1 (scale > 0 keeps the order), so every
-      // support entry is among {y > max - 1}. Michelot's step
-      //   tau <- (sum_{y > tau} y - 1) / #{y > tau}
-      // then rises monotonically to the exact threshold; stop when the set stops shrinking.
-      A tau = A(mx) * scale - A(1);
-      int64_t c = n + 1;
-      for (int it = 0; it < 4 * 64; ++it) {
-        int64_t k = 0;
-        A s = 0;
-        for (int64_t j = 0; j < n; ++j) {
-          const A y = A(x[j]) * scale;
-          const bool keep = y > tau;
-          k += keep;
-          s += keep ? y : A(0);
-        }
-        // k == c: converged (tau came from this very set). k > c or k == 0 cannot happen
-        // in exact arithmetic; if rounding produces them, tau is already the threshold to
-        // within rounding: stop there too.
-        if (k >= c || k == 0) break;
-        c = k;
-        tau = (s - A(1)) / A(c);
-      }
-      for (int64_t j = 0; j < n; ++j) {
-        const A v = A(x[j]) * scale - tau;
-        out[j] = v > A(0) ? T(v) : T(0);
-      }
-      support[r] = static_cast<int32_t>(c);
-    }
+  constexpr int R = 4;
+  at::parallel_for(0, rows, 64, [=](int64_t begin, int64_t end) {
+    int64_t r = begin;
+    for (; r + R <= end; r += R) forward_block<T, R>(z + r * n, p + r * n, support + r, n, scale);
+    for (; r < end; ++r) forward_block<T, 1>(z + r * n, p + r * n, support + r, n, scale);
   });
+}
+
+// One row of the backward; restrict pointers and by-value arguments, so the loops
+// vectorise even when called from inside an OpenMP region (captures by reference
+// would otherwise be reloaded after every store).
+template <typename T>
+inline void backward_row(const T* __restrict pr, const T* __restrict gr, T* __restrict out, int64_t n, T scale) {
+  T s = 0, k = 0;  // k counted in T: one vector type in the loop
+#pragma omp simd reduction(+ : s, k)
+  for (int64_t j = 0; j < n; ++j) {
+    const bool keep = pr[j] > T(0);
+    s += keep ? gr[j] : T(0);
+    k += keep ? T(1) : T(0);
+  }
+  const T mean = k > T(0) ? s / k : T(0);
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) out[j] = pr[j] > T(0) ? (gr[j] - mean) * scale : T(0);
 }
 
 template <typename T>
 void backward_rows(const T* p, const T* g, T* gz, int64_t rows, int64_t n, T scale) {
-  at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* pr = p + r * n;
-      const T* gr = g + r * n;
-      T* out = gz + r * n;
-      T s = 0;
-      int64_t k = 0;
-      for (int64_t j = 0; j < n; ++j) {  // branchless: vectorises
-        const bool keep = pr[j] > T(0);
-        s += keep ? gr[j] : T(0);
-        k += keep;
-      }
-      const T mean = k > 0 ? s / T(k) : T(0);
-      for (int64_t j = 0; j < n; ++j) out[j] = pr[j] > T(0) ? (gr[j] - mean) * scale : T(0);
-    }
+  at::parallel_for(0, rows, 64, [=](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) backward_row<T>(p + r * n, g + r * n, gz + r * n, n, scale);
   });
 }
 
@@ -119,7 +166,18 @@ torch::Tensor sparsemax_backward(torch::Tensor p, torch::Tensor g, double scale)
   return gz;
 }
 
+// How many distinct threads at::parallel_for used over `rows` rows with the kernels' grain:
+// 1 when the extension was built without OpenMP (its `omp parallel` is then ignored).
+int64_t parallel_threads(int64_t rows) {
+  std::vector<char> seen(at::get_num_threads() + 1, 0);
+  at::parallel_for(0, rows, 64, [&](int64_t, int64_t) { seen[at::get_thread_num()] = 1; });
+  int64_t k = 0;
+  for (char c : seen) k += c;
+  return k;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &sparsemax_forward, "exact sparsemax of scale * z along the last dim (CPU)");
   m.def("backward", &sparsemax_backward, "closed-form sparsemax backward (CPU)");
+  m.def("parallel_threads", &parallel_threads, "distinct threads used by the kernels' parallel loop over `rows` rows");
 }
