@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--warmup", type=float, default=d.warmup_ratio, help="warm-up: a fraction of the steps if < 1, else a step count")
     t.add_argument("--weight-decay", type=float, default=d.weight_decay)
     t.add_argument("--max-length", type=int, default=d.max_length, help=f"truncate inputs to this many tokens (default {d.max_length})")
+    t.add_argument("--doc-stride", type=int, default=None, help="span QA (--task squad): overlap of context windows in tokens (default max-length // 3)")
     t.add_argument("--seed", type=int, default=d.seed, help=f"random seed (default {d.seed})")
     t.add_argument("--output-dir", default=d.output_dir, help=f"run folder (default {d.output_dir}); an unfinished run there is resumed")
     t.add_argument("--no-resume", action="store_true", help="start afresh even if the output folder holds checkpoints")
@@ -82,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="label and probabilities for texts given as arguments or in a file")
     _add_model_io(p)
     p.add_argument("texts", nargs="*", help="texts to classify")
-    p.add_argument("--file", default=None, help="a text file, one text per line")
+    p.add_argument("--file", default=None, help="a text file, one text per line (QA models: JSON lines with question and context)")
+    p.add_argument("--question", default=None, help="QA models: the question")
+    p.add_argument("--context", default=None, help="QA models: the passage to find the answer in")
     p.add_argument("--output", default=None, help="write JSON lines here instead of standard output")
     p.add_argument("--task", default=None, help="with --split: predict a whole split of this task")
     p.add_argument("--data-dir", default=None)
@@ -122,17 +125,17 @@ def _model_dir(path: str) -> Path:
 
 
 def _load(path: str):
-    from attnkit.modeling import load_classifier, load_tokenizer
+    from attnkit.modeling import load_model, load_tokenizer
 
     d = _model_dir(path)
-    return d, load_classifier(d), load_tokenizer(d)
+    return d, load_model(d), load_tokenizer(d)
 
 
 def cmd_train(a) -> int:
     cfg = TrainConfig(
         task=a.task, data_dir=a.data_dir, from_scratch=a.from_scratch,
         epochs=a.epochs, max_steps=a.max_steps, batch_size=a.batch_size, warmup_ratio=a.warmup,
-        weight_decay=a.weight_decay, max_length=a.max_length, seed=a.seed, output_dir=a.output_dir,
+        weight_decay=a.weight_decay, max_length=a.max_length, doc_stride=a.doc_stride, seed=a.seed, output_dir=a.output_dir,
         resume=not a.no_resume, max_train_samples=a.max_train_samples, max_eval_samples=a.max_eval_samples,
         eval_steps=a.eval_steps, logging_steps=a.logging_steps,
         blur=a.blur, blur_size=a.blur_size, blur_sigma=a.blur_sigma, pooling=a.layer_pooling, se=a.se, se_ratio=a.se_ratio,
@@ -147,20 +150,24 @@ def cmd_train(a) -> int:
         return 0
     out = Path(cfg.output_dir)
     v = metrics["validation"]
-    print(f"\n[attnkit] task {cfg.task}, attention {cfg.spec().describe()}, classifier on the {cfg.head().describe()}")
+    from attnkit.qa import is_qa_task
+
+    qa = is_qa_task(cfg.task)
+    reads = "span head (start/end per token)" if qa else f"classifier on the {cfg.head().describe()}"
+    print(f"\n[attnkit] task {cfg.task}, attention {cfg.spec().describe()}, {reads}")
     if cfg.spec().is_sparse:
         from attnkit import kernels
 
         print(f"[attnkit] sparse maps ran on the {kernels.backend()} path ({kernels.backend_reason()})")
     main_metric = metrics.get("main_metric", "accuracy")
-    shown = ", ".join(f"{k} {x:.4f}" for k, x in v.items() if k in ("accuracy", "macro_f1", "f1", "mcc", "pearson", "spearman") and k != main_metric)
+    shown = ", ".join(f"{k} {x:.4f}" for k, x in v.items() if k in ("accuracy", "macro_f1", "f1", "exact_match", "mcc", "pearson", "spearman") and k != main_metric)
     print(f"[attnkit] dev {main_metric} {v[main_metric]:.4f}  ({shown}; {metrics['train_size']} training examples)")
     for name in metrics:
         if name.startswith(("test", "validation_")) and isinstance(metrics[name], dict):
             print(f"[attnkit] {name} {main_metric} {metrics[name][main_metric]:.4f}")
     print(f"[attnkit] model written to {metrics['model_dir']}")
     print(f"[attnkit] metrics written to {out / METRICS_FILE}")
-    if not a.no_heatmap:
+    if not a.no_heatmap and not qa:  # a QA window is ~max-length tokens: too long to read as a heatmap
         from attnkit.data import load_task
         from attnkit.explain import attention_maps, plot_attention
 
@@ -208,6 +215,10 @@ def cmd_evaluate(a) -> int:
         raise UserError("--task is needed: the checkpoint does not record what it was trained on")
     if task == "hans":
         return _evaluate_hans(a, d, model, tok)
+    from attnkit.qa import is_qa_task
+
+    if is_qa_task(task):
+        return _evaluate_qa(a, d, model, tok, task)
     data = load_task(task, a.data_dir)
     if a.split not in data.splits:
         raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
@@ -251,6 +262,79 @@ def _evaluate_hans(a, d: Path, model, tok) -> int:
     return 0
 
 
+def _qa_model(model) -> bool:
+    from attnkit.modeling import is_qa_model
+
+    return is_qa_model(model.config)
+
+
+def _evaluate_qa(a, d: Path, model, tok, task: str) -> int:
+    """Span QA: EM/F1 (SQuAD v1.1) on a split, plus every prediction."""
+    from attnkit.qa import evaluate_qa, load_squad
+    from attnkit.train import write_json_atomic
+
+    if not _qa_model(model):
+        raise UserError(f"task {task} is span QA but {d} is a classifier")
+    splits = load_squad(a.data_dir)
+    if a.split not in splits:
+        raise UserError(f"task {task} has no {a.split} split (it has {', '.join(splits)})")
+    info = _run_info(d)
+    stride = info.get("doc_stride") if info.get("max_length") == a.max_length else None
+    metrics, preds = evaluate_qa(model, tok, splits[a.split], max_length=a.max_length, doc_stride=stride, batch_size=a.batch_size)
+    metrics = {"task": task, "split": a.split, "model": str(d), "max_length": a.max_length, **metrics}
+    out = Path(a.output) if a.output else d / f"eval_{task}_{a.split}.json"
+    write_json_atomic(out, metrics)
+    write_json_atomic(out.with_name(out.stem + "_predictions.json"), preds)
+    print(f"exact_match {metrics['exact_match']:.2f}  f1 {metrics['f1']:.2f}  ({metrics['n']} questions)")
+    print(f"[attnkit] metrics written to {out}; answers to {out.with_name(out.stem + '_predictions.json')}")
+    return 0
+
+
+def _read_qa_file(path: str) -> tuple[list[str], list[str]]:
+    """JSON lines with "question" and "context" fields."""
+    from attnkit.data import DataFormatError
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"input file {p} does not exist")
+    qs, cs = [], []
+    for i, line in enumerate(p.read_text(encoding="utf-8-sig").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataFormatError(p, i, f"not a JSON object ({e.msg})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("question"), str) or not isinstance(row.get("context"), str):
+            raise DataFormatError(p, i, 'expected {"question": "...", "context": "..."} for a question-answering model')
+        qs.append(row["question"])
+        cs.append(row["context"])
+    return qs, cs
+
+
+def _predict_qa(a, model, tok) -> int:
+    from attnkit.qa import predict_answers
+
+    qs, cs = _read_qa_file(a.file) if a.file else ([], [])
+    if a.question or a.context:
+        if not (a.question and a.context):
+            raise UserError("a question-answering model needs both --question and --context")
+        qs.append(a.question)
+        cs.append(a.context)
+    if a.texts:
+        raise UserError("this is a question-answering model: give --question and --context (or --file with JSON lines), not texts")
+    if not qs:
+        raise UserError("nothing to answer: give --question and --context, or --file with JSON lines {\"question\", \"context\"}")
+    rows = predict_answers(model, tok, qs, cs, max_length=a.max_length, batch_size=a.batch_size)
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    if a.output:
+        Path(a.output).write_text(lines, encoding="utf-8")
+        print(f"[attnkit] {len(rows)} answers written to {a.output}")
+    else:
+        sys.stdout.write(lines)
+    return 0
+
+
 def _predict_split(a) -> int:
     from attnkit.glue import predictions_of, write_submission
     from attnkit.inference import label_names_of, predict_logits
@@ -279,12 +363,16 @@ def cmd_predict(a) -> int:
 
     if a.split:
         return _predict_split(a)
+    _, model, tok = _load(a.model)
+    if _qa_model(model):
+        return _predict_qa(a, model, tok)
+    if a.question or a.context:
+        raise UserError("--question/--context are for question-answering models; this one is a classifier")
     texts = list(a.texts)
     if a.file:
         texts += read_text_file(a.file)
     if not texts:
         raise UserError("nothing to predict: give texts as arguments or --file with one text per line")
-    _, model, tok = _load(a.model)
     rows = predict_texts(model, tok, texts, batch_size=a.batch_size, max_length=a.max_length)
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     if a.output:
@@ -311,7 +399,7 @@ def cmd_explain(a) -> int:
     from attnkit.pooling import head_of
 
     print(f"attention: {maps.attention}")
-    print(f"classifier reads: the {head_of(model.config).describe()}")
+    print("span head: start/end logits per token" if _qa_model(model) else f"classifier reads: the {head_of(model.config).describe()}")
     print(f"tokens: {' '.join(maps.tokens)}")
     print(f"exact zeros: {st['zero_fraction']:.1%}; support per row: mean {st['mean_support']:.2f}, max {st['max_support']}")
     if a.layer is not None and a.head is not None:
@@ -345,8 +433,9 @@ def cmd_layer_weights(a) -> int:
 
 def cmd_tasks(a) -> int:
     from attnkit.data import list_tasks
+    from attnkit.qa import QA_TASKS
 
-    for t in list_tasks():
+    for t in sorted(list_tasks() + list(QA_TASKS)):
         print(t)
     return 0
 

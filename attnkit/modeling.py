@@ -116,6 +116,46 @@ def build_classifier(
     return net
 
 
+def build_qa_model(model: str | os.PathLike | None = DEFAULT_MODEL, spec: AttentionSpec | None = None, *, from_scratch: bool = False):
+    """An extractive QA model (start/end logits per token) on ``model``'s encoder with ``spec``'s attention."""
+    from transformers import AutoConfig, AutoModelForQuestionAnswering
+
+    register()
+    spec = spec or AttentionSpec()
+    path = resolve_model(model)
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except OSError as e:
+        raise OSError(f"could not load model {path!r}: {e}") from None
+    apply_spec(config, spec)
+    if from_scratch:
+        net = AutoModelForQuestionAnswering.from_config(config, attn_implementation=ATTN_IMPLEMENTATION)
+    else:
+        net = AutoModelForQuestionAnswering.from_pretrained(path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True)
+    apply_spec(net.config, spec)
+    return net
+
+
+def is_qa_model(config) -> bool:
+    return any(str(a).endswith("ForQuestionAnswering") for a in (getattr(config, "architectures", None) or []))
+
+
+def load_model(path: str | os.PathLike):
+    """Reload a model saved by attnkit: a span-QA model or a classifier, by its recorded architecture."""
+    from transformers import AutoConfig, AutoModelForQuestionAnswering
+
+    register()
+    path = resolve_model(path)
+    config = AutoConfig.from_pretrained(path)
+    if not is_qa_model(config):
+        return load_classifier(path)
+    spec = spec_of(config)
+    apply_spec(config, spec)
+    net = AutoModelForQuestionAnswering.from_pretrained(path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True)
+    apply_spec(net.config, spec)
+    return net
+
+
 def load_classifier(path: str | os.PathLike):
     """Reload a classifier saved by attnkit (or any HF classifier) with its attention settings."""
     from transformers import AutoConfig, AutoModelForSequenceClassification

@@ -30,9 +30,10 @@ PAPER_LAM = {
     "sentube-tablets": -4.0,
     "sentube-auto": -6.0,
     "rotten-tomatoes": -4.0,
+    "squad": -7.0,
 }
 #: epochs used by the SSAF paper for each dataset
-PAPER_EPOCHS = {"sst5": 4, "sst5-phrases": 4, "sst2": 4, "sentube-auto": 5, "sentube-tablets": 6, "semeval2013": 8}
+PAPER_EPOCHS = {"sst5": 4, "sst5-phrases": 4, "sst2": 4, "sentube-auto": 5, "sentube-tablets": 6, "semeval2013": 8, "squad": 2}
 
 MODEL_DIR = "model"
 METRICS_FILE = "metrics.json"
@@ -56,6 +57,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     warmup_ratio: float = 0.0
     max_length: int = 128
+    doc_stride: int | None = None  # span QA: overlap of context windows in tokens (None: max_length // 3)
     seed: int = 42
     output_dir: str = "runs/attnkit"
     max_train_samples: int | None = None
@@ -175,6 +177,12 @@ def train(cfg: TrainConfig) -> dict:
     from attnkit.glue import MAIN_METRIC
     from attnkit.modeling import build_classifier, load_tokenizer, save_checkpoint
 
+    from attnkit.qa import is_qa_task, train_qa
+
+    if is_qa_task(cfg.task):
+        if not cfg.head().is_default or str(cfg.model).lower() in ("mini", "minibert") or cfg.freeze:
+            raise ValueError(f"task {cfg.task} (span QA) takes the model's own span head: no --layer-pooling/--se, --model mini or --freeze")
+        return train_qa(cfg)
     set_seed(cfg.seed)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,367 @@
+"""Extractive (span) question answering: SQuAD v1.1 with any attention spec.
+
+The SSAF paper fine-tunes sparsegen-lin BERT on SQuAD v1.1 (lam -7, 2 epochs, EM/F1).
+Here: a SQuAD-format reader with errors that name the file and the question, the usual
+sliding-window features (question + a window of the context, windows overlapping by
+``doc_stride`` tokens, answer start/end token labels, [CLS] when the answer is not in
+the window), training on the Hugging Face Trainer with the best dev F1 kept, the
+best-span decoding over all windows of a question, and the official v1.1 EM/F1.
+
+Data (``--task squad``): ``<data-dir>/squad_v1.1/`` (or ``<data-dir>`` itself) holding
+``dev-v1.1.json`` (validation) and a train file: ``train-v1.1.json``, else the Du et al.
+(2017) subset ``train-v1.1-subset-du2017test.json``. Without a data folder, the SQuAD
+dataset is read from the Hugging Face hub (``rajpurkar/squad``; needs a connection).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import string
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+from typing import Sequence
+
+from attnkit.data import DataFormatError, default_data_dir
+
+log = logging.getLogger("attnkit")
+
+QA_TASKS = {"squad": "SQuAD v1.1 (span QA; EM/F1)"}
+SQUAD_FOLDER = "squad_v1.1"
+SQUAD_DEV = "dev-v1.1.json"
+SQUAD_TRAIN = ("train-v1.1.json", "train-v1.1-subset-du2017test.json")
+HUB_NAME = "rajpurkar/squad"
+MAX_ANSWER_TOKENS = 30
+N_BEST = 20
+
+
+def is_qa_task(task: str | None) -> bool:
+    return task in QA_TASKS
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _field(obj, key: str, kind, where: str):
+    if not isinstance(obj, dict) or key not in obj:
+        raise DataFormatError(where[0], None, f"{where[1]}: missing field {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise DataFormatError(where[0], None, f"{where[1]}: field {key!r} should be {want}, found {type(value).__name__}")
+    return value
+
+
+def read_squad(path: str | os.PathLike) -> list[dict]:
+    """Questions of a SQuAD v1.1 JSON file: id, title, context, question, answers{text, answer_start}.
+
+    Raises :class:`DataFormatError` naming the file and the article/paragraph/question
+    when the structure is wrong or an answer is not where ``answer_start`` says.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"SQuAD file {path} does not exist")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8-sig"))
+    except json.JSONDecodeError as e:
+        raise DataFormatError(path, e.lineno, f"not valid JSON ({e.msg}, column {e.colno})") from None
+    except UnicodeDecodeError as e:
+        raise DataFormatError(path, None, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
+        raise DataFormatError(path, None, "expected a SQuAD file: a JSON object with a 'data' list of articles")
+    rows: list[dict] = []
+    for ai, art in enumerate(raw["data"]):
+        paragraphs = _field(art, "paragraphs", list, (path, f"data[{ai}]"))
+        title = art.get("title", "") if isinstance(art, dict) else ""
+        for pi, par in enumerate(paragraphs):
+            where = (path, f"data[{ai}].paragraphs[{pi}]")
+            context = _field(par, "context", str, where)
+            for qi, qa in enumerate(_field(par, "qas", list, where)):
+                qwhere = (path, f"{where[1]}.qas[{qi}]")
+                qid = str(_field(qa, "id", (str, int), qwhere))
+                qwhere = (path, f"{qwhere[1]} (id {qid})")
+                question = _field(qa, "question", str, qwhere)
+                texts, starts = [], []
+                for k, ans in enumerate(_field(qa, "answers", list, qwhere)):
+                    awhere = (path, f"{qwhere[1]} answer {k}")
+                    text = _field(ans, "text", str, awhere)
+                    start = _field(ans, "answer_start", int, awhere)
+                    if start < 0 or context[start : start + len(text)] != text:
+                        found = context[max(start, 0) : max(start, 0) + len(text)]
+                        raise DataFormatError(path, None, f"{awhere[1]}: answer {text!r} is not at answer_start {start} of its context (found {found!r})")
+                    texts.append(text)
+                    starts.append(start)
+                rows.append({"id": qid, "title": str(title), "context": context, "question": question,
+                             "answers": {"text": texts, "answer_start": starts}})
+    if not rows:
+        raise DataFormatError(path, None, "no questions found")
+    return rows
+
+
+def squad_files(data_dir: str | os.PathLike | None) -> dict[str, Path]:
+    """split -> file for ``--task squad`` under ``data_dir`` (its squad_v1.1/ folder or itself)."""
+    root = Path(data_dir)
+    folder = root / SQUAD_FOLDER if (root / SQUAD_FOLDER).is_dir() else root
+    files = {}
+    train = next((folder / n for n in SQUAD_TRAIN if (folder / n).is_file()), None)
+    if train is not None:
+        files["train"] = train
+    if (folder / SQUAD_DEV).is_file():
+        files["validation"] = folder / SQUAD_DEV
+    if not files:
+        raise FileNotFoundError(f"task squad: no {SQUAD_DEV} or {' / '.join(SQUAD_TRAIN)} in {folder}")
+    return files
+
+
+def load_squad(data_dir: str | os.PathLike | None = None):
+    """SQuAD v1.1 as a ``datasets.DatasetDict`` (train, validation) from local files or the hub."""
+    import datasets
+
+    directory = Path(data_dir) if data_dir is not None else default_data_dir()
+    if directory is None:  # no local data: the hub (online users)
+        log.warning("task squad: no data folder; loading %s from the Hugging Face hub", HUB_NAME)
+        ds = datasets.load_dataset(HUB_NAME)
+        return datasets.DatasetDict({k: ds[k].select_columns(["id", "title", "context", "question", "answers"]) for k in ds})
+    return datasets.DatasetDict({split: datasets.Dataset.from_list(read_squad(f)) for split, f in squad_files(directory).items()})
+
+
+# ----------------------------------------------------------------------------- metrics (official v1.1 script)
+
+
+def normalize_answer(s: str) -> str:
+    """Lower case, drop punctuation, the articles a/an/the, and extra white space."""
+    s = "".join(ch for ch in s.lower() if ch not in set(string.punctuation))
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+def token_f1(prediction: str, truth: str) -> float:
+    pred, gold = normalize_answer(prediction).split(), normalize_answer(truth).split()
+    same = sum((Counter(pred) & Counter(gold)).values())
+    if same == 0:
+        return 0.0
+    p, r = same / len(pred), same / len(gold)
+    return 2 * p * r / (p + r)
+
+
+def squad_metrics(predictions: dict[str, str], rows: Sequence[dict]) -> dict[str, float]:
+    """exact_match and f1 in percent, each the max over a question's gold answers, as SQuAD v1.1 scores them."""
+    em = f1 = 0.0
+    for row in rows:
+        golds = row["answers"]["text"]
+        pred = predictions.get(row["id"], "")
+        if not golds:
+            continue
+        em += max(float(normalize_answer(pred) == normalize_answer(g)) for g in golds)
+        f1 += max(token_f1(pred, g) for g in golds)
+    n = sum(1 for r in rows if r["answers"]["text"])
+    return {"exact_match": 100.0 * em / max(n, 1), "f1": 100.0 * f1 / max(n, 1), "n": n}
+
+
+# ----------------------------------------------------------------------------- features
+
+
+def _check_window(tokenizer, max_length: int, doc_stride: int) -> None:
+    if max_length < 32:
+        raise ValueError(f"--max-length {max_length} is too short for question answering (need at least 32 tokens)")
+    if not 0 <= doc_stride < max_length // 2:
+        raise ValueError(f"doc_stride {doc_stride} must be in [0, {max_length // 2}) for --max-length {max_length}")
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError("question answering needs a fast tokenizer (offset mappings); this checkpoint's tokenizer is not one")
+
+
+def encode_windows(tokenizer, questions: Sequence[str], contexts: Sequence[str], max_length: int, doc_stride: int):
+    """Tokenise (question, context) pairs into overlapping windows of the context.
+
+    Long questions are cut to a quarter of ``max_length`` first, so a window always has room
+    for context. Returns the tokenizer's encoding with ``overflow_to_sample_mapping`` and
+    ``offset_mapping`` (character spans in the context; ``None`` outside it).
+    """
+    q_max = max_length // 4
+    qs = [tokenizer.convert_tokens_to_string(tokenizer.tokenize(q.strip())[:q_max]) if len(q) > 4 * q_max else q.strip() for q in questions]
+    enc = tokenizer(qs, list(contexts), truncation="only_second", max_length=max_length, stride=doc_stride,
+                    return_overflowing_tokens=True, return_offsets_mapping=True)
+    for i in range(len(enc["input_ids"])):
+        seq = enc.sequence_ids(i)
+        enc["offset_mapping"][i] = [tuple(o) if seq[k] == 1 else None for k, o in enumerate(enc["offset_mapping"][i])]
+    return enc
+
+
+def answer_positions(offsets: list, answer_start: int, answer_end: int, cls_index: int = 0) -> tuple[int, int]:
+    """Token start/end of the character span [answer_start, answer_end) in one window; ``cls_index`` if it is not inside."""
+    ctx = [k for k, o in enumerate(offsets) if o is not None]
+    if not ctx or offsets[ctx[0]][0] > answer_start or offsets[ctx[-1]][1] < answer_end:
+        return cls_index, cls_index
+    start = next(k for k in reversed(ctx) if offsets[k][0] <= answer_start)
+    end = next(k for k in ctx if offsets[k][1] >= answer_end)
+    return start, end
+
+
+def train_features(batch: dict, tokenizer, max_length: int, doc_stride: int) -> dict:
+    """``datasets.map`` function: windows with start/end labels (the first gold answer)."""
+    enc = encode_windows(tokenizer, batch["question"], batch["context"], max_length, doc_stride)
+    starts, ends = [], []
+    for i, offsets in enumerate(enc["offset_mapping"]):
+        ans = batch["answers"][enc["overflow_to_sample_mapping"][i]]
+        if not ans["text"]:
+            starts.append(0), ends.append(0)
+            continue
+        a0 = ans["answer_start"][0]
+        s, e = answer_positions(offsets, a0, a0 + len(ans["text"][0]), cls_index=0)
+        starts.append(s), ends.append(e)
+    return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
+            **({"token_type_ids": enc["token_type_ids"]} if "token_type_ids" in enc else {}),
+            "start_positions": starts, "end_positions": ends,
+            "example_index": [batch["_row"][j] for j in enc["overflow_to_sample_mapping"]],
+            "offset_mapping": [[list(o) if o is not None else [-1, -1] for o in offs] for offs in enc["offset_mapping"]]}
+
+
+def featurize(rows, tokenizer, max_length: int, doc_stride: int):
+    """A ``datasets.Dataset`` of windows for ``rows`` (a Dataset with id/context/question/answers)."""
+    _check_window(tokenizer, max_length, doc_stride)
+    rows = rows.add_column("_row", list(range(len(rows))))
+    return rows.map(train_features, batched=True, remove_columns=rows.column_names, desc="windows",
+                    fn_kwargs={"tokenizer": tokenizer, "max_length": max_length, "doc_stride": doc_stride})
+
+
+def best_spans(contexts: Sequence[str], example_index: Sequence[int], offsets: Sequence, start_logits, end_logits,
+               max_answer_tokens: int = MAX_ANSWER_TOKENS, n_best: int = N_BEST) -> list[tuple[str, float]]:
+    """The best answer (text, score) of each context over all of its windows.
+
+    A span is kept when both ends are context tokens, end >= start and it has at most
+    ``max_answer_tokens`` tokens; its score is start_logit + end_logit.
+    """
+    import numpy as np
+
+    best: list[tuple[str, float, int]] = [("", -float("inf"), -1)] * len(contexts)
+    for f, ex in enumerate(example_index):
+        offs = offsets[f]
+        n = len(offs)
+        sl, el = np.asarray(start_logits[f][:n]), np.asarray(end_logits[f][:n])
+        for s in np.argsort(sl)[::-1][:n_best]:
+            if offs[s] is None or offs[s][0] < 0:
+                continue
+            for e in np.argsort(el)[::-1][:n_best]:
+                if offs[e] is None or offs[e][0] < 0 or e < s or e - s + 1 > max_answer_tokens:
+                    continue
+                score = float(sl[s] + el[e])
+                if score > best[ex][1]:
+                    best[ex] = (contexts[ex][offs[s][0] : offs[e][1]], score, int(offs[s][0]))
+    return best
+
+
+# ----------------------------------------------------------------------------- model glue
+
+
+def predict_answers(model, tokenizer, questions: Sequence[str], contexts: Sequence[str], *, max_length: int = 384,
+                    doc_stride: int | None = None, batch_size: int = 32) -> list[dict]:
+    """Answer each (question, context): ``{"question", "answer", "start", "score"}``."""
+    import torch
+
+    if len(questions) != len(contexts):
+        raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts")
+    stride = max_length // 3 if doc_stride is None else doc_stride
+    _check_window(tokenizer, max_length, stride)
+    enc = encode_windows(tokenizer, questions, contexts, max_length, stride)
+    model.eval()
+    dev = next(model.parameters()).device
+    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
+    from tqdm.auto import tqdm
+
+    starts, ends = [], []
+    n = len(enc["input_ids"])
+    for b in tqdm(range(0, n, batch_size), desc="answering", unit="batch", disable=n <= batch_size):
+        feats = [{k: enc[k][i] for k in keys} for i in range(b, min(b + batch_size, len(enc["input_ids"])))]
+        batch = tokenizer.pad(feats, return_tensors="pt")
+        with torch.inference_mode():
+            out = model(**{k: v.to(dev) for k, v in batch.items()})
+        starts += list(out.start_logits.float().cpu().numpy())
+        ends += list(out.end_logits.float().cpu().numpy())
+    spans = best_spans(contexts, enc["overflow_to_sample_mapping"], enc["offset_mapping"], starts, ends)
+    return [{"question": q, "answer": text, "start": start, "score": score} for q, (text, score, start) in zip(questions, spans)]
+
+
+def train_qa(cfg) -> dict:
+    """Fine-tune a span-QA model (``cfg``: :class:`attnkit.train.TrainConfig`); returns the metrics dict."""
+    import numpy as np
+    import torch
+    from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
+
+    from attnkit.modeling import build_qa_model, load_tokenizer, save_checkpoint
+    from attnkit.train import METRICS_FILE, MODEL_DIR, _subsample, last_complete_checkpoint, write_json_atomic
+
+    set_seed(cfg.seed)
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = cfg.spec()
+    stride = cfg.max_length // 3 if cfg.doc_stride is None else cfg.doc_stride
+    splits = load_squad(cfg.data_dir)
+    if "train" not in splits or "validation" not in splits:
+        raise FileNotFoundError(f"task {cfg.task} needs a train and a validation file; found {', '.join(splits)}")
+    tokenizer = load_tokenizer(cfg.model)
+    tokenizer.padding_side = "right"  # labels are token positions counted from the left
+    train_rows = _subsample(splits["train"], cfg.max_train_samples, cfg.seed)
+    dev_rows = _subsample(splits["validation"], cfg.max_eval_samples, cfg.seed)
+    train_ds = featurize(train_rows, tokenizer, cfg.max_length, stride).remove_columns(["example_index", "offset_mapping"])
+    dev_feats = featurize(dev_rows, tokenizer, cfg.max_length, stride)
+    dev_index = list(dev_feats["example_index"])
+    dev_offsets = [[tuple(o) if o[0] >= 0 else None for o in offs] for offs in dev_feats["offset_mapping"]]
+    dev_ds = dev_feats.remove_columns(["example_index", "offset_mapping"])
+    dev_list = [dict(r) for r in dev_rows]
+    contexts = [r["context"] for r in dev_list]
+
+    def compute(eval_pred) -> dict[str, float]:
+        start, end = eval_pred.predictions[:2]
+        spans = best_spans(contexts, dev_index, dev_offsets, np.asarray(start), np.asarray(end))
+        preds = {row["id"]: span[0] for row, span in zip(dev_list, spans)}
+        return {k: v for k, v in squad_metrics(preds, dev_list).items() if k != "n"}
+
+    model = build_qa_model(cfg.model, spec, from_scratch=cfg.from_scratch)
+    per_steps = cfg.max_steps > 0 or cfg.eval_steps is not None
+    every = cfg.eval_steps or (cfg.max_steps if cfg.max_steps > 0 else None)
+    args = TrainingArguments(
+        output_dir=str(out), num_train_epochs=cfg.epochs, max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.batch_size, per_device_eval_batch_size=cfg.eval_batch_size,
+        learning_rate=cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_ratio, seed=cfg.seed, data_seed=cfg.seed,
+        eval_strategy="steps" if per_steps else "epoch", save_strategy="steps" if per_steps else "epoch",
+        eval_steps=every, save_steps=every, save_total_limit=2, load_best_model_at_end=True,
+        metric_for_best_model="f1", greater_is_better=True, logging_steps=cfg.logging_steps, report_to="none",
+        disable_tqdm=False, dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(),
+        label_names=["start_positions", "end_positions"],
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=train_ds, eval_dataset=dev_ds,
+                      data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer, compute_metrics=compute)
+    resume = last_complete_checkpoint(out) if cfg.resume else None
+    if resume:
+        log.warning("resuming from %s", resume)
+    result = trainer.train(resume_from_checkpoint=resume)
+    dev = trainer.evaluate(dev_ds, metric_key_prefix="eval")
+    metrics: dict = {
+        "train": dict(result.metrics),
+        "validation": {(k[5:] if k.startswith("eval_") else k): v for k, v in dev.items()},
+        "best_checkpoint": trainer.state.best_model_checkpoint,
+        "attention": spec.to_dict(), "main_metric": "f1", "task": cfg.task,
+        "train_size": len(train_rows), "train_windows": len(train_ds), "validation_size": len(dev_rows),
+        "max_length": cfg.max_length, "doc_stride": stride,
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    if trainer.is_world_process_zero():
+        model_dir = save_checkpoint(trainer.model, out / MODEL_DIR, tokenizer,
+                                    extra={"task": cfg.task, "trained_on": QA_TASKS.get(cfg.task, cfg.task), "metric": "squad",
+                                           "max_length": cfg.max_length, "doc_stride": stride})
+        metrics["model_dir"] = str(model_dir)
+        write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict()})
+        write_json_atomic(out / METRICS_FILE, metrics)
+    return metrics
+
+
+def evaluate_qa(model, tokenizer, rows, *, max_length: int = 384, doc_stride: int | None = None, batch_size: int = 32) -> tuple[dict, dict]:
+    """EM/F1 of ``model`` on SQuAD ``rows``; returns (metrics, {id: predicted answer})."""
+    rows = [dict(r) for r in rows]
+    answers = predict_answers(model, tokenizer, [r["question"] for r in rows], [r["context"] for r in rows],
+                              max_length=max_length, doc_stride=doc_stride, batch_size=batch_size)
+    preds = {r["id"]: a["answer"] for r, a in zip(rows, answers)}
+    return squad_metrics(preds, rows), preds
