@@ -181,7 +181,9 @@ def encode_windows(tokenizer, questions: Sequence[str], contexts: Sequence[str],
     ``offset_mapping`` (character spans in the context; ``None`` outside it).
     """
     q_max = max_length // 4
-    qs = [tokenizer.convert_tokens_to_string(tokenizer.tokenize(q.strip())[:q_max]) if len(q) > 4 * q_max else q.strip() for q in questions]
+    qs = [q.strip() for q in questions]
+    lengths = tokenizer(qs, add_special_tokens=False)["input_ids"]
+    qs = [tokenizer.decode(ids[:q_max]) if len(ids) > q_max else q for q, ids in zip(qs, lengths)]
     enc = tokenizer(qs, list(contexts), truncation="only_second", max_length=max_length, stride=doc_stride,
                     return_overflowing_tokens=True, return_offsets_mapping=True)
     for i in range(len(enc["input_ids"])):

@@ -21,6 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from attnkit.qa import is_qa_task
 from attnkit.train import PAPER_EPOCHS, PAPER_LAM, TrainConfig, train
 
 
@@ -44,13 +45,14 @@ def run_cell(task, method, seed, a) -> dict:
         seed=seed,
         output_dir=str(out),
         max_train_samples=a.max_train_samples,
+        max_eval_samples=a.max_eval_samples,
         logging_steps=10**9,
     )
     return train(cfg)
 
 
-def fmt(xs):
-    xs = [100 * x for x in xs]
+def fmt(xs, scale=100.0):
+    xs = [scale * x for x in xs]
     if not xs:
         return "—"
     sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
@@ -69,6 +71,7 @@ def main():
     ap.add_argument("--lr-scratch", type=float, default=1e-4, help="learning rate of the random-init (Np) runs")
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--max-train-samples", type=int, default=None)
+    ap.add_argument("--max-eval-samples", type=int, default=None, help="dev subset (span QA: questions)")
     ap.add_argument("--work-dir", default="runs/bench_accuracy")
     ap.add_argument("--out", default="benchmarks/results/accuracy_ssaf.md")
     a = ap.parse_args()
@@ -82,7 +85,8 @@ def main():
             for seed in a.seeds:
                 m = run_cell(task, method, seed, a)
                 results.setdefault((task, method), []).append(m)
-                print(f"[bench] {task} {method} seed {seed}: dev {m['validation']['accuracy']:.4f} test {m.get('test', {}).get('accuracy', float('nan')):.4f}", flush=True)
+                key = m.get("main_metric", "accuracy")
+                print(f"[bench] {task} {method} seed {seed}: dev {key} {m['validation'][key]:.4f} test {m.get('test', {}).get(key, float('nan')):.4f}", flush=True)
 
     lines = [
         f"# SSAF vs softmax fine-tuning ({a.model})",
@@ -90,18 +94,23 @@ def main():
         f"Command: `python benchmarks/accuracy.py {' '.join(sys.argv[1:])}`  ",
         f"Date: {dt.date.today().isoformat()}; machine: {platform.machine()}, {torch.get_num_threads()} threads; "
         f"torch {torch.__version__}, transformers {transformers.__version__}.  ",
-        f"Accuracy in %, mean ± std over seeds {a.seeds}; dev = best epoch's dev accuracy, test = that checkpoint on test.",
+        f"Accuracy in %, mean ± std over seeds {a.seeds}; dev = best epoch's dev accuracy, test = that checkpoint on test "
+        "(span QA: SQuAD v1.1 exact match / F1 on the dev questions, no test set).",
         "",
         "| task | lam | epochs | lr | train size | method | dev | test |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for (task, method), ms in results.items():
-        dev = [m["validation"]["accuracy"] for m in ms]
-        test = [m["test"]["accuracy"] for m in ms if "test" in m]
+        if is_qa_task(task):  # EM / F1, already in percent
+            em, f1 = ([m["validation"][k] for m in ms] for k in ("exact_match", "f1"))
+            dev, test = f"EM {fmt(em, 1.0)} / F1 {fmt(f1, 1.0)}", "—"
+        else:
+            dev = fmt([m["validation"]["accuracy"] for m in ms])
+            test = fmt([m["test"]["accuracy"] for m in ms if "test" in m])
         lam = f"{PAPER_LAM.get(task, -4.0):g}" if "SSAF" in method else "—"
         ep = a.epochs if a.epochs is not None else PAPER_EPOCHS.get(task, 3)
         lr = a.lr_scratch if "Np" in method else a.lr
-        lines.append(f"| {task} | {lam} | {ep:g} | {lr:g} | {ms[0]['train_size']} | {method} | {fmt(dev)} | {fmt(test)} |")
+        lines.append(f"| {task} | {lam} | {ep:g} | {lr:g} | {ms[0]['train_size']} | {method} | {dev} | {test} |")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -166,6 +166,10 @@ def test_cli_train_evaluate_predict_squad(tiny_bert, tiny_squad, tmp_path, capsy
     row = json.loads(capsys.readouterr().out.strip())
     assert row["answer"] and ctx[row["start"] : row["start"] + len(row["answer"])] == row["answer"]
 
+    # explain draws a QA model's attention like a classifier's
+    assert main(["explain", "--model", str(out), "which word ?", "--output", str(tmp_path / "qa.svg"), "--max-length", "40"]) == 0
+    assert (tmp_path / "qa.svg").stat().st_size > 0 and "span head" in capsys.readouterr().out
+
     # a QA model refuses plain texts
     assert main(["predict", "--model", str(out), "some text"]) == 2
     assert "question-answering model" in capsys.readouterr().err
@@ -198,3 +202,13 @@ def test_real_squad_dev_file():
     # a perfect system scores 100 / 100 with the official metric
     m = squad_metrics({r["id"]: r["answers"]["text"][0] for r in rows}, rows)
     assert m["exact_match"] == 100.0 and m["f1"] == 100.0
+
+
+def test_long_questions_are_cut_so_windows_keep_context(tiny_bert):
+    from attnkit.modeling import load_tokenizer
+
+    tok = load_tokenizer(tiny_bert)
+    question = "x y z " * 40  # 120 one-letter tokens: longer than a whole window
+    enc = encode_windows(tok, [question], ["the movie was good"], max_length=40, doc_stride=8)
+    seq = enc.sequence_ids(0)
+    assert seq.count(0) == 40 // 4 and seq.count(1) == 4
