@@ -292,24 +292,28 @@ def _evaluate_qa(a, d: Path, model, tok, task: str) -> int:
 
 def _read_qa_file(path: str) -> tuple[list[str], list[str]]:
     """JSON lines with "question" and "context" fields."""
-    from attnkit.data import DataFormatError
+    from attnkit.data import DataFormatError, _read_jsonl
 
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"input file {p} does not exist")
     qs, cs = [], []
-    for i, line in enumerate(p.read_text(encoding="utf-8-sig").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataFormatError(p, i, f"not a JSON object ({e.msg})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("question"), str) or not isinstance(row.get("context"), str):
-            raise DataFormatError(p, i, 'expected {"question": "...", "context": "..."} for a question-answering model')
+    for line, row in _read_jsonl(p):
+        if not isinstance(row.get("question"), str) or not isinstance(row.get("context"), str):
+            raise DataFormatError(p, line, 'expected {"question": "...", "context": "..."} for a question-answering model')
         qs.append(row["question"])
         cs.append(row["context"])
     return qs, cs
+
+
+def _write_jsonl(rows: list[dict], output: str | None, what: str) -> None:
+    """JSON lines to ``output``, or to standard output."""
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    if output:
+        Path(output).write_text(lines, encoding="utf-8")
+        print(f"[attnkit] {len(rows)} {what} written to {output}")
+    else:
+        sys.stdout.write(lines)
 
 
 def _predict_qa(a, model, tok) -> int:
@@ -325,13 +329,7 @@ def _predict_qa(a, model, tok) -> int:
         raise UserError("this is a question-answering model: give --question and --context (or --file with JSON lines), not texts")
     if not qs:
         raise UserError("nothing to answer: give --question and --context, or --file with JSON lines {\"question\", \"context\"}")
-    rows = predict_answers(model, tok, qs, cs, max_length=a.max_length, batch_size=a.batch_size)
-    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-    if a.output:
-        Path(a.output).write_text(lines, encoding="utf-8")
-        print(f"[attnkit] {len(rows)} answers written to {a.output}")
-    else:
-        sys.stdout.write(lines)
+    _write_jsonl(predict_answers(model, tok, qs, cs, max_length=a.max_length, batch_size=a.batch_size), a.output, "answers")
     return 0
 
 
@@ -373,13 +371,7 @@ def cmd_predict(a) -> int:
         texts += read_text_file(a.file)
     if not texts:
         raise UserError("nothing to predict: give texts as arguments or --file with one text per line")
-    rows = predict_texts(model, tok, texts, batch_size=a.batch_size, max_length=a.max_length)
-    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-    if a.output:
-        Path(a.output).write_text(lines, encoding="utf-8")
-        print(f"[attnkit] {len(rows)} predictions written to {a.output}")
-    else:
-        sys.stdout.write(lines)
+    _write_jsonl(predict_texts(model, tok, texts, batch_size=a.batch_size, max_length=a.max_length), a.output, "predictions")
     return 0
 
 
