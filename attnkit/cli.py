@@ -27,7 +27,7 @@ class UserError(Exception):
 
 def _add_model_io(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a checkpoint written by `attnkit train` (its model/ folder or the run folder)")
-    p.add_argument("--max-length", type=int, default=128, help="truncate inputs to this many tokens (default 128)")
+    p.add_argument("--max-length", type=int, default=None, help="truncate inputs to this many tokens (default: the length the model was trained with, else 128)")
     p.add_argument("--batch-size", type=int, default=64, help="inference batch size (default 64)")
 
 
@@ -465,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     from attnkit.data import DataFormatError
 
     try:
+        if getattr(a, "max_length", 0) is None:  # evaluate/predict/explain/layer-weights: the model's training length
+            a.max_length = int(_run_info(_model_dir(a.model)).get("max_length") or 128)
         return COMMANDS[a.command](a)
     except (UserError, DataFormatError, OSError) as e:
         print(f"attnkit {a.command}: error: {e}", file=sys.stderr)

@@ -280,7 +280,8 @@ def train(cfg: TrainConfig) -> dict:
     if trainer.is_world_process_zero():
         model_dir = save_checkpoint(
             trainer.model, out / MODEL_DIR, tokenizer,
-            extra={"task": cfg.task, "label_names": data.label_names, "trained_on": data.description, "metric": data.metric},
+            extra={"task": cfg.task, "label_names": data.label_names, "trained_on": data.description, "metric": data.metric,
+                   "max_length": cfg.max_length},
         )
         metrics["model_dir"] = str(model_dir)
         write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict(), "head_spec": head.to_dict()})

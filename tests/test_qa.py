@@ -153,9 +153,10 @@ def test_cli_train_evaluate_predict_squad(tiny_bert, tiny_squad, tmp_path, capsy
     assert spec_of(model.config).attention == "sparsegen-lin" and spec_of(model.config).lam == -7.0
 
     # evaluate decodes with predict_answers, the Trainer with its own windows: they must agree
-    assert main(["evaluate", "--model", str(out), "--data-dir", str(tiny_squad), "--max-length", "40"]) == 0
+    # (no --max-length: it defaults to the length the model was trained with)
+    assert main(["evaluate", "--model", str(out), "--data-dir", str(tiny_squad)]) == 0
     ev = json.loads((out / "model" / "eval_squad_validation.json").read_text())
-    assert ev["n"] == 12
+    assert ev["n"] == 12 and ev["max_length"] == 40
     assert ev["f1"] == pytest.approx(dev["f1"]) and ev["exact_match"] == pytest.approx(dev["exact_match"])
     preds = json.loads((out / "model" / "eval_squad_validation_predictions.json").read_text())
     assert set(preds) == {f"dv{i}" for i in range(12)}
