@@ -124,11 +124,16 @@ def _model_dir(path: str) -> Path:
     return p
 
 
-def _load(path: str):
-    from attnkit.modeling import load_model, load_tokenizer
+def _load(path: str, qa_ok: bool = False):
+    """(model folder, model, tokenizer); a span-QA model only where ``qa_ok`` (else a clear error)."""
+    from attnkit.modeling import is_qa_model, load_model, load_tokenizer
 
     d = _model_dir(path)
-    return d, load_model(d), load_tokenizer(d)
+    model = load_model(d)
+    if not qa_ok and is_qa_model(model.config):
+        raise UserError(f"{d} is a span question-answering model: use `attnkit evaluate` (its SQuAD task), "
+                        "`attnkit predict --question ... --context ...` or `attnkit explain` with it")
+    return d, model, load_tokenizer(d)
 
 
 def cmd_train(a) -> int:
@@ -209,16 +214,18 @@ def cmd_evaluate(a) -> int:
     from attnkit.inference import evaluate_split
     from attnkit.train import write_json_atomic
 
-    d, model, tok = _load(a.model)
+    from attnkit.qa import is_qa_task
+
+    d, model, tok = _load(a.model, qa_ok=True)
     task = a.task or _run_info(d).get("task")
     if not task:
         raise UserError("--task is needed: the checkpoint does not record what it was trained on")
-    if task == "hans":
-        return _evaluate_hans(a, d, model, tok)
-    from attnkit.qa import is_qa_task
-
     if is_qa_task(task):
         return _evaluate_qa(a, d, model, tok, task)
+    if _qa_model(model):
+        raise UserError(f"{d} is a span question-answering model; task {task} needs a classifier")
+    if task == "hans":
+        return _evaluate_hans(a, d, model, tok)
     data = load_task(task, a.data_dir)
     if a.split not in data.splits:
         raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
@@ -316,7 +323,7 @@ def _write_jsonl(rows: list[dict], output: str | None, what: str) -> None:
         sys.stdout.write(lines)
 
 
-def _predict_qa(a, model, tok) -> int:
+def _predict_qa(a, d: Path, model, tok) -> int:
     from attnkit.qa import predict_answers
 
     qs, cs = _read_qa_file(a.file) if a.file else ([], [])
@@ -329,7 +336,10 @@ def _predict_qa(a, model, tok) -> int:
         raise UserError("this is a question-answering model: give --question and --context (or --file with JSON lines), not texts")
     if not qs:
         raise UserError("nothing to answer: give --question and --context, or --file with JSON lines {\"question\", \"context\"}")
-    _write_jsonl(predict_answers(model, tok, qs, cs, max_length=a.max_length, batch_size=a.batch_size), a.output, "answers")
+    info = _run_info(d)  # the training windows' overlap, when the length is the training length
+    stride = info.get("doc_stride") if info.get("max_length") == a.max_length else None
+    rows = predict_answers(model, tok, qs, cs, max_length=a.max_length, doc_stride=stride, batch_size=a.batch_size)
+    _write_jsonl(rows, a.output, "answers")
     return 0
 
 
@@ -361,9 +371,9 @@ def cmd_predict(a) -> int:
 
     if a.split:
         return _predict_split(a)
-    _, model, tok = _load(a.model)
+    d, model, tok = _load(a.model, qa_ok=True)
     if _qa_model(model):
-        return _predict_qa(a, model, tok)
+        return _predict_qa(a, d, model, tok)
     if a.question or a.context:
         raise UserError("--question/--context are for question-answering models; this one is a classifier")
     texts = list(a.texts)
@@ -381,7 +391,7 @@ def cmd_explain(a) -> int:
 
     if Path(a.output).suffix.lower() not in (".png", ".svg"):
         raise UserError(f"--output {a.output}: the heatmap file must end in .png or .svg")
-    _, model, tok = _load(a.model)
+    _, model, tok = _load(a.model, qa_ok=True)
     maps = attention_maps(model, tok, a.text, max_length=a.max_length)
     try:
         path = plot_attention(maps, a.output, layer=a.layer, head=a.head)

@@ -283,7 +283,9 @@ def predict_answers(model, tokenizer, questions: Sequence[str], contexts: Sequen
         starts += list(out.start_logits.float().cpu().numpy())
         ends += list(out.end_logits.float().cpu().numpy())
     spans = best_spans(contexts, enc["overflow_to_sample_mapping"], enc["offset_mapping"], starts, ends)
-    return [{"question": q, "answer": text, "start": start, "score": score} for q, (text, score, start) in zip(questions, spans)]
+    # no legal span (an empty context): answer "" with score None, never -inf (not valid JSON)
+    return [{"question": q, "answer": text, "start": start, "score": score if start >= 0 else None}
+            for q, (text, score, start) in zip(questions, spans)]
 
 
 def train_qa(cfg) -> dict:

@@ -171,6 +171,18 @@ def test_cli_train_evaluate_predict_squad(tiny_bert, tiny_squad, tmp_path, capsy
     assert main(["explain", "--model", str(out), "which word ?", "--output", str(tmp_path / "qa.svg"), "--max-length", "40"]) == 0
     assert (tmp_path / "qa.svg").stat().st_size > 0 and "span head" in capsys.readouterr().out
 
+    # an empty context has no span: "" and a null score (valid JSON), not -Infinity
+    assert main(["predict", "--model", str(out), "--question", "what ?", "--context", "   "]) == 0
+    row = json.loads(capsys.readouterr().out.strip())
+    assert row["answer"] == "" and row["score"] is None and row["start"] == -1
+
+    # classifier-only commands refuse a QA model with a clear message, not a traceback
+    for argv in (["predict", "--model", str(out), "--split", "validation", "--task", "squad"],
+                 ["evaluate", "--model", str(out), "--task", "csv", "--data-dir", str(tiny_squad)],
+                 ["words", "--model", str(out), "--task", "csv", "--data-dir", str(tiny_squad)]):
+        assert main(argv) == 2, argv
+        assert "question-answering model" in capsys.readouterr().err
+
     # a QA model refuses plain texts
     assert main(["predict", "--model", str(out), "some text"]) == 2
     assert "question-answering model" in capsys.readouterr().err
