@@ -15,7 +15,7 @@ Backward is closed form (no autograd through a sort):
     grad_z = s * (g - mean_{j in S} g_j) / (1 - lam),   s = 1[p > 0]
 
 ``-inf`` entries (masked keys) get exactly 0. A row that is entirely ``-inf`` gives
-all zeros and a zero gradient. Half-precision inputs are computed in float32 and
+all zeros and a zero gradient. A row holding a NaN comes out all NaN (never silently renormalised). Half-precision inputs are computed in float32 and
 returned in their own dtype.
 """
 
@@ -103,6 +103,9 @@ class _SparsemaxFunction(torch.autograd.Function):
             x = z * scale if scale != 1.0 else z
             tau, _ = sparsemax_threshold(x, topk)
             p = (x - tau).clamp_(min=0)
+            nan_rows = torch.isnan(x).any(-1, keepdim=True)  # as the kernel: a NaN makes the whole row NaN
+            if bool(nan_rows.any()):
+                p = p.masked_fill(nan_rows, math.nan)
         ctx.scale = scale
         ctx.save_for_backward(p)
         return p

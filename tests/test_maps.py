@@ -241,3 +241,16 @@ def test_row_blocks_and_tails_with_masked_rows(rows, gen):
         assert torch.allclose(p[~dead].double(), ref, atol=1e-6)
         assert (p[dead] == 0).all() and not torch.isnan(p).any()
 
+
+
+def test_nan_rows_come_out_nan(gen):
+    # a NaN score anywhere in a row poisons that row (both paths), other rows are untouched
+    z = torch.randn(6, 9, generator=gen)
+    z[1, 3] = math.nan
+    z[4] = math.nan
+    z[5, :4] = -math.inf
+    z[5, 7] = math.nan
+    p = sparsegen_lin(z, -1.0)
+    bad = torch.tensor([False, True, False, False, True, True])
+    assert torch.isnan(p[bad]).all()
+    assert torch.allclose(p[~bad].double(), reference_sparsemax(z[~bad] / 2.0), atol=1e-6)

@@ -1,7 +1,7 @@
 // Exact sparsemax along the last dim, rows in parallel (OpenMP), each row in cache (CPU).
 //
 // For a row x (already multiplied by `scale` = 1 / (1 - lam) for sparsegen-lin):
-//   m   = max_j x_j                       (a row of all -inf gives zeros)
+//   m   = max_j x_j                       (a row of all -inf gives zeros; a row with a NaN, all NaN)
 //   tau = Michelot's fixed point:         tau <- (sum_{x_j > tau} x_j - 1) / #{x_j > tau}
 //         starting from tau = m - 1 (below the threshold); it rises monotonically and
 //         stops at the exact threshold when no entry is dropped.
@@ -27,11 +27,17 @@ namespace {
 // row ends in a horizontal sum and a division that the next pass waits for, so rows are
 // processed R at a time with their passes interleaved (measured: 1.3-1.6x faster forward
 // at L = 64 and 128 than one row at a time).
+// Row max, and whether the row holds a NaN (the max comparison alone would skip it).
 template <typename T>
-inline T row_max(const T* __restrict x, int64_t n) {
+inline T row_max(const T* __restrict x, int64_t n, bool& has_nan) {
   T mx = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : mx)
-  for (int64_t j = 0; j < n; ++j) mx = x[j] > mx ? x[j] : mx;
+  T bad = 0;
+#pragma omp simd reduction(max : mx) reduction(+ : bad)
+  for (int64_t j = 0; j < n; ++j) {
+    mx = x[j] > mx ? x[j] : mx;
+    bad += x[j] != x[j] ? T(1) : T(0);
+  }
+  has_nan = bad != T(0);
   return mx;
 }
 
@@ -58,11 +64,11 @@ inline void forward_block(const T* __restrict x, T* __restrict out, int32_t* __r
   using A = double;
   A tau[R];
   int64_t c[R];
-  bool live[R];
+  bool live[R], nan_row[R];
   int nlive = 0;
   for (int i = 0; i < R; ++i) {
-    const T mx = row_max(x + i * n, n);
-    live[i] = mx > -std::numeric_limits<T>::infinity();
+    const T mx = row_max(x + i * n, n, nan_row[i]);
+    live[i] = !nan_row[i] && mx > -std::numeric_limits<T>::infinity();
     // Start below the threshold: tau >= max - 1 (scale > 0 keeps the order). From a lower
     // bound Michelot's step tau <- (sum_{y > tau} y - 1) / #{y > tau} rises monotonically
     // to the exact threshold; it stops when the set stops shrinking. A fully masked row
@@ -93,6 +99,11 @@ inline void forward_block(const T* __restrict x, T* __restrict out, int32_t* __r
   for (int i = 0; i < R; ++i) {
     const T* xr = x + i * n;
     T* o = out + i * n;
+    if (nan_row[i]) {  // a NaN anywhere makes the whole row NaN: never a silently renormalised answer
+      for (int64_t j = 0; j < n; ++j) o[j] = std::numeric_limits<T>::quiet_NaN();
+      support[i] = 0;
+      continue;
+    }
     const A t = tau[i];
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) {
