@@ -275,6 +275,12 @@ def _qa_model(model) -> bool:
     return is_qa_model(model.config)
 
 
+def _qa_stride(d: Path, max_length: int) -> int | None:
+    """The window overlap the QA model was trained with, if ``max_length`` is its training length (else the default)."""
+    info = _run_info(d)
+    return info.get("doc_stride") if info.get("max_length") == max_length else None
+
+
 def _evaluate_qa(a, d: Path, model, tok, task: str) -> int:
     """Span QA: EM/F1 (SQuAD v1.1) on a split, plus every prediction."""
     from attnkit.qa import evaluate_qa, load_squad
@@ -285,9 +291,8 @@ def _evaluate_qa(a, d: Path, model, tok, task: str) -> int:
     splits = load_squad(a.data_dir)
     if a.split not in splits:
         raise UserError(f"task {task} has no {a.split} split (it has {', '.join(splits)})")
-    info = _run_info(d)
-    stride = info.get("doc_stride") if info.get("max_length") == a.max_length else None
-    metrics, preds = evaluate_qa(model, tok, splits[a.split], max_length=a.max_length, doc_stride=stride, batch_size=a.batch_size)
+    metrics, preds = evaluate_qa(model, tok, splits[a.split], max_length=a.max_length, doc_stride=_qa_stride(d, a.max_length),
+                                 batch_size=a.batch_size)
     metrics = {"task": task, "split": a.split, "model": str(d), "max_length": a.max_length, **metrics}
     out = Path(a.output) if a.output else d / f"eval_{task}_{a.split}.json"
     write_json_atomic(out, metrics)
@@ -336,9 +341,7 @@ def _predict_qa(a, d: Path, model, tok) -> int:
         raise UserError("this is a question-answering model: give --question and --context (or --file with JSON lines), not texts")
     if not qs:
         raise UserError("nothing to answer: give --question and --context, or --file with JSON lines {\"question\", \"context\"}")
-    info = _run_info(d)  # the training windows' overlap, when the length is the training length
-    stride = info.get("doc_stride") if info.get("max_length") == a.max_length else None
-    rows = predict_answers(model, tok, qs, cs, max_length=a.max_length, doc_stride=stride, batch_size=a.batch_size)
+    rows = predict_answers(model, tok, qs, cs, max_length=a.max_length, doc_stride=_qa_stride(d, a.max_length), batch_size=a.batch_size)
     _write_jsonl(rows, a.output, "answers")
     return 0
 

@@ -291,11 +291,10 @@ def predict_answers(model, tokenizer, questions: Sequence[str], contexts: Sequen
 def train_qa(cfg) -> dict:
     """Fine-tune a span-QA model (``cfg``: :class:`attnkit.train.TrainConfig`); returns the metrics dict."""
     import numpy as np
-    import torch
-    from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
+    from transformers import DataCollatorWithPadding, Trainer, set_seed
 
     from attnkit.modeling import build_qa_model, load_tokenizer, save_checkpoint
-    from attnkit.train import METRICS_FILE, MODEL_DIR, _subsample, last_complete_checkpoint, write_json_atomic
+    from attnkit.train import METRICS_FILE, MODEL_DIR, _strip, _subsample, fit, training_arguments, write_json_atomic
 
     set_seed(cfg.seed)
     out = Path(cfg.output_dir)
@@ -312,7 +311,7 @@ def train_qa(cfg) -> dict:
     train_ds = featurize(train_rows, tokenizer, cfg.max_length, stride).remove_columns(["example_index", "offset_mapping"])
     dev_feats = featurize(dev_rows, tokenizer, cfg.max_length, stride)
     dev_index = list(dev_feats["example_index"])
-    dev_offsets = [[tuple(o) if o[0] >= 0 else None for o in offs] for offs in dev_feats["offset_mapping"]]
+    dev_offsets = list(dev_feats["offset_mapping"])  # [-1, -1] outside the context: best_spans skips those
     dev_ds = dev_feats.remove_columns(["example_index", "offset_mapping"])
     dev_list = [dict(r) for r in dev_rows]
     contexts = [r["context"] for r in dev_list]
@@ -324,28 +323,14 @@ def train_qa(cfg) -> dict:
         return {k: v for k, v in squad_metrics(preds, dev_list).items() if k != "n"}
 
     model = build_qa_model(cfg.model, spec, from_scratch=cfg.from_scratch)
-    per_steps = cfg.max_steps > 0 or cfg.eval_steps is not None
-    every = cfg.eval_steps or (cfg.max_steps if cfg.max_steps > 0 else None)
-    args = TrainingArguments(
-        output_dir=str(out), num_train_epochs=cfg.epochs, max_steps=cfg.max_steps,
-        per_device_train_batch_size=cfg.batch_size, per_device_eval_batch_size=cfg.eval_batch_size,
-        learning_rate=cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_ratio, seed=cfg.seed, data_seed=cfg.seed,
-        eval_strategy="steps" if per_steps else "epoch", save_strategy="steps" if per_steps else "epoch",
-        eval_steps=every, save_steps=every, save_total_limit=2, load_best_model_at_end=True,
-        metric_for_best_model="f1", greater_is_better=True, logging_steps=cfg.logging_steps, report_to="none",
-        disable_tqdm=False, dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(),
-        label_names=["start_positions", "end_positions"],
-    )
+    args = training_arguments(cfg, out, "f1", label_names=["start_positions", "end_positions"])
     trainer = Trainer(model=model, args=args, train_dataset=train_ds, eval_dataset=dev_ds,
                       data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer, compute_metrics=compute)
-    resume = last_complete_checkpoint(out) if cfg.resume else None
-    if resume:
-        log.warning("resuming from %s", resume)
-    result = trainer.train(resume_from_checkpoint=resume)
+    result = fit(trainer, cfg)
     dev = trainer.evaluate(dev_ds, metric_key_prefix="eval")
     metrics: dict = {
         "train": dict(result.metrics),
-        "validation": {(k[5:] if k.startswith("eval_") else k): v for k, v in dev.items()},
+        "validation": _strip(dev, "eval_"),
         "best_checkpoint": trainer.state.best_model_checkpoint,
         "attention": spec.to_dict(), "main_metric": "f1", "task": cfg.task,
         "train_size": len(train_rows), "train_windows": len(train_ds), "validation_size": len(dev_rows),

@@ -168,10 +168,52 @@ def write_json_atomic(path: str | os.PathLike, obj) -> None:
 # ----------------------------------------------------------------------------- train
 
 
+def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
+    """The Trainer settings every attnkit run shares; the best dev ``best_metric`` (higher is better) is kept."""
+    import torch
+    from transformers import TrainingArguments
+
+    per_steps = cfg.max_steps > 0 or cfg.eval_steps is not None
+    every = cfg.eval_steps or (cfg.max_steps if cfg.max_steps > 0 else None)
+    return TrainingArguments(
+        output_dir=str(out),
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.batch_size,
+        per_device_eval_batch_size=cfg.eval_batch_size,
+        learning_rate=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        warmup_steps=cfg.warmup_ratio,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        eval_strategy="steps" if per_steps else "epoch",
+        save_strategy="steps" if per_steps else "epoch",
+        eval_steps=every,
+        save_steps=every,
+        save_total_limit=2,
+        load_best_model_at_end=True,
+        metric_for_best_model=best_metric,
+        greater_is_better=True,
+        logging_steps=cfg.logging_steps,
+        report_to="none",
+        disable_tqdm=False,
+        dataloader_num_workers=0,
+        use_cpu=not torch.cuda.is_available(),
+        **extra,
+    )
+
+
+def fit(trainer, cfg: TrainConfig):
+    """``trainer.train()``, resumed from the run folder's newest complete checkpoint unless ``cfg.resume`` is off."""
+    resume = last_complete_checkpoint(cfg.output_dir) if cfg.resume else None
+    if resume:
+        log.warning("resuming from %s", resume)
+    return trainer.train(resume_from_checkpoint=resume)
+
+
 def train(cfg: TrainConfig) -> dict:
     """Fine-tune, keep the best dev checkpoint, evaluate it; returns the metrics dict."""
-    import torch
-    from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
+    from transformers import DataCollatorWithPadding, Trainer, set_seed
 
     from attnkit.data import load_task
     from attnkit.glue import MAIN_METRIC
@@ -221,33 +263,7 @@ def train(cfg: TrainConfig) -> dict:
         from attnkit.freeze import freeze_parameters
 
         frozen = freeze_parameters(model, cfg.freeze)
-    per_steps = cfg.max_steps > 0 or cfg.eval_steps is not None
-    every = cfg.eval_steps or (cfg.max_steps if cfg.max_steps > 0 else None)
-    args = TrainingArguments(
-        output_dir=str(out),
-        num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
-        per_device_train_batch_size=cfg.batch_size,
-        per_device_eval_batch_size=cfg.eval_batch_size,
-        learning_rate=cfg.lr,
-        weight_decay=cfg.weight_decay,
-        warmup_steps=cfg.warmup_ratio,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        eval_strategy="steps" if per_steps else "epoch",
-        save_strategy="steps" if per_steps else "epoch",
-        eval_steps=every,
-        save_steps=every,
-        save_total_limit=2,
-        load_best_model_at_end=True,
-        metric_for_best_model=MAIN_METRIC[data.metric],
-        greater_is_better=True,
-        logging_steps=cfg.logging_steps,
-        report_to="none",
-        disable_tqdm=False,
-        dataloader_num_workers=0,
-        use_cpu=not torch.cuda.is_available(),
-    )
+    args = training_arguments(cfg, out, MAIN_METRIC[data.metric])
     collator = DataCollatorWithPadding(tokenizer)
     trainer = Trainer(
         model=model,
@@ -258,10 +274,7 @@ def train(cfg: TrainConfig) -> dict:
         processing_class=tokenizer,
         compute_metrics=metrics_fn(data.metric),
     )
-    resume = last_complete_checkpoint(out) if cfg.resume else None
-    if resume:
-        log.warning("resuming from %s", resume)
-    train_result = trainer.train(resume_from_checkpoint=resume)
+    train_result = fit(trainer, cfg)
 
     metrics: dict = {"train": dict(train_result.metrics)}
     metrics["validation"] = _strip(trainer.evaluate(dev_ds, metric_key_prefix="eval"), "eval_")
