@@ -65,6 +65,7 @@ class TrainConfig:
     eval_steps: int | None = None  # None: evaluate once per epoch (or at the end of --max-steps)
     resume: bool = True
     logging_steps: int = 50
+    group_by_length: bool = False  # batches of similar length (less padding; same examples per epoch)
     # SesameBERT: locality step and layer pooling
     blur: str = "none"  # none | context | value
     blur_size: int = 3
@@ -198,6 +199,7 @@ def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
         report_to="none",
         disable_tqdm=False,
         dataloader_num_workers=0,
+        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
         use_cpu=not torch.cuda.is_available(),
         **extra,
     )
