@@ -30,6 +30,8 @@ from attnkit.maps import check_lam, sparsegen_lin, sparsemax
 
 ATTN_IMPLEMENTATION = "attnkit"
 CONFIG_KEY = "attnkit"
+#: name of the per-head parameter of a learned-lam attention module: rho [H], lam_h = 1 - exp(rho_h) < 1
+LAM_PARAM = "attnkit_lam_rho"
 
 
 def _softmax(scores: torch.Tensor, spec: "AttentionSpec") -> torch.Tensor:
@@ -114,7 +116,9 @@ class AttentionSpec:
     """What replaces softmax, and the optional locality step.
 
     ``attention`` is one of :data:`NORMALISERS`; ``lam`` (< 1) only matters for
-    sparsegen-lin (SSAF uses the same ``lam`` in every layer and head).
+    sparsegen-lin (SSAF uses the same ``lam`` in every layer and head). ``learn_lam=True``
+    (sparsegen-lin only) makes lam a parameter of every layer and head, started at ``lam``:
+    ``lam_h = 1 - exp(rho_h)``, so lam < 1 by construction (:func:`add_lam_parameters`).
     ``blur`` ("none" | "context" | "value") puts a parameter-free Gaussian blur of odd
     width ``blur_size`` and scale ``blur_sigma`` on each head's output or on the values
     (SesameBERT); it combines with every normaliser.
@@ -125,6 +129,7 @@ class AttentionSpec:
     blur: str = "none"
     blur_size: int = 3
     blur_sigma: float = 0.3
+    learn_lam: bool = False
 
     def __post_init__(self):
         name = str(self.attention).lower().replace("_", "-")
@@ -146,6 +151,10 @@ class AttentionSpec:
         if not math.isfinite(sigma) or sigma <= 0:
             raise ValueError(f"blur_sigma={self.blur_sigma!r}: expected a finite number > 0")
         object.__setattr__(self, "blur_sigma", sigma)
+        if not isinstance(self.learn_lam, bool):
+            raise ValueError(f"learn_lam={self.learn_lam!r}: expected true or false")
+        if self.learn_lam and name != "sparsegen-lin":
+            raise ValueError(f"learn_lam needs attention sparsegen-lin (lam learned per layer and head), not {name}")
 
     def kernel(self, dtype=torch.float32, device=None) -> torch.Tensor:
         return _cached_kernel(self.blur_size, self.blur_sigma, dtype, None if device is None else torch.device(device))
@@ -174,6 +183,8 @@ class AttentionSpec:
 
     def describe(self) -> str:
         s = f"sparsegen-lin (lam={self.lam:g})" if self.attention == "sparsegen-lin" else self.attention
+        if self.learn_lam:
+            s = f"sparsegen-lin (lam learned per layer and head, from {self.lam:g})"
         if self.blur != "none":
             s += f" + Gaussian blur on {'values' if self.blur == 'value' else 'context'} (k={self.blur_size}, sigma={self.blur_sigma:g})"
         return s
@@ -242,8 +253,18 @@ def attnkit_attention_forward(
     if scaling is None:
         scaling = query.size(-1) ** -0.5
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # [B, H, Lq, Lk]
-    scores = _mask_scores(scores, attention_mask)
-    weights = spec.normalise(scores)
+    if spec.learn_lam:  # sparsegen-lin with each head's own lam: sparsemax(z / (1 - lam_h)), 1 - lam_h = exp(rho_h)
+        rho = getattr(module, LAM_PARAM, None)
+        if rho is None:
+            raise RuntimeError(
+                f"{type(module).__name__} has no learned lam ({LAM_PARAM}): build or load the model with attnkit "
+                "(attnkit.modeling.build_classifier / load_model), which adds it"
+            )
+        # scaled before masking: a masked (-inf) score would give 0 * -inf = NaN in rho's gradient
+        scores = scores * torch.exp(-rho).to(scores.dtype)[:, None, None]  # rho [H] -> [H, 1, 1]
+        weights = sparsemax(_mask_scores(scores, attention_mask), dim=-1)
+    else:
+        weights = spec.normalise(_mask_scores(scores, attention_mask))
     dropped = nn.functional.dropout(weights, p=dropout, training=module.training)
     if spec.blur == "none":
         out = torch.matmul(dropped, value)  # [B, H, Lq, D]
@@ -269,6 +290,46 @@ def _valid_keys(attention_mask: torch.Tensor | None, batch: int, length: int) ->
     elif keep.dim() == 3:
         keep = keep.any(dim=1)
     return keep.expand(batch, length)
+
+
+def attention_modules(model: nn.Module) -> list[nn.Module]:
+    """The modules that call the attention function, in order (one per layer): the innermost
+    modules holding ``num_attention_heads`` and a ``config`` (BERT's ``*SelfAttention``, MiniBERT's attention)."""
+    found = []
+    for m in model.modules():
+        if isinstance(getattr(m, "num_attention_heads", None), int) and hasattr(m, "config"):
+            if not any(c is not m and isinstance(getattr(c, "num_attention_heads", None), int) for c in m.modules()):
+                found.append(m)
+    return found
+
+
+def add_lam_parameters(model: nn.Module, values: list[list[float]] | None = None) -> list[nn.Parameter]:
+    """Give every attention module of a ``learn_lam`` model its lam parameter [H] (idempotent).
+
+    Started at the spec's lam in every head, or at ``values`` [layers][heads] (a saved model's).
+    """
+    spec = spec_of(model.config)
+    params = []
+    mods = attention_modules(model)
+    if values is not None and (len(values) != len(mods) or any(len(v) != m.num_attention_heads for v, m in zip(values, mods))):
+        raise ValueError(f"learned lam of shape {[len(v) for v in values]} does not fit the model's {[m.num_attention_heads for m in mods]} heads")
+    for i, m in enumerate(mods):
+        p = getattr(m, LAM_PARAM, None)
+        if p is None:
+            lam = torch.full((m.num_attention_heads,), spec.lam, dtype=torch.float64) if values is None else torch.tensor(values[i], dtype=torch.float64)
+            ref = next(m.parameters(), None)
+            p = nn.Parameter(torch.log1p(-lam).to(torch.float32 if ref is None else ref.dtype).to(None if ref is None else ref.device))
+            m.register_parameter(LAM_PARAM, p)
+        params.append(p)
+    return params
+
+
+def learned_lam(model: nn.Module) -> list[list[float]] | None:
+    """lam of every layer and head [layers][heads] of a learn_lam model (None if it has none)."""
+    ps = [getattr(m, LAM_PARAM) for m in attention_modules(model) if hasattr(m, LAM_PARAM)]
+    if not ps:
+        return None
+    return [(1.0 - torch.exp(p.detach().double())).tolist() for p in ps]
 
 
 _registered = False

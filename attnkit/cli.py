@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-eval-samples", type=int, default=None, help="evaluate on a random subset of this size")
     t.add_argument("--eval-steps", type=int, default=None, help="evaluate and checkpoint every N steps (default: every epoch)")
     t.add_argument("--logging-steps", type=int, default=d.logging_steps)
+    t.add_argument("--learn-lam", action="store_true", help="sparsegen-lin: learn lam per layer and head, started at --lam (lam < 1 by construction)")
+    t.add_argument("--lam-warmup", action="store_true", help="sparsegen-lin: start 4x denser and reach --lam at the end of --warmup")
     t.add_argument("--group-by-length", action="store_true", help="batch texts of similar length together (less padding, faster on CPU)")
     t.add_argument("--no-heatmap", action="store_true", help="do not draw an attention heatmap at the end")
     s = t.add_argument_group("SesameBERT: Gaussian blur and layer pooling")
@@ -144,6 +146,7 @@ def cmd_train(a) -> int:
         weight_decay=a.weight_decay, max_length=a.max_length, doc_stride=a.doc_stride, seed=a.seed, output_dir=a.output_dir,
         resume=not a.no_resume, max_train_samples=a.max_train_samples, max_eval_samples=a.max_eval_samples,
         eval_steps=a.eval_steps, logging_steps=a.logging_steps, group_by_length=a.group_by_length,
+        learn_lam=a.learn_lam, lam_warmup=a.lam_warmup,
         blur=a.blur, blur_size=a.blur_size, blur_sigma=a.blur_sigma, pooling=a.layer_pooling, se=a.se, se_ratio=a.se_ratio,
         **mini_train_settings(a, TrainConfig.attention, TrainConfig.lr),  # model, attention, lam, lr, freeze, MiniBERT shape
     )

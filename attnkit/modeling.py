@@ -15,7 +15,12 @@ import shutil
 import uuid
 from pathlib import Path
 
-from attnkit.attention import ATTN_IMPLEMENTATION, CONFIG_KEY, AttentionSpec, apply_spec, register, spec_of
+from attnkit.attention import (
+    ATTN_IMPLEMENTATION, CONFIG_KEY, LAM_PARAM, AttentionSpec, add_lam_parameters, apply_spec, learned_lam, register, spec_of,
+)
+
+#: config key holding a learn_lam model's lam per layer and head [layers][heads] (also in the weights)
+LAM_KEY = "attnkit_lam"
 from attnkit.pooling import HEAD_KEY, HeadSpec, head_of
 
 DEFAULT_MODEL = "minilm"
@@ -104,16 +109,39 @@ def build_classifier(
                 path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True
             )
             net.encoder.load_state_dict(encoder.state_dict(), strict=True)
-        apply_spec(net.config, spec)
-        return net
+        return _finish(net, spec)
     if from_scratch:
         net = AutoModelForSequenceClassification.from_config(config, attn_implementation=ATTN_IMPLEMENTATION)
     else:
         net = AutoModelForSequenceClassification.from_pretrained(
             path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True
         )
+    return _finish(net, spec)
+
+
+def _finish(net, spec: AttentionSpec, path: str | None = None):
+    """Store the spec in the built model's config; give a learn_lam model its lam parameters
+    (from ``path``'s saved weights when reloading a checkpoint)."""
     apply_spec(net.config, spec)
+    if spec.learn_lam:
+        params = add_lam_parameters(net, getattr(net.config, LAM_KEY, None))
+        weights = Path(path) / "model.safetensors" if path else None
+        if weights is not None and weights.is_file():
+            from safetensors import safe_open
+
+            with safe_open(str(weights), framework="pt") as f:
+                saved = sorted(k for k in f.keys() if k.endswith(LAM_PARAM))
+                if len(saved) == len(params):
+                    for p, k in zip(params, saved_in_order(saved)):
+                        p.data.copy_(f.get_tensor(k))
     return net
+
+
+def saved_in_order(keys: list[str]) -> list[str]:
+    """Parameter names sorted by their layer numbers (layer.10 after layer.9)."""
+    import re
+
+    return sorted(keys, key=lambda k: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", k)])
 
 
 def build_qa_model(model: str | os.PathLike | None = DEFAULT_MODEL, spec: AttentionSpec | None = None, *, from_scratch: bool = False):
@@ -132,8 +160,7 @@ def build_qa_model(model: str | os.PathLike | None = DEFAULT_MODEL, spec: Attent
         net = AutoModelForQuestionAnswering.from_config(config, attn_implementation=ATTN_IMPLEMENTATION)
     else:
         net = AutoModelForQuestionAnswering.from_pretrained(path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True)
-    apply_spec(net.config, spec)
-    return net
+    return _finish(net, spec)
 
 
 def is_qa_model(config) -> bool:
@@ -152,8 +179,7 @@ def load_model(path: str | os.PathLike):
     spec = spec_of(config)
     apply_spec(config, spec)
     net = AutoModelForQuestionAnswering.from_pretrained(path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True)
-    apply_spec(net.config, spec)
-    return net
+    return _finish(net, spec, path)
 
 
 def load_classifier(path: str | os.PathLike):
@@ -171,13 +197,11 @@ def load_classifier(path: str | os.PathLike):
         net = PooledEncoderForSequenceClassification.from_pretrained(
             path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True
         )
-        apply_spec(net.config, spec)
-        return net
+        return _finish(net, spec, path)
     net = AutoModelForSequenceClassification.from_pretrained(
         path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True
     )
-    apply_spec(net.config, spec)
-    return net
+    return _finish(net, spec, path)
 
 
 def set_attention(model, spec: AttentionSpec) -> None:
@@ -207,6 +231,9 @@ def save_checkpoint(model, out_dir: str | os.PathLike, tokenizer=None, extra: di
     cfg = json.loads(cfg_path.read_text())
     cfg["attn_implementation"] = ATTN_IMPLEMENTATION
     cfg[CONFIG_KEY] = spec.to_dict()
+    lams = learned_lam(model)
+    if lams is not None:
+        cfg[LAM_KEY] = lams
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     if extra:
         (tmp / "attnkit_run.json").write_text(json.dumps(extra, indent=2, sort_keys=True, default=str) + "\n")

@@ -66,6 +66,8 @@ class TrainConfig:
     resume: bool = True
     logging_steps: int = 50
     group_by_length: bool = False  # batches of similar length (less padding; same examples per epoch)
+    learn_lam: bool = False  # sparsegen-lin: lam learned per layer and head, started at lam
+    lam_warmup: bool = False  # sparsegen-lin: lam moves from a denser start to lam during the warm-up steps
     # SesameBERT: locality step and layer pooling
     blur: str = "none"  # none | context | value
     blur_size: int = 3
@@ -84,7 +86,10 @@ class TrainConfig:
 
     def spec(self) -> AttentionSpec:
         lam = self.lam if self.lam is not None else PAPER_LAM.get(self.task, 0.0)
-        return AttentionSpec(self.attention, lam, blur=self.blur, blur_size=self.blur_size, blur_sigma=self.blur_sigma)
+        if self.lam_warmup and (self.attention != "sparsegen-lin" or self.warmup_ratio <= 0):
+            raise ValueError("--lam-warmup needs --attention sparsegen-lin and --warmup > 0 (lam reaches its value at the end of warm-up)")
+        return AttentionSpec(self.attention, lam, blur=self.blur, blur_size=self.blur_size, blur_sigma=self.blur_sigma,
+                             learn_lam=self.learn_lam)
 
     def head(self) -> HeadSpec:
         return HeadSpec(self.pooling, se=self.se, se_ratio=self.se_ratio)
@@ -104,6 +109,47 @@ def metrics_fn(kind: str):
         return task_metrics(kind, labels, predictions_of(kind, logits))
 
     return compute
+
+
+# ----------------------------------------------------------------------------- lam schedule
+
+#: --lam-warmup starts at the lam whose scale 1 / (1 - lam) is this many times smaller (a denser map)
+LAM_WARMUP_FACTOR = 4.0
+
+
+def warmup_lam(target: float, step: int, warmup_steps: int) -> float:
+    """lam at ``step`` of a warm-up that starts denser and reaches ``target`` at ``warmup_steps``.
+
+    The temperature ``1 - lam`` falls linearly from ``LAM_WARMUP_FACTOR * (1 - target)`` to ``1 - target``.
+    """
+    if warmup_steps <= 0 or step >= warmup_steps:
+        return target
+    t0 = LAM_WARMUP_FACTOR * (1.0 - target)
+    return 1.0 - (t0 + (1.0 - target - t0) * step / warmup_steps)
+
+
+def lam_warmup_callback(target: float):
+    """A TrainerCallback that sets the model's lam before every step (resumes at the right lam)."""
+    from transformers import TrainerCallback
+
+    from attnkit.attention import spec_of
+    from attnkit.modeling import set_attention
+
+    class LamWarmup(TrainerCallback):
+        def _set(self, args, state, model):
+            lam = warmup_lam(target, state.global_step, args.get_warmup_steps(state.max_steps))
+            d = spec_of(model.config).to_dict() | {"lam": lam}
+            from attnkit.attention import AttentionSpec
+
+            set_attention(model, AttentionSpec(**d))
+
+        def on_step_begin(self, args, state, control, model=None, **kw):
+            self._set(args, state, model)
+
+        def on_train_end(self, args, state, control, model=None, **kw):
+            self._set(args, state, model)  # the target lam, whatever step training stopped at
+
+    return LamWarmup()
 
 
 # ----------------------------------------------------------------------------- data
@@ -275,6 +321,7 @@ def train(cfg: TrainConfig) -> dict:
         data_collator=collator,
         processing_class=tokenizer,
         compute_metrics=metrics_fn(data.metric),
+        callbacks=[lam_warmup_callback(spec.lam)] if cfg.lam_warmup else None,
     )
     train_result = fit(trainer, cfg)
 
@@ -289,6 +336,11 @@ def train(cfg: TrainConfig) -> dict:
     metrics["task"] = cfg.task
     metrics["train_size"] = len(train_ds)
     metrics["parameters"] = sum(p.numel() for p in model.parameters())
+    from attnkit.attention import learned_lam
+
+    lams = learned_lam(trainer.model)
+    if lams is not None:
+        metrics["lam_learned"] = lams
     if frozen is not None:
         metrics["frozen"] = {k: v for k, v in frozen.items() if k != "names"}
 
@@ -301,6 +353,11 @@ def train(cfg: TrainConfig) -> dict:
         metrics["model_dir"] = str(model_dir)
         write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict(), "head_spec": head.to_dict()})
         write_json_atomic(out / METRICS_FILE, metrics)
+        if lams is not None:
+            from attnkit.explain import plot_learned_lam
+
+            for ext in ("png", "svg"):
+                plot_learned_lam(lams, out / f"lam_learned.{ext}", start=spec.lam, title=f"{cfg.task}: learned lam")
     return metrics
 
 

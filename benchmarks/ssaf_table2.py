@@ -51,7 +51,7 @@ def method_settings(method: str, task: str, a) -> dict:
                 from_scratch=scratch, epochs=a.np_epochs if scratch else epochs, lr=a.np_lr if scratch else a.lr,
                 warmup_ratio=a.np_warmup if scratch else 0.0)
     if method == "SSAF+learned-lam":
-        base["attention"] = "sparsegen-lin-learned"
+        base["learn_lam"] = True
     elif method == "SSAF+lam-warmup":
         base.update(warmup_ratio=0.1, lam_warmup=True)
     elif method not in ("softmax", "SSAF", "Np", "SSAF(Np)"):

@@ -1,0 +1,111 @@
+"""SSAF remedies: lam learned per layer and head, and a lam warm-up schedule."""
+
+import json
+
+import pytest
+import torch
+
+from attnkit.attention import LAM_PARAM, AttentionSpec, learned_lam
+from attnkit.maps import sparsegen_lin
+from attnkit.modeling import build_classifier, load_classifier, load_tokenizer, save_checkpoint
+from attnkit.train import LAM_WARMUP_FACTOR, TrainConfig, train, warmup_lam
+
+SENTS = ["a great movie and a really good story", "bad", "it was not fun but the actor was superb"]
+
+
+def _logits(model, tok, texts, **kw):
+    model.eval()
+    with torch.no_grad():
+        return model(**tok(texts, padding=True, return_tensors="pt"), **kw)
+
+
+def test_learned_lam_starts_at_the_spec_and_equals_fixed_lam(tiny_bert):
+    tok = load_tokenizer(tiny_bert)
+    fixed = build_classifier(tiny_bert, 2, AttentionSpec("sparsegen-lin", -2.0))
+    learn = build_classifier(tiny_bert, 2, AttentionSpec("sparsegen-lin", -2.0, learn_lam=True))
+    learn.load_state_dict(fixed.state_dict(), strict=False)
+    lams = learned_lam(learn)
+    assert len(lams) == 2 and all(len(l) == 4 for l in lams)
+    assert all(abs(x + 2.0) < 1e-6 for row in lams for x in row)
+    a, b = _logits(fixed, tok, SENTS), _logits(learn, tok, SENTS)
+    assert torch.allclose(a.logits, b.logits, atol=1e-5)
+    assert learned_lam(fixed) is None
+
+
+def test_learned_lam_gets_gradients_and_stays_below_one(tiny_bert):
+    tok = load_tokenizer(tiny_bert)
+    model = build_classifier(tiny_bert, 2, AttentionSpec("sparsegen-lin", 0.5, learn_lam=True)).train()
+    rhos = [p for n, p in model.named_parameters() if n.endswith(LAM_PARAM)]
+    assert len(rhos) == 2
+    out = model(**tok(SENTS, padding=True, return_tensors="pt"), labels=torch.tensor([1, 0, 1]))
+    out.loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in rhos)
+    with torch.no_grad():  # any value of the parameter is a valid lam < 1
+        for p in rhos:
+            p.fill_(-30.0)
+    assert all(x < 1 for row in learned_lam(model) for x in row)
+
+
+def test_each_head_uses_its_own_lam(tiny_bert):
+    tok = load_tokenizer(tiny_bert)
+    model = build_classifier(tiny_bert, 2, AttentionSpec("sparsegen-lin", 0.0, learn_lam=True))
+    lam = torch.tensor([-3.0, 0.0, 0.5, 0.9])
+    for m in [m for m in model.modules() if hasattr(m, LAM_PARAM)]:
+        getattr(m, LAM_PARAM).data.copy_(torch.log1p(-lam))
+    # reference: the first layer's scores through sparsegen_lin with each head's lam
+    sa = model.bert.encoder.layer[0].attention.self
+    enc = tok(SENTS[:1], return_tensors="pt")
+    w = _logits(model, tok, SENTS[:1], output_attentions=True).attentions[0]  # [1, H, L, L]
+    with torch.no_grad():
+        x = model.bert.embeddings(input_ids=enc["input_ids"], token_type_ids=enc["token_type_ids"])
+        B, L, _ = x.shape
+        q = sa.query(x).view(B, L, 4, -1).transpose(1, 2)
+        k = sa.key(x).view(B, L, 4, -1).transpose(1, 2)
+        scores = q @ k.transpose(-1, -2) * sa.scaling
+    for h in range(4):
+        ref = sparsegen_lin(scores[:, h], float(lam[h]))
+        assert torch.allclose(w[:, h], ref, atol=1e-5), h
+    assert (w[:, 3] == 0).sum() > (w[:, 0] == 0).sum()  # lam 0.9 is sparser than lam -3
+
+
+def test_learned_lam_survives_save_and_reload(tiny_bert, tmp_path):
+    tok = load_tokenizer(tiny_bert)
+    model = build_classifier(tiny_bert, 2, AttentionSpec("sparsegen-lin", -1.0, learn_lam=True))
+    for i, m in enumerate(m for m in model.modules() if hasattr(m, LAM_PARAM)):
+        getattr(m, LAM_PARAM).data.copy_(torch.log1p(-torch.tensor([0.3, -2.0, 0.7, -5.0])) + 0.01 * i)
+    d = save_checkpoint(model, tmp_path / "m", tok)
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["attnkit"]["learn_lam"] is True and len(cfg["attnkit_lam"]) == 2
+    back = load_classifier(d)
+    assert learned_lam(back) == learned_lam(model)
+    assert torch.equal(_logits(back, tok, SENTS).logits, _logits(model, tok, SENTS).logits)
+
+
+def test_learn_lam_needs_sparsegen_lin():
+    with pytest.raises(ValueError, match="sparsegen-lin"):
+        AttentionSpec("softmax", learn_lam=True)
+
+
+def test_warmup_lam_goes_from_denser_to_the_target():
+    target = -6.0
+    assert warmup_lam(target, 0, 100) == pytest.approx(1 - LAM_WARMUP_FACTOR * 7)
+    lams = [warmup_lam(target, s, 100) for s in range(0, 130, 10)]
+    assert all(a < b for a, b in zip(lams[:10], lams[1:11]))  # monotone towards sparser
+    assert lams[10:] == [target] * 3
+    assert warmup_lam(target, 5, 0) == target
+
+
+def test_lam_warmup_and_learned_lam_train_end_to_end(tiny_bert, tiny_task, tmp_path):
+    base = dict(task="csv", data_dir=str(tiny_task), model=str(tiny_bert), attention="sparsegen-lin", lam=-2.0, epochs=1, batch_size=16,
+                max_length=32, logging_steps=1, seed=3)
+    m = train(TrainConfig(**base, warmup_ratio=0.5, lam_warmup=True, output_dir=str(tmp_path / "w")))
+    assert m["attention"]["lam"] == -2.0  # the target is what the model is saved with
+    assert json.loads((tmp_path / "w/model/config.json").read_text())["attnkit"]["lam"] == -2.0
+    m = train(TrainConfig(**base, learn_lam=True, lr=5e-2, output_dir=str(tmp_path / "l")))
+    lams = m["lam_learned"]
+    assert len(lams) == 2 and any(abs(x + 2.0) > 1e-4 for row in lams for x in row)  # it moved
+    assert (tmp_path / "l/lam_learned.png").is_file() and (tmp_path / "l/lam_learned.svg").is_file()
+    back = learned_lam(load_classifier(tmp_path / "l/model"))
+    assert [x for row in back for x in row] == pytest.approx([x for row in lams for x in row], abs=1e-6)
+    with pytest.raises(ValueError, match="--lam-warmup"):
+        TrainConfig(**base, lam_warmup=True).spec()
