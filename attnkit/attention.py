@@ -168,7 +168,10 @@ class AttentionSpec:
         return NORMALISERS[self.attention](scores, self)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not self.learn_lam:  # written only when set: configs of fixed-lam models stay as older attnkit wrote them
+            del d["learn_lam"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "AttentionSpec":

@@ -31,13 +31,9 @@ def _add_model_io(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=64, help="inference batch size (default 64)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _add_train_options(t: argparse.ArgumentParser) -> None:
+    """Every option of ``attnkit train`` (also taken by ``attnkit sweep``)."""
     d = TrainConfig()
-    parser = argparse.ArgumentParser(prog="attnkit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-v", "--verbose", action="store_true", help="show library logs and warnings")
-    sub = parser.add_subparsers(dest="command", metavar="{train,pretrain,evaluate,predict,explain,words,layer-weights,tasks}")
-
-    t = sub.add_parser("train", help="fine-tune an encoder with softmax or sparse attention")
     t.add_argument("--task", default=d.task, help=f"dataset (default {d.task}); see `attnkit tasks`")
     t.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
     t.add_argument("--model", default=d.model, help="'minilm' (bundled), a local checkpoint folder, or a hub name")
@@ -72,6 +68,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--se", action=argparse.BooleanOptionalAction, default=False, help="Squeeze-and-Excitation over the layer outputs (default off)")
     s.add_argument("--se-ratio", type=int, default=d.se_ratio, help=f"SE reduction ratio r (default {d.se_ratio})")
     add_mini_train_options(t)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = TrainConfig()
+    parser = argparse.ArgumentParser(prog="attnkit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="show library logs and warnings")
+    sub = parser.add_subparsers(dest="command", metavar="{train,sweep,pretrain,evaluate,predict,explain,words,layer-weights,tasks}")
+
+    t = sub.add_parser("train", help="fine-tune an encoder with softmax or sparse attention")
+    _add_train_options(t)
+    w = sub.add_parser("sweep", help="train every (lam, seed) cell and a softmax baseline per seed; plot metric and support against lam")
+    w.add_argument("--lams", nargs="+", type=float, required=True, help="sparsegen-lin lam values (< 1), e.g. -8 -6 -4 -2 0")
+    w.add_argument("--seeds", nargs="+", type=int, default=[1, 2], help="seeds (default 1 2)")
+    w.add_argument("--view-layer", type=int, default=None, help="layer of the side-by-side attention figure (default the last)")
+    w.add_argument("--view-head", type=int, default=0, help="head of the side-by-side attention figure (default 0)")
+    _add_train_options(w)
+    w.set_defaults(output_dir="runs/sweep")
     add_pretrain_parser(sub)
 
     e = sub.add_parser("evaluate", help="metrics of a trained model on a split, printed and written as JSON")
@@ -139,8 +152,9 @@ def _load(path: str, qa_ok: bool = False):
     return d, model, load_tokenizer(d)
 
 
-def cmd_train(a) -> int:
-    cfg = TrainConfig(
+def _train_config(a) -> TrainConfig:
+    """The TrainConfig of ``attnkit train``'s (or ``sweep``'s) arguments."""
+    return TrainConfig(
         task=a.task, data_dir=a.data_dir, from_scratch=a.from_scratch,
         epochs=a.epochs, max_steps=a.max_steps, batch_size=a.batch_size, warmup_ratio=a.warmup,
         weight_decay=a.weight_decay, max_length=a.max_length, doc_stride=a.doc_stride, seed=a.seed, output_dir=a.output_dir,
@@ -150,6 +164,10 @@ def cmd_train(a) -> int:
         blur=a.blur, blur_size=a.blur_size, blur_sigma=a.blur_sigma, pooling=a.layer_pooling, se=a.se, se_ratio=a.se_ratio,
         **mini_train_settings(a, TrainConfig.attention, TrainConfig.lr),  # model, attention, lam, lr, freeze, MiniBERT shape
     )
+
+
+def cmd_train(a) -> int:
+    cfg = _train_config(a)
     cfg.head()
     cfg.spec()  # validate attention/lam before any heavy work
     from attnkit.train import train
@@ -191,6 +209,18 @@ def cmd_train(a) -> int:
         png = plot_attention(maps, out / "attention.png", layer=layer, head=0)
         grid = plot_attention(maps, out / "attention_grid.png")
         print(f"[attnkit] attention heatmap of a dev sentence written to {png} (all layers/heads: {grid})")
+    return 0
+
+
+def cmd_sweep(a) -> int:
+    from attnkit.sweep import run_sweep
+
+    base = _train_config(a)
+    base.head()
+    out = Path(a.output_dir)
+    records = run_sweep(base, a.lams, a.seeds, out, view_layer=a.view_layer, view_head=a.view_head)
+    print(f"[attnkit] {len(records)} cells; records in {out / 'sweep.json'}; figures {out / 'sweep.png'}, {out / 'sweep.svg'}, "
+          f"{out / 'sweep_attention.png'}")
     return 0
 
 
@@ -453,7 +483,7 @@ COMMANDS = {
     "train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict, "explain": cmd_explain,
     "layer-weights": cmd_layer_weights, "tasks": cmd_tasks,
 }
-COMMANDS.update(pretrain=cmd_pretrain, words=cmd_words)
+COMMANDS.update(pretrain=cmd_pretrain, words=cmd_words, sweep=cmd_sweep)
 
 
 def _quiet_libraries() -> None:

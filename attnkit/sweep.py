@@ -1,0 +1,246 @@
+"""``attnkit sweep``: the SSAF paper's Fig. 2 and 3 as one command.
+
+Every (lam, seed) cell is a sparsegen-lin fine-tuning run, and every seed also gets a softmax
+baseline trained with the same options. A cell's run folder is ``<out>/lam<lam>_seed<seed>``
+(``<out>/softmax_seed<seed>``); a finished cell (its ``sweep_cell.json``) is reused when the sweep
+is run again, an unfinished one resumes from its checkpoints. Written after every cell:
+
+    <out>/sweep.json            a record per cell: lam (or "softmax"), seed, dev and test main metric,
+                                mean non-zeros per attention row on dev (and per layer)
+    <out>/sweep.png, .svg       main metric against lam (mean ± std over seeds), softmax dashed,
+                                mean support size on a second axis
+    <out>/sweep_attention.png   one dev sentence's attention at one layer and head, for each lam and softmax
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from attnkit.train import TrainConfig, write_json_atomic
+
+SUPPORT_TEXTS = 256  # dev texts the mean support is measured on
+
+
+@dataclass(frozen=True)
+class Cell:
+    lam: float | None  # None: the softmax baseline
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"softmax_seed{self.seed}" if self.lam is None else f"lam{self.lam:g}_seed{self.seed}"
+
+    def describe(self) -> str:
+        return f"softmax, seed {self.seed}" if self.lam is None else f"lam {self.lam:g}, seed {self.seed}"
+
+
+def sweep_cells(lams: list[float], seeds: list[int]) -> list[Cell]:
+    """Seed-major: each seed's softmax baseline, then its lams (a seed's comparison is complete early)."""
+    return [c for s in seeds for c in [Cell(None, s)] + [Cell(float(l), s) for l in lams]]
+
+
+def cell_config(base: TrainConfig, cell: Cell, out: Path) -> TrainConfig:
+    if cell.lam is None:
+        return replace(base, attention="softmax", lam=None, learn_lam=False, lam_warmup=False, seed=cell.seed, output_dir=str(out / cell.name))
+    return replace(base, attention="sparsegen-lin", lam=cell.lam, seed=cell.seed, output_dir=str(out / cell.name))
+
+
+def mean_support(model, tokenizer, texts: list[str], pairs: list[str] | None = None, *, max_length: int = 128, batch_size: int = 32) -> dict:
+    """Mean number of non-zero weights per attention row over real (unpadded) query tokens:
+    ``{"mean": float, "per_layer": [float, ...], "mean_length": float}``."""
+    import torch
+
+    model.eval()
+    nz = None
+    rows = 0
+    lengths = []
+    for i in range(0, len(texts), batch_size):
+        enc = tokenizer(texts[i : i + batch_size], None if pairs is None else pairs[i : i + batch_size], truncation=True,
+                        max_length=max_length, padding=True, return_tensors="pt")
+        with torch.inference_mode():
+            att = model(**enc, output_attentions=True).attentions  # layers x [B, H, L, L]
+        real = enc["attention_mask"].bool()  # [B, L]
+        counts = torch.stack([(a > 0).sum(-1).float() for a in att])  # [layers, B, H, L]
+        counts = counts * real[None, :, None, :]
+        s = counts.sum(dim=(1, 2, 3))  # [layers]
+        nz = s if nz is None else nz + s
+        rows += int(real.sum()) * att[0].shape[1]
+        lengths += real.sum(-1).tolist()
+    per_layer = (nz / rows).tolist()
+    return {"mean": float(np.mean(per_layer)), "per_layer": per_layer, "mean_length": float(np.mean(lengths))}
+
+
+def _dev_texts(cfg: TrainConfig):
+    from attnkit.data import load_task
+
+    dev = load_task(cfg.task, cfg.data_dir).splits["validation"]
+    dev = dev.select(range(min(SUPPORT_TEXTS, len(dev))))
+    pairs = list(dev["text_pair"]) if "text_pair" in dev.column_names else None
+    return list(dev["text"]), pairs
+
+
+def view_sentence(texts: list[str]) -> int:
+    """The shortest dev text of 6 to 14 words (readable as a heatmap), else the first."""
+    return min((j for j, t in enumerate(texts) if 6 <= len(t.split()) <= 14), key=lambda j: len(texts[j]), default=0)
+
+
+def run_cell(base: TrainConfig, cell: Cell, out: Path) -> dict:
+    from attnkit.modeling import load_model, load_tokenizer
+    from attnkit.train import train
+
+    cfg = cell_config(base, cell, out)
+    m = train(cfg)
+    key = m.get("main_metric", "accuracy")
+    texts, pairs = _dev_texts(cfg)
+    model_dir = Path(cfg.output_dir) / "model"
+    support = mean_support(load_model(model_dir), load_tokenizer(model_dir), texts, pairs, max_length=cfg.max_length)
+    test = next((m[k] for k in m if k.startswith("test") and isinstance(m[k], dict)), None)
+    return {
+        "lam": "softmax" if cell.lam is None else cell.lam,
+        "seed": cell.seed,
+        "metric": key,
+        "dev": m["validation"][key],
+        "test": None if test is None else test[key],
+        "mean_support": support["mean"],
+        "support_per_layer": support["per_layer"],
+        "mean_dev_length": support["mean_length"],
+        "train_seconds": m["train"].get("train_runtime"),
+        "run_dir": cfg.output_dir,
+    }
+
+
+def run_sweep(base: TrainConfig, lams: list[float], seeds: list[int], out_dir: str | Path, *,
+              view_layer: int | None = None, view_head: int = 0, log: Callable[[str], None] = print) -> list[dict]:
+    """Train (or reuse) every cell, writing sweep.json and the figures after each; returns the records."""
+    from attnkit.qa import is_qa_task
+
+    if is_qa_task(base.task):
+        raise ValueError(f"attnkit sweep takes a classification task; {base.task} is span QA")
+    if not lams or not seeds:
+        raise ValueError("attnkit sweep needs at least one --lams value and one --seeds value")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cells = sweep_cells(lams, seeds)
+    for c in cells:  # a bad lam fails now, not after hours of training
+        cell_config(base, c, out).spec()
+    records = []
+    for i, cell in enumerate(cells, 1):
+        done = out / cell.name / "sweep_cell.json"
+        if done.is_file():
+            rec = json.loads(done.read_text())
+            log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): finished before, reused")
+        else:
+            log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): training in {out / cell.name}")
+            rec = run_cell(base, cell, out)
+            write_json_atomic(done, rec)
+        records.append(rec)
+        summary = f"dev {rec['metric']} {rec['dev']:.4f}" + ("" if rec["test"] is None else f", test {rec['test']:.4f}")
+        log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): {summary}, mean support {rec['mean_support']:.2f}")
+        write_json_atomic(out / "sweep.json", records)
+        for ext in ("png", "svg"):
+            plot_sweep(records, out / f"sweep.{ext}", title=f"{base.task}: sparsegen-lin against lam")
+    plot_sweep_attention(base, records, out / "sweep_attention.png", layer=view_layer, head=view_head)
+    return records
+
+
+def _by_lam(records: list[dict], field: str) -> tuple[list[float], list[float], list[float]]:
+    lams = sorted({r["lam"] for r in records if r["lam"] != "softmax"})
+    mean, sd = [], []
+    for lam in lams:
+        xs = [r[field] for r in records if r["lam"] == lam and r[field] is not None]
+        mean.append(statistics.mean(xs) if xs else float("nan"))
+        sd.append(statistics.stdev(xs) if len(xs) > 1 else 0.0)
+    return lams, mean, sd
+
+
+def plot_sweep(records: list[dict], path: str | Path, title: str = "") -> Path:
+    """Main metric against lam, error bars over seeds, softmax dashed; mean support on a second axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    field = "test" if all(r["test"] is not None for r in records) else "dev"
+    metric = records[0]["metric"] if records else "accuracy"
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    lams, mean, sd = _by_lam(records, field)
+    if lams:
+        ax.errorbar(lams, [100 * m for m in mean], yerr=[100 * s for s in sd], marker="o", capsize=3, color="#4c72b0",
+                    label=f"sparsegen-lin ({field})")
+    soft = [r[field] for r in records if r["lam"] == "softmax" and r[field] is not None]
+    if soft:
+        m = 100 * statistics.mean(soft)
+        ax.axhline(m, ls="--", color="#c44e52", label=f"softmax ({field}) {m:.1f}")
+        if len(soft) > 1:
+            s = 100 * statistics.stdev(soft)
+            ax.axhspan(m - s, m + s, color="#c44e52", alpha=0.08)
+    ax.set_xlabel("lam (sparsegen-lin)")
+    ax.set_ylabel(f"{field} {metric} (%)")
+    seeds = sorted({r["seed"] for r in records})
+    ax.set_title((title + "\n" if title else "") + f"mean ± std over seeds {', '.join(map(str, seeds))}", fontsize=9)
+    if lams:
+        ax2 = ax.twinx()
+        _, sup, _ = _by_lam(records, "mean_support")
+        ax2.plot(lams, sup, marker="s", ls=":", color="#7f7f7f", label="mean support (non-zeros per row)")
+        ax2.set_ylabel("mean non-zeros per attention row (dev)", color="#7f7f7f")
+        h1, l1 = ax.get_legend_handles_labels()
+        h2, l2 = ax2.get_legend_handles_labels()
+        ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="lower left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Path, *, layer: int | None = None, head: int = 0) -> Path | None:
+    """One dev sentence's attention at ``layer``/``head`` for softmax and each lam (first seed), side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from attnkit.explain import attention_maps
+    from attnkit.modeling import load_model, load_tokenizer
+
+    if not records:
+        return None
+    seed = records[0]["seed"]
+    chosen = [r for r in records if r["seed"] == seed]
+    chosen.sort(key=lambda r: (r["lam"] != "softmax", r["lam"] if r["lam"] != "softmax" else 0))
+    texts, pairs = _dev_texts(base)
+    i = view_sentence(texts)
+    maps = []
+    for r in chosen:
+        model_dir = Path(r["run_dir"]) / "model"
+        m = attention_maps(load_model(model_dir), load_tokenizer(model_dir), texts[i], None if pairs is None else pairs[i], base.max_length)
+        L = m.weights.shape[0]
+        ly = L - 1 if layer is None else layer
+        if not 0 <= ly < L or not 0 <= head < m.weights.shape[1]:
+            raise ValueError(f"--view-layer {ly} / --view-head {head}: the model has {L} layers and {m.weights.shape[1]} heads")
+        maps.append((r, m, ly))
+    n = len(maps)
+    toks = maps[0][1].tokens
+    size = max(2.6, 0.22 * len(toks) + 1.2)
+    fig, axes = plt.subplots(1, n, figsize=(size * n, size + 0.6), squeeze=False)
+    for ax, (r, m, ly) in zip(axes.flat, maps):
+        w = m.weights[ly, head]
+        ax.imshow(np.where(w > 0, w, np.nan), cmap="viridis", vmin=0, vmax=1)
+        ax.set_facecolor("white")
+        name = "softmax" if r["lam"] == "softmax" else f"lam {r['lam']:g}"
+        ax.set_title(f"{name}\n{(w > 0).sum(-1).mean():.1f} non-zeros/row", fontsize=8)
+        ax.set_xticks(range(len(m.tokens)), m.tokens, rotation=90, fontsize=6)
+        ax.set_yticks(range(len(m.tokens)), m.tokens, fontsize=6)
+    fig.suptitle(f"{base.task}, seed {seed}: layer {maps[0][2]}, head {head} (white = exactly 0)", fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,60 @@
+"""attnkit sweep: every (lam, seed) cell plus a softmax baseline per seed, records and figures, reuse on rerun."""
+
+import json
+import shutil
+
+import pytest
+
+from attnkit.cli import main
+from attnkit.sweep import Cell, sweep_cells
+
+pytestmark = pytest.mark.slow
+
+
+def test_cells_are_seed_major_with_a_softmax_baseline_per_seed():
+    cells = sweep_cells([-2.0, 0.0], [1, 2])
+    assert cells == [Cell(None, 1), Cell(-2.0, 1), Cell(0.0, 1), Cell(None, 2), Cell(-2.0, 2), Cell(0.0, 2)]
+    assert [c.name for c in cells[:3]] == ["softmax_seed1", "lam-2_seed1", "lam0_seed1"]
+
+
+def test_sweep_trains_every_cell_writes_records_and_figures_and_reuses(tiny_bert, tmp_path, capsys):
+    from conftest import write_tiny_sentiment
+
+    data = write_tiny_sentiment(tmp_path / "data", n_train=64, n_dev=24)
+    shutil.copy(data / "dev.csv", data / "test.csv")
+    out = tmp_path / "sweep"
+    args = ["sweep", "--lams", "-2", "0.9", "--seeds", "1", "2", "--task", "csv", "--data-dir", str(data),
+            "--model", str(tiny_bert), "--epochs", "1", "--batch-size", "16", "--lr", "3e-3", "--max-length", "16",
+            "--output-dir", str(out)]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "cell 1/6 (softmax, seed 1)" in text and "cell 6/6 (lam 0.9, seed 2)" in text
+    recs = json.loads((out / "sweep.json").read_text())
+    assert [(r["lam"], r["seed"]) for r in recs] == [("softmax", 1), (-2.0, 1), (0.9, 1), ("softmax", 2), (-2.0, 2), (0.9, 2)]
+    for r in recs:
+        assert 0 <= r["dev"] <= 1 and 0 <= r["test"] <= 1
+    soft = [r for r in recs if r["lam"] == "softmax"]
+    # softmax attends to every real token: its support is the mean real length of a row's keys
+    assert all(r["mean_support"] > 1 for r in soft)
+    sparse = [r for r in recs if r["lam"] == 0.9]
+    assert all(s["mean_support"] < f["mean_support"] for s, f in zip(sparse, soft))  # sparser than softmax
+    for f in ("sweep.png", "sweep.svg", "sweep_attention.png"):
+        assert (out / f).stat().st_size > 1000, f
+    assert json.loads((out / "softmax_seed1/metrics.json").read_text())["attention"]["attention"] == "softmax"
+    assert json.loads((out / "lam-2_seed2/metrics.json").read_text())["attention"]["lam"] == -2.0
+    # rerun: every cell reused, nothing retrained
+    mtime = (out / "lam-2_seed1/metrics.json").stat().st_mtime
+    assert main(args) == 0
+    assert capsys.readouterr().out.count("finished before, reused") == 6
+    assert (out / "lam-2_seed1/metrics.json").stat().st_mtime == mtime
+
+
+def test_sweep_refuses_a_bad_lam_before_training(tiny_bert, tmp_path, capsys):
+    from conftest import write_tiny_sentiment
+
+    data = write_tiny_sentiment(tmp_path / "data")
+    rc = main(["sweep", "--lams", "-2", "1.5", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert),
+               "--output-dir", str(tmp_path / "s")])
+    assert rc == 2
+    assert "lam" in capsys.readouterr().err
+    assert not (tmp_path / "s/softmax_seed1").exists()
