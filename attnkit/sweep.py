@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -90,6 +90,25 @@ def view_sentence(texts: list[str]) -> int:
     return min((j for j, t in enumerate(texts) if 6 <= len(t.split()) <= 14), key=lambda j: len(texts[j]), default=0)
 
 
+#: settings that differ between the cells of one sweep (or do not change what is trained)
+_CELL_FIELDS = ("attention", "lam", "seed", "output_dir", "resume", "logging_steps", "learn_lam", "lam_warmup")
+
+
+def sweep_settings(base: TrainConfig) -> dict:
+    """The train settings every cell of a sweep shares (recorded in each cell, compared when cells are reused)."""
+    return {k: v for k, v in asdict(base).items() if k not in _CELL_FIELDS}
+
+
+def _check_same(rec: dict, base: TrainConfig, where: str) -> None:
+    old, new = rec.get("settings"), sweep_settings(base)
+    if old is None:
+        return
+    diff = [f"{k}: {old.get(k)!r} there, {new.get(k)!r} now" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    if diff:
+        raise ValueError(f"{where} was trained with other settings ({'; '.join(diff)}): rerun with the same options, "
+                         "or give a new --output-dir")
+
+
 def run_cell(base: TrainConfig, cell: Cell, out: Path) -> dict:
     from attnkit.modeling import load_model, load_tokenizer
     from attnkit.train import train
@@ -112,6 +131,7 @@ def run_cell(base: TrainConfig, cell: Cell, out: Path) -> dict:
         "mean_dev_length": support["mean_length"],
         "train_seconds": m["train"].get("train_runtime"),
         "run_dir": cfg.output_dir,
+        "settings": sweep_settings(base),
     }
 
 
@@ -129,11 +149,15 @@ def run_sweep(base: TrainConfig, lams: list[float], seeds: list[int], out_dir: s
     cells = sweep_cells(lams, seeds)
     for c in cells:  # a bad lam fails now, not after hours of training
         cell_config(base, c, out).spec()
+    # records of an earlier sweep into this folder (also when its run folders are gone, e.g. a committed sweep.json)
+    earlier = {(r["lam"], r["seed"]): r for r in (json.loads((out / "sweep.json").read_text()) if (out / "sweep.json").is_file() else [])}
     records = []
     for i, cell in enumerate(cells, 1):
         done = out / cell.name / "sweep_cell.json"
-        if done.is_file():
-            rec = json.loads(done.read_text())
+        key = ("softmax" if cell.lam is None else cell.lam, cell.seed)
+        if done.is_file() or key in earlier:
+            rec = json.loads(done.read_text()) if done.is_file() else earlier[key]
+            _check_same(rec, base, f"sweep cell {cell.name} in {out}")
             log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): finished before, reused")
         else:
             log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): training in {out / cell.name}")
@@ -218,6 +242,10 @@ def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Pat
     texts, pairs = _dev_texts(base)
     i = view_sentence(texts)
     maps = []
+    missing = [r for r in chosen if not (Path(r["run_dir"]) / "model" / "config.json").is_file()]
+    chosen = [r for r in chosen if r not in missing]
+    if not chosen:
+        return None
     for r in chosen:
         model_dir = Path(r["run_dir"]) / "model"
         m = attention_maps(load_model(model_dir), load_tokenizer(model_dir), texts[i], None if pairs is None else pairs[i], base.max_length)
@@ -238,7 +266,8 @@ def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Pat
         ax.set_title(f"{name}\n{(w > 0).sum(-1).mean():.1f} non-zeros/row", fontsize=8)
         ax.set_xticks(range(len(m.tokens)), m.tokens, rotation=90, fontsize=6)
         ax.set_yticks(range(len(m.tokens)), m.tokens, fontsize=6)
-    fig.suptitle(f"{base.task}, seed {seed}: layer {maps[0][2]}, head {head} (white = exactly 0)", fontsize=9)
+    note = f"; {len(missing)} cell(s) without a saved model left out" if missing else ""
+    fig.suptitle(f"{base.task}, seed {seed}: layer {maps[0][2]}, head {head} (white = exactly 0){note}", fontsize=9)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)

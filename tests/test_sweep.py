@@ -58,3 +58,21 @@ def test_sweep_refuses_a_bad_lam_before_training(tiny_bert, tmp_path, capsys):
     assert rc == 2
     assert "lam" in capsys.readouterr().err
     assert not (tmp_path / "s/softmax_seed1").exists()
+
+
+def test_sweep_refuses_to_mix_cells_trained_with_other_settings(tiny_bert, tmp_path, capsys):
+    from conftest import write_tiny_sentiment
+
+    data = write_tiny_sentiment(tmp_path / "data", n_train=32, n_dev=16)
+    base = ["sweep", "--lams", "0", "--seeds", "1", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert),
+            "--batch-size", "16", "--max-length", "16", "--output-dir", str(tmp_path / "s")]
+    assert main(base + ["--epochs", "1"]) == 0
+    # the run folders are gone (a committed sweep.json from another machine): records are still reused
+    for d in (tmp_path / "s").glob("*_seed1"):
+        shutil.rmtree(d)
+    capsys.readouterr()
+    assert main(base + ["--epochs", "1"]) == 0
+    assert capsys.readouterr().out.count("reused") == 2
+    assert main(base + ["--epochs", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "epochs: 1.0 there, 2.0 now" in err and "--output-dir" in err
