@@ -59,7 +59,7 @@ def _load():
 
             src = Path(__file__).with_name("csrc") / "sparsemax_cpu.cpp"
             # -march=native: the build is only valid on this kind of CPU, so the cache name says which
-            name = f"attnkit_sparsemax_cpu_v12_{tag}_{_cpu_tag()}"
+            name = f"attnkit_sparsemax_cpu_v13_{tag}_{_cpu_tag()}"
             _ext = load(name=name, sources=[str(src)], extra_cflags=cflags, extra_ldflags=ldflags, verbose=False)
             _why = "compiled C++ kernel" + ("" if tag == "omp" else f", one thread (no OpenMP: {errors[-1]})")
             return _ext

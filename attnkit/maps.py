@@ -14,8 +14,10 @@ Backward is closed form (no autograd through a sort):
 
     grad_z = s * (g - mean_{j in S} g_j) / (1 - lam),   s = 1[p > 0]
 
-``-inf`` entries (masked keys) get exactly 0. A row that is entirely ``-inf`` gives
-all zeros and a zero gradient. A row holding a NaN comes out all NaN (never silently renormalised). Half-precision inputs are computed in float32 and
+Each row is shifted by its maximum before anything else (as entmax does), so the result is
+shift-invariant and exact for scores of any magnitude. ``-inf`` entries (masked keys) get
+exactly 0. A row that is entirely ``-inf`` gives all zeros and a zero gradient. A row with
+``+inf`` entries gives them equal shares of the mass (the limit as those scores grow). A row holding a NaN comes out all NaN (never silently renormalised). Half-precision inputs are computed in float32 and
 returned in their own dtype.
 """
 
@@ -91,6 +93,28 @@ def _kernel_for(t: torch.Tensor):
     return kernels.cpu_kernel()
 
 
+def _torch_forward(z: torch.Tensor, scale: float, topk: int) -> torch.Tensor:
+    """sparsemax(scale * z) on any device, as the kernel computes it: each row shifted by its max first."""
+    m = z.amax(-1, keepdim=True)
+    pinf = torch.isposinf(z)
+    inf_rows = pinf.any(-1, keepdim=True)
+    # fully masked rows keep -inf (m = -inf), rows with +inf are finished below: shift those by 0
+    m = torch.where(torch.isfinite(m), m, torch.zeros((), dtype=z.dtype, device=z.device))
+    x = z - m
+    if scale != 1.0:
+        x = x * scale
+    if bool(inf_rows.any()):
+        x = torch.where(inf_rows, torch.zeros((), dtype=z.dtype, device=z.device), x)
+    tau, _ = sparsemax_threshold(x, topk)
+    p = (x - tau).clamp_(min=0)
+    if bool(inf_rows.any()):  # the limit of scores growing without bound: +inf entries share the mass equally
+        p = torch.where(inf_rows, pinf.to(z.dtype) / pinf.sum(-1, keepdim=True).clamp(min=1).to(z.dtype), p)
+    nan_rows = torch.isnan(z).any(-1, keepdim=True)  # as the kernel: a NaN makes the whole row NaN
+    if bool(nan_rows.any()):
+        p = p.masked_fill(nan_rows, math.nan)
+    return p
+
+
 class _SparsemaxFunction(torch.autograd.Function):
     """p = sparsemax(scale * z) along the last dim; closed-form backward."""
 
@@ -100,12 +124,7 @@ class _SparsemaxFunction(torch.autograd.Function):
         if ext is not None:
             p = ext.forward(z, scale)[0]
         else:
-            x = z * scale if scale != 1.0 else z
-            tau, _ = sparsemax_threshold(x, topk)
-            p = (x - tau).clamp_(min=0)
-            nan_rows = torch.isnan(x).any(-1, keepdim=True)  # as the kernel: a NaN makes the whole row NaN
-            if bool(nan_rows.any()):
-                p = p.masked_fill(nan_rows, math.nan)
+            p = _torch_forward(z, scale, topk)
         ctx.scale = scale
         ctx.save_for_backward(p)
         return p

@@ -254,3 +254,43 @@ def test_nan_rows_come_out_nan(gen):
     bad = torch.tensor([False, True, False, False, True, True])
     assert torch.isnan(p[bad]).all()
     assert torch.allclose(p[~bad].double(), reference_sparsemax(z[~bad] / 2.0), atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- large magnitudes (issue 15, item 8)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shift", [0.0, 100.0, 1e4, 1e6])
+@pytest.mark.parametrize("lam", [0.0, -4.0, 0.5, 1 - 1e-6])
+def test_matches_entmax_at_large_shifts(dtype, shift, lam, gen):
+    entmax = pytest.importorskip("entmax")
+    z = (torch.randn(200, 64, generator=gen, dtype=torch.float64) * 3).to(dtype) + shift
+    p = sparsegen_lin(z, lam)
+    ref = entmax.sparsemax(z.double() / (1 - lam), dim=-1)  # entmax subtracts each row's max first
+    assert torch.allclose(p.double(), ref, atol=1e-5 if dtype == torch.float32 else 1e-9), (p.double() - ref).abs().max()
+    assert torch.allclose(p.double().sum(-1), torch.ones(200, dtype=torch.float64), atol=1e-5)
+
+
+@pytest.mark.parametrize("shift", [100.0, 1e4, 1e6])
+def test_shift_invariant_in_float64(shift, gen):
+    z = torch.randn(300, 64, generator=gen, dtype=torch.float64)
+    for lam in (0.0, -4.0):
+        assert torch.allclose(sparsegen_lin(z + shift, lam), sparsegen_lin(z, lam), atol=1e-9)
+
+
+def test_scores_of_any_magnitude():
+    assert torch.equal(sparsemax(torch.tensor([1e30, 0.0])), torch.tensor([1.0, 0.0]))
+    assert torch.equal(sparsemax(torch.tensor([0.0, -3e38])), torch.tensor([1.0, 0.0]))
+    assert torch.equal(sparsemax(torch.tensor([1e16, 0.0], dtype=torch.float64)), torch.tensor([1.0, 0.0], dtype=torch.float64))
+    assert torch.allclose(sparsemax(torch.tensor([[1e7, 1e7, 1e7]])), torch.full((1, 3), 1 / 3))
+    p = sparsegen_lin(torch.tensor([0.3, 0.2, -0.1]), lam=1 - 1e-8)
+    assert torch.equal(p, torch.tensor([1.0, 0.0, 0.0]))
+
+
+def test_plus_inf_entries_share_the_mass():
+    z = torch.tensor([[math.inf, 0.0, math.inf, -math.inf], [math.inf, 5.0, 1.0, 2.0], [1.0, 0.0, -math.inf, -math.inf]])
+    p = sparsemax(z)
+    assert torch.equal(p[0], torch.tensor([0.5, 0.0, 0.5, 0.0]))
+    assert torch.equal(p[1], torch.tensor([1.0, 0.0, 0.0, 0.0]))
+    assert torch.allclose(p[2], torch.tensor([1.0, 0.0, 0.0, 0.0]))
+    assert not torch.isnan(sparsegen_lin(z, -4.0)).any()

@@ -1,11 +1,14 @@
 // Exact sparsemax along the last dim, rows in parallel (OpenMP), each row in cache (CPU).
 //
-// For a row x (already multiplied by `scale` = 1 / (1 - lam) for sparsegen-lin):
-//   m   = max_j x_j                       (a row of all -inf gives zeros; a row with a NaN, all NaN)
-//   tau = Michelot's fixed point:         tau <- (sum_{x_j > tau} x_j - 1) / #{x_j > tau}
-//         starting from tau = m - 1 (below the threshold); it rises monotonically and
+// For a row z and `scale` = 1 / (1 - lam) (1 for sparsemax):
+//   m   = max_j z_j                       (a row of all -inf gives zeros; a row with a NaN, all NaN;
+//                                          a row with +inf entries shares the mass equally among them)
+//   y_j = (z_j - m) * scale               shifted by the max where |m * scale| > 1024, so the answer is
+//                                          shift-invariant and exact for scores of any magnitude
+//   tau = Michelot's fixed point:         tau <- (sum_{y_j > tau} y_j - 1) / #{y_j > tau}
+//         starting from tau = max y - 1 (below the threshold); it rises monotonically and
 //         stops at the exact threshold when no entry is dropped.
-//   p_j = max(0, x_j - tau)
+//   p_j = max(0, y_j - tau)
 // Backward (closed form): g_z = scale * s * (g - mean_{j in S} g_j), s = 1[p > 0].
 
 #include <torch/extension.h>
@@ -41,14 +44,19 @@ inline T row_max(const T* __restrict x, int64_t n, bool& has_nan) {
   return mx;
 }
 
-// Michelot pass: count and sum of y = scale * x above tau.
-template <typename T>
-inline void above(const T* __restrict x, int64_t n, double scale, double tau, double& s_out, double& k_out) {
+// Rows whose max is at most this in magnitude (after scaling) are not shifted: in double, sums of
+// up to thousands of such entries are exact to ~1e-12, and a pass is one subtraction per entry cheaper
+// (measured 10-20% at L = 128-256). Larger ones are shifted by their max, so any magnitude is exact.
+constexpr double kNoShiftBelow = 1024.0;
+
+// Michelot pass: count and sum of y = (x - m) * scale above tau (SHIFT false: m is 0).
+template <bool SHIFT, typename T>
+inline void above(const T* __restrict x, int64_t n, double m, double scale, double tau, double& s_out, double& k_out) {
   using A = double;
   A s = 0, k = 0;
 #pragma omp simd reduction(+ : s, k)
   for (int64_t j = 0; j < n; ++j) {
-    const A y = A(x[j]) * scale;
+    const A y = SHIFT ? (A(x[j]) - m) * scale : A(x[j]) * scale;
     const bool keep = y > tau;
     k += keep ? A(1) : A(0);
     s += keep ? y : A(0);
@@ -62,25 +70,30 @@ inline void above(const T* __restrict x, int64_t n, double scale, double tau, do
 template <typename T, int R>
 inline void forward_block(const T* __restrict x, T* __restrict out, int32_t* __restrict support, int64_t n, double scale) {
   using A = double;
-  A tau[R];
+  A tau[R], m[R];
   int64_t c[R];
-  bool live[R], nan_row[R];
+  bool live[R], nan_row[R], inf_row[R];
   int nlive = 0;
   for (int i = 0; i < R; ++i) {
     const T mx = row_max(x + i * n, n, nan_row[i]);
-    live[i] = !nan_row[i] && mx > -std::numeric_limits<T>::infinity();
-    // Start below the threshold: tau >= max - 1 (scale > 0 keeps the order). From a lower
-    // bound Michelot's step tau <- (sum_{y > tau} y - 1) / #{y > tau} rises monotonically
+    inf_row[i] = !nan_row[i] && mx == std::numeric_limits<T>::infinity();
+    live[i] = !nan_row[i] && !inf_row[i] && mx > -std::numeric_limits<T>::infinity();
+    m[i] = live[i] && std::abs(A(mx) * scale) > kNoShiftBelow ? A(mx) : A(0);
+    // Start below the threshold: tau >= max y - 1 (scale > 0 keeps the order). From a
+    // lower bound Michelot's step tau <- (sum_{y > tau} y - 1) / #{y > tau} rises monotonically
     // to the exact threshold; it stops when the set stops shrinking. A fully masked row
     // gets tau = +inf: all zeros, support 0.
-    tau[i] = live[i] ? A(mx) * scale - A(1) : std::numeric_limits<A>::infinity();
+    tau[i] = live[i] ? (A(mx) - m[i]) * scale - A(1) : std::numeric_limits<A>::infinity();
     c[i] = live[i] ? n + 1 : 0;
     nlive += live[i];
   }
   for (int it = 0; it < 4 * 64 && nlive > 0; ++it) {
     A s[R], k[R];
     for (int i = 0; i < R; ++i)
-      if (live[i]) above(x + i * n, n, scale, tau[i], s[i], k[i]);
+      if (live[i]) {
+        if (m[i] != A(0)) above<true>(x + i * n, n, m[i], scale, tau[i], s[i], k[i]);
+        else above<false>(x + i * n, n, 0.0, scale, tau[i], s[i], k[i]);
+      }
     for (int i = 0; i < R; ++i) {
       if (!live[i]) continue;
       const int64_t ki = static_cast<int64_t>(k[i]);
@@ -104,10 +117,17 @@ inline void forward_block(const T* __restrict x, T* __restrict out, int32_t* __r
       support[i] = 0;
       continue;
     }
-    const A t = tau[i];
+    if (inf_row[i]) {  // the limit of scores growing without bound: +inf entries share the mass equally
+      int64_t cnt = 0;
+      for (int64_t j = 0; j < n; ++j) cnt += xr[j] == std::numeric_limits<T>::infinity();
+      for (int64_t j = 0; j < n; ++j) o[j] = xr[j] == std::numeric_limits<T>::infinity() ? T(1.0 / double(cnt)) : T(0);
+      support[i] = static_cast<int32_t>(cnt);
+      continue;
+    }
+    const A t = tau[i], mi = m[i];
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) {
-      const A v = A(xr[j]) * scale - t;
+      const A v = (A(xr[j]) - mi) * scale - t;
       o[j] = v > A(0) ? T(v) : T(0);
     }
     support[i] = static_cast<int32_t>(c[i]);
