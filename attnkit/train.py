@@ -247,6 +247,9 @@ def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
         dataloader_num_workers=0,
         train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
         use_cpu=not torch.cuda.is_available(),
+        # our losses are already means over the batch: averaging "tokens" across processes on top of that
+        # doubles the logged loss and the gradients before clipping under torchrun with 2 processes
+        average_tokens_across_devices=False,
         **extra,
     )
 

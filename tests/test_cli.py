@@ -159,6 +159,16 @@ def test_torchrun_two_processes(tiny_bert, tmp_path):
     # 2 processes x batch 16 per step: 3 steps saw 96 examples
     assert state["train_batch_size"] == 16
     assert "dev accuracy" in r.stdout and r.stdout.count("dev accuracy") == 1
+    # the loss is the mean over the batch, as in one process (not doubled by averaging across devices)
+    one = tmp_path / "one"
+    assert main(train_args(tiny_bert, data, one, "--max-steps", "3", "--no-heatmap", "--lr", "1e-9")) == 0
+    single = json.loads((one / "metrics.json").read_text())["train"]["train_loss"]
+    cmd[cmd.index("3e-3")] = "1e-9"
+    cmd[cmd.index(str(out))] = str(tmp_path / "ddp2")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    double = json.loads((tmp_path / "ddp2" / "metrics.json").read_text())["train"]["train_loss"]
+    assert abs(double - single) < 0.1, (double, single)
 
 
 def test_fast_kernel_and_slow_path_train_the_same(tiny_bert, tmp_path, monkeypatch):
