@@ -168,8 +168,7 @@ def _train_config(a) -> TrainConfig:
 
 def cmd_train(a) -> int:
     cfg = _train_config(a)
-    cfg.head()
-    cfg.spec()  # validate attention/lam before any heavy work
+    cfg.validate()  # settings, attention and lam before any heavy work
     from attnkit.train import train
 
     metrics = train(cfg)
@@ -216,7 +215,7 @@ def cmd_sweep(a) -> int:
     from attnkit.sweep import run_sweep
 
     base = _train_config(a)
-    base.head()
+    base.validate()
     out = Path(a.output_dir)
     records = run_sweep(base, a.lams, a.seeds, out, view_layer=a.view_layer, view_head=a.view_head)
     print(f"[attnkit] {len(records)} cells; records in {out / 'sweep.json'}; figures {out / 'sweep.png'}, {out / 'sweep.svg'}, "
@@ -496,6 +495,10 @@ def _quiet_libraries() -> None:
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()  # the "Loading weights" bar of every model load (training bars stay)
+        from huggingface_hub.utils import enable_progress_bars
+
+        enable_progress_bars()  # downloads from the hub keep theirs
     except ImportError:
         pass
 
@@ -512,9 +515,28 @@ def main(argv: list[str] | None = None) -> int:
     from attnkit.data import DataFormatError
 
     try:
-        if getattr(a, "max_length", 0) is None:  # evaluate/predict/explain/layer-weights: the model's training length
-            a.max_length = int(_run_info(_model_dir(a.model)).get("max_length") or 128)
+        if a.command not in ("train", "sweep", "pretrain") and hasattr(a, "max_length"):
+            # evaluate/predict/explain/layer-weights/words: default the model's training length (else 128, at most
+            # what the model takes); a given length must fit the model's positions
+            from transformers import AutoConfig
+
+            from attnkit.modeling import check_max_length, max_positions, register
+
+            register()
+            d = _model_dir(a.model)
+            config = AutoConfig.from_pretrained(d)
+            if a.max_length is None:
+                a.max_length = int(_run_info(d).get("max_length") or min(128, max_positions(config) or 128))
+            check_max_length(a.max_length, config, str(d))
         return COMMANDS[a.command](a)
+    except KeyboardInterrupt:
+        out = getattr(a, "output_dir", None)
+        if a.command in ("train", "sweep") and out:
+            print(f"\nattnkit {a.command}: interrupted. Run the same command again to resume from the newest complete "
+                  f"checkpoint in {out} (add --no-resume to start afresh).", file=sys.stderr)
+        else:
+            print(f"\nattnkit {a.command}: interrupted.", file=sys.stderr)
+        return 130
     except (UserError, DataFormatError, OSError) as e:
         print(f"attnkit {a.command}: error: {e}", file=sys.stderr)
         return 2

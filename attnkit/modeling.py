@@ -53,14 +53,44 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> str:
         return str(p)
     if s.startswith((".", "/", "~")) or s.count("/") > 1:  # a path, not "org/name"
         raise FileNotFoundError(f"model path {s} does not exist (expected a checkpoint folder or a hub name like 'bert-base-uncased')")
+    _check_hub_name(s)
     return s  # a hub name: transformers resolves it (online) or fails with its own message
+
+
+def _check_hub_name(name: str) -> None:
+    """Fail at once, naming the model, where a hub name can neither come from the cache nor the hub
+    (huggingface_hub would otherwise retry an unreachable hub for a minute)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return
+    except Exception:  # not a valid repo id: let transformers say so
+        return
+    if constants.HF_HUB_OFFLINE:
+        return  # transformers fails fast offline, with a message we wrap naming the model
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=5).close()
+    except OSError as e:
+        raise OSError(
+            f"model {name!r} is not a local folder and is not in the Hugging Face cache, and the hub "
+            f"({constants.ENDPOINT}) cannot be reached ({e}): pass a checkpoint folder, or 'minilm' for the bundled model"
+        ) from None
 
 
 def load_tokenizer(name_or_path: str | os.PathLike | None):
     from transformers import AutoTokenizer
 
     register()  # also registers MiniBERT's config type, which AutoTokenizer reads from config.json
-    return AutoTokenizer.from_pretrained(resolve_model(name_or_path))
+    path = resolve_model(name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except OSError as e:  # hub name offline / unknown: transformers' message does not always name the model
+        raise OSError(f"could not load the tokenizer of model {path!r}: {str(e).splitlines()[0]}") from None
 
 
 def build_classifier(
@@ -163,12 +193,83 @@ def build_qa_model(model: str | os.PathLike | None = DEFAULT_MODEL, spec: Attent
     return _finish(net, spec)
 
 
+#: model types whose position ids start after the padding index (RoBERTa family): two positions fewer
+_POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "longformer": 2, "roberta-prelayernorm": 2}
+
+
+def max_positions(config) -> int | None:
+    """The longest input ``config``'s model takes, in tokens (None if it does not say)."""
+    n = getattr(config, "max_position_embeddings", None)
+    if not isinstance(n, int) or n <= 0:
+        return None
+    return n - _POSITION_OFFSET.get(getattr(config, "model_type", ""), 0)
+
+
+def check_max_length(max_length: int, config, model: str = "the model") -> int:
+    """``max_length`` if it is a usable input length for ``config``'s model, else ValueError naming the limit."""
+    limit = max_positions(config)
+    if not isinstance(max_length, int) or max_length < 2:
+        raise ValueError(f"--max-length {max_length}: expected a whole number of tokens of at least 2 (with [CLS] and [SEP])")
+    if limit is not None and max_length > limit:
+        raise ValueError(f"--max-length {max_length} is longer than {model} takes ({limit} tokens, its position embeddings)")
+    return max_length
+
+
 def is_qa_model(config) -> bool:
     return any(str(a).endswith("ForQuestionAnswering") for a in (getattr(config, "architectures", None) or []))
 
 
+class UntrainedHeadError(ValueError):
+    """A checkpoint without trained weights for the head it is loaded with (it would run at random)."""
+
+
+def check_weights_file(path: str | os.PathLike) -> None:
+    """Raise OSError naming ``path``/model.safetensors if it is missing, truncated or garbled."""
+    f = Path(path) / "model.safetensors"
+    if not f.is_file():
+        if any(Path(path).glob("model*.safetensors")):
+            return  # sharded: transformers checks the index
+        raise OSError(f"{f} does not exist (an attnkit checkpoint folder holds its weights as model.safetensors)")
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(f), framework="pt") as sf:
+            keys = list(sf.keys())
+            if keys:  # reading the last tensor checks that the file is as long as its header says
+                sf.get_slice(keys[-1])
+        size = f.stat().st_size
+        with open(f, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(n))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        if 8 + n + end != size:
+            raise ValueError(f"{size} bytes on disk, {8 + n + end} expected from its header")
+    except Exception as e:  # SafetensorError, JSON, short reads
+        raise OSError(f"{f} is damaged or truncated ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else e}); "
+                      "retrain, or restore the file from a copy") from None
+
+
+def _from_pretrained(cls, path: str, *, head: str, **kwargs):
+    """``cls.from_pretrained`` that refuses a checkpoint whose ``head`` weights are missing (random)."""
+    if Path(path).is_dir():
+        check_weights_file(path)
+    net, info = cls.from_pretrained(path, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True,
+                                    output_loading_info=True, **kwargs)
+    missing = sorted(k for k in info.get("missing_keys", ()) if not k.endswith(LAM_PARAM))
+    if missing:
+        raise UntrainedHeadError(
+            f"{path} holds no trained {head} (missing weights: {', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}): "
+            f"it would give random outputs. Train one first: attnkit train --model {path} ..."
+        )
+    return net
+
+
 def load_model(path: str | os.PathLike):
-    """Reload a model saved by attnkit: a span-QA model or a classifier, by its recorded architecture."""
+    """Reload a model saved by attnkit: a span-QA model or a classifier, by its recorded architecture.
+
+    A checkpoint whose head was never trained (a bare encoder such as the bundled MiniLM) is refused
+    with :class:`UntrainedHeadError`; a damaged weights file with an OSError naming it.
+    """
     from transformers import AutoConfig, AutoModelForQuestionAnswering
 
     register()
@@ -178,7 +279,7 @@ def load_model(path: str | os.PathLike):
         return load_classifier(path)
     spec = spec_of(config)
     apply_spec(config, spec)
-    net = AutoModelForQuestionAnswering.from_pretrained(path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True)
+    net = _from_pretrained(AutoModelForQuestionAnswering, path, head="span (question answering) head", config=config)
     return _finish(net, spec, path)
 
 
@@ -194,13 +295,9 @@ def load_classifier(path: str | os.PathLike):
     if not head_of(config).is_default:
         from attnkit.pooling import PooledEncoderForSequenceClassification
 
-        net = PooledEncoderForSequenceClassification.from_pretrained(
-            path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True
-        )
+        net = _from_pretrained(PooledEncoderForSequenceClassification, path, head="classification head", config=config)
         return _finish(net, spec, path)
-    net = AutoModelForSequenceClassification.from_pretrained(
-        path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True
-    )
+    net = _from_pretrained(AutoModelForSequenceClassification, path, head="classification head", config=config)
     return _finish(net, spec, path)
 
 

