@@ -1,6 +1,9 @@
 """attnkit: sparse, local and minimal self-attention for transformer encoders."""
 
 from attnkit.maps import sparsegen_lin, sparsemax
+from attnkit.modeling_attnkit import register as _register
+
+_register()  # model_type "attnkit" in transformers' Auto classes, attnkit's attention in its registries
 
 __version__ = "0.1.0"
 

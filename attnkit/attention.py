@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from attnkit.maps import check_lam, sparsegen_lin, sparsemax
+from .maps import check_lam, sparsegen_lin, sparsemax  # relative: this file also runs as a checkpoint's remote code
 
 ATTN_IMPLEMENTATION = "attnkit"
 CONFIG_KEY = "attnkit"
@@ -350,4 +350,7 @@ def register() -> None:
     # boolean masks (True = attend) that _mask_scores turns into -inf
     AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
     _registered = True
-    import attnkit.mini  # noqa: F401  registers MiniBERT with the Auto classes
+    try:
+        import attnkit.mini  # noqa: F401  registers MiniBERT with the Auto classes
+    except ImportError:  # running as a checkpoint's remote code, without attnkit installed
+        pass

@@ -27,7 +27,7 @@ import math
 
 import torch
 
-from attnkit import kernels
+from .kernels import cpu_kernel  # relative: this file also runs as a checkpoint's remote code
 
 __all__ = ["sparsemax", "sparsegen_lin", "sparsemax_threshold", "TOPK"]
 
@@ -90,7 +90,7 @@ def _kernel_for(t: torch.Tensor):
     """The compiled CPU kernel if it applies to ``t`` (CPU, float32/64, a non-empty last dim)."""
     if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64) or t.shape[-1] == 0:
         return None
-    return kernels.cpu_kernel()
+    return cpu_kernel()
 
 
 def _torch_forward(z: torch.Tensor, scale: float, topk: int) -> torch.Tensor:

@@ -15,12 +15,12 @@ import shutil
 import uuid
 from pathlib import Path
 
-from attnkit.attention import (
-    ATTN_IMPLEMENTATION, CONFIG_KEY, LAM_PARAM, AttentionSpec, add_lam_parameters, apply_spec, learned_lam, register, spec_of,
+from attnkit.attention import ATTN_IMPLEMENTATION, CONFIG_KEY, LAM_PARAM, AttentionSpec, add_lam_parameters, apply_spec, learned_lam, spec_of
+from attnkit.modeling_attnkit import (
+    LAM_KEY, AttnkitConfig, AttnkitForQuestionAnswering, AttnkitForSequenceClassification, AttnkitModel, concrete_class, register,
 )
 
-#: config key holding a learn_lam model's lam per layer and head [layers][heads] (also in the weights)
-LAM_KEY = "attnkit_lam"
+MINI_MODEL_TYPE = "attnkit-mini"
 from attnkit.pooling import HEAD_KEY, HeadSpec, head_of
 
 DEFAULT_MODEL = "minilm"
@@ -103,16 +103,14 @@ def build_classifier(
     problem_type: str | None = None,
     head: HeadSpec | None = None,
 ):
-    """A sequence classifier on ``model``'s encoder with ``spec``'s attention.
+    """A sequence classifier on ``model``'s encoder with ``spec``'s attention (an attnkit model class).
 
     ``from_scratch=True`` keeps the architecture but draws random weights: the paper's
     Np baseline (softmax) and SSAF(Np) (sparse). ``head`` picks how the classifier reads
     the layer stack (SesameBERT's SE and extraction strategies); the default (last layer,
     no SE) is the model's own classification head.
     """
-    from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
-
-    from attnkit.pooling import PooledEncoderForSequenceClassification
+    from transformers import AutoModelForSequenceClassification
 
     register()
     spec = spec or AttentionSpec()
@@ -126,70 +124,68 @@ def build_classifier(
         kwargs["label2id"] = {n: i for i, n in enumerate(label_names)}
     if problem_type:
         kwargs["problem_type"] = problem_type
-    try:
-        config = AutoConfig.from_pretrained(path, **kwargs)
-    except OSError as e:  # hub name offline / unknown: transformers' message does not name the model
-        raise OSError(f"could not load model {path!r}: {e}") from None
-    apply_spec(config, spec)
-    if not head.is_default:
-        setattr(config, HEAD_KEY, head.to_dict())
-        net = PooledEncoderForSequenceClassification(config)
-        if not from_scratch:
-            encoder = AutoModel.from_pretrained(
-                path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True
-            )
-            net.encoder.load_state_dict(encoder.state_dict(), strict=True)
+    base = _base_config(path, **kwargs)
+    if base.model_type == MINI_MODEL_TYPE:  # MiniBERT: a model type of its own already (unknown to plain transformers)
+        apply_spec(base, spec)
+        if not head.is_default:
+            raise ValueError("--layer-pooling/--se take a BERT-family encoder, not MiniBERT")
+        if from_scratch:
+            net = AutoModelForSequenceClassification.from_config(base, attn_implementation=ATTN_IMPLEMENTATION)
+        else:
+            net = AutoModelForSequenceClassification.from_pretrained(path, config=base, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True)
         return _finish(net, spec)
-    if from_scratch:
-        net = AutoModelForSequenceClassification.from_config(config, attn_implementation=ATTN_IMPLEMENTATION)
+    config = _attnkit_config(base, spec, head)
+    if not head.is_default:
+        net = concrete_class(config, "sequence-classification")(config)
+        if not from_scratch:
+            encoder = AttnkitModel.from_pretrained(path, config=config, use_safetensors=True)
+            net.encoder.load_state_dict(encoder.state_dict(), strict=True)
+    elif from_scratch:
+        net = AttnkitForSequenceClassification._from_config(config)
     else:
-        net = AutoModelForSequenceClassification.from_pretrained(
-            path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True
-        )
+        net = AttnkitForSequenceClassification.from_pretrained(path, config=config, use_safetensors=True)
     return _finish(net, spec)
 
 
-def _finish(net, spec: AttentionSpec, path: str | None = None):
-    """Store the spec in the built model's config; give a learn_lam model its lam parameters
-    (from ``path``'s saved weights when reloading a checkpoint)."""
+def _base_config(path: str, **kwargs):
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(path, **kwargs)
+    except OSError as e:  # hub name offline / unknown: transformers' message does not name the model
+        raise OSError(f"could not load model {path!r}: {e}") from None
+
+
+def _attnkit_config(base, spec: AttentionSpec, head: HeadSpec | None = None) -> AttnkitConfig:
+    """An :class:`AttnkitConfig` of ``base``'s encoder with ``spec`` and ``head`` (earlier ones dropped)."""
+    config = AttnkitConfig.from_base(base)
+    for k in (HEAD_KEY, LAM_KEY):
+        if hasattr(config, k):
+            delattr(config, k)
+    apply_spec(config, spec)
+    if head is not None and not head.is_default:
+        setattr(config, HEAD_KEY, head.to_dict())
+    return config
+
+
+def _finish(net, spec: AttentionSpec):
+    """Store the spec in the built model's config; give a new learn_lam model its lam parameters."""
     apply_spec(net.config, spec)
     if spec.learn_lam:
-        params = add_lam_parameters(net, getattr(net.config, LAM_KEY, None))
-        weights = Path(path) / "model.safetensors" if path else None
-        if weights is not None and weights.is_file():
-            from safetensors import safe_open
-
-            with safe_open(str(weights), framework="pt") as f:
-                saved = sorted(k for k in f.keys() if k.endswith(LAM_PARAM))
-                if len(saved) == len(params):
-                    for p, k in zip(params, saved_in_order(saved)):
-                        p.data.copy_(f.get_tensor(k))
+        add_lam_parameters(net)  # idempotent: a reloaded model has them already, with its learned values
     return net
-
-
-def saved_in_order(keys: list[str]) -> list[str]:
-    """Parameter names sorted by their layer numbers (layer.10 after layer.9)."""
-    import re
-
-    return sorted(keys, key=lambda k: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", k)])
 
 
 def build_qa_model(model: str | os.PathLike | None = DEFAULT_MODEL, spec: AttentionSpec | None = None, *, from_scratch: bool = False):
     """An extractive QA model (start/end logits per token) on ``model``'s encoder with ``spec``'s attention."""
-    from transformers import AutoConfig, AutoModelForQuestionAnswering
-
     register()
     spec = spec or AttentionSpec()
     path = resolve_model(model)
-    try:
-        config = AutoConfig.from_pretrained(path)
-    except OSError as e:
-        raise OSError(f"could not load model {path!r}: {e}") from None
-    apply_spec(config, spec)
+    config = _attnkit_config(_base_config(path), spec)
     if from_scratch:
-        net = AutoModelForQuestionAnswering.from_config(config, attn_implementation=ATTN_IMPLEMENTATION)
+        net = AttnkitForQuestionAnswering._from_config(config)
     else:
-        net = AutoModelForQuestionAnswering.from_pretrained(path, config=config, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True)
+        net = AttnkitForQuestionAnswering.from_pretrained(path, config=config, use_safetensors=True)
     return _finish(net, spec)
 
 
@@ -268,37 +264,33 @@ def load_model(path: str | os.PathLike):
     """Reload a model saved by attnkit: a span-QA model or a classifier, by its recorded architecture.
 
     A checkpoint whose head was never trained (a bare encoder such as the bundled MiniLM) is refused
-    with :class:`UntrainedHeadError`; a damaged weights file with an OSError naming it.
+    with :class:`UntrainedHeadError`; a damaged weights file with an OSError naming it. Checkpoints
+    of earlier attnkit versions (the encoder's own model_type plus ``config.attnkit``) still load.
     """
-    from transformers import AutoConfig, AutoModelForQuestionAnswering
+    from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoModelForSequenceClassification
 
     register()
     path = resolve_model(path)
     config = AutoConfig.from_pretrained(path)
-    if not is_qa_model(config):
-        return load_classifier(path)
     spec = spec_of(config)
-    apply_spec(config, spec)
-    net = _from_pretrained(AutoModelForQuestionAnswering, path, head="span (question answering) head", config=config)
-    return _finish(net, spec, path)
+    qa = is_qa_model(config)
+    head = "span (question answering) head" if qa else "classification head"
+    if isinstance(config, AttnkitConfig):
+        cls = AttnkitForQuestionAnswering if qa else AttnkitForSequenceClassification
+        return _finish(_from_pretrained(cls, path, head=head, config=config), spec)
+    apply_spec(config, spec)  # an older attnkit checkpoint (or any HF classifier): the encoder's own classes
+    if qa:
+        cls = AutoModelForQuestionAnswering
+    elif not head_of(config).is_default:
+        from attnkit.pooling import PooledEncoderForSequenceClassification as cls
+    else:
+        cls = AutoModelForSequenceClassification
+    return _finish(_from_pretrained(cls, path, head=head, config=config), spec)
 
 
 def load_classifier(path: str | os.PathLike):
     """Reload a classifier saved by attnkit (or any HF classifier) with its attention settings."""
-    from transformers import AutoConfig, AutoModelForSequenceClassification
-
-    register()
-    path = resolve_model(path)
-    config = AutoConfig.from_pretrained(path)
-    spec = spec_of(config)
-    apply_spec(config, spec)
-    if not head_of(config).is_default:
-        from attnkit.pooling import PooledEncoderForSequenceClassification
-
-        net = _from_pretrained(PooledEncoderForSequenceClassification, path, head="classification head", config=config)
-        return _finish(net, spec, path)
-    net = _from_pretrained(AutoModelForSequenceClassification, path, head="classification head", config=config)
-    return _finish(net, spec, path)
+    return load_model(path)
 
 
 def set_attention(model, spec: AttentionSpec) -> None:

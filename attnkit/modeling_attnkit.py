@@ -1,0 +1,194 @@
+"""attnkit's own Hugging Face config and model classes: a checkpoint that describes itself.
+
+A model made by attnkit is saved with ``"model_type": "attnkit"``, a type no transformers release
+knows, so no transformers version can load it as a softmax model or with a missing head:
+
+- with attnkit imported, :func:`register` has added the type to the Auto classes, and
+  ``AutoModelForSequenceClassification.from_pretrained(run/model)`` or ``pipeline(...)`` give
+  attnkit's model;
+- without attnkit, ``trust_remote_code=True`` loads the same model from the code saved beside the
+  weights (this file, ``attention.py``, ``maps.py``, ``kernels.py``, ``pooling.py``: they import
+  only torch and transformers, and each other relatively); without that flag transformers refuses.
+
+The weights keep the names of the encoder's own classes (``bert.encoder...``): an
+:class:`AttnkitConfig` holds the encoder's config (``base_model_type`` says which, e.g. "bert")
+plus ``attnkit`` (the attention spec) and, for SesameBERT heads, ``attnkit_head``; each
+``Attnkit*`` class below picks the encoder's class for the task (``BertForSequenceClassification``,
+...) or the pooled SesameBERT head, and runs it with attnkit's attention. Re-saving with plain
+``save_pretrained`` keeps all of it, code files included.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from transformers import PretrainedConfig, PreTrainedModel
+
+from .attention import ATTN_IMPLEMENTATION, CONFIG_KEY, LAM_PARAM, add_lam_parameters, learned_lam, spec_of
+from .attention import register as register_attention
+from .pooling import HEAD_KEY, PooledEncoderForSequenceClassification, head_of
+
+MODEL_TYPE = "attnkit"
+#: config key of a learn_lam model's lam per layer and head [layers][heads] (also in the weights)
+LAM_KEY = "attnkit_lam"
+#: the files saved beside the weights so that trust_remote_code=True can load the model without attnkit
+CODE_FILES = ("modeling_attnkit.py", "attention.py", "maps.py", "kernels.py", "pooling.py")
+#: keys of an AttnkitConfig that are not the encoder's own
+_OWN_KEYS = ("model_type", "auto_map", "architectures", "base_model_type", "transformers_version", CONFIG_KEY, HEAD_KEY, LAM_KEY,
+             "attn_implementation", "dtype", "torch_dtype")
+
+AUTO_MAP = {
+    "AutoConfig": "modeling_attnkit.AttnkitConfig",
+    "AutoModel": "modeling_attnkit.AttnkitModel",
+    "AutoModelForSequenceClassification": "modeling_attnkit.AttnkitForSequenceClassification",
+    "AutoModelForQuestionAnswering": "modeling_attnkit.AttnkitForQuestionAnswering",
+    "AutoModelForTokenClassification": "modeling_attnkit.AttnkitForTokenClassification",
+    "AutoModelForMaskedLM": "modeling_attnkit.AttnkitForMaskedLM",
+}
+
+
+class AttnkitConfig(PretrainedConfig):
+    """An encoder's config (every attribute of it) + attnkit's attention spec and head."""
+
+    model_type = MODEL_TYPE
+
+    def __init__(self, base_model_type: str = "bert", **kwargs):
+        self.base_model_type = base_model_type
+        kwargs.setdefault("auto_map", dict(AUTO_MAP))
+        super().__init__(**kwargs)
+
+    @classmethod
+    def from_base(cls, base: PretrainedConfig, **overrides) -> "AttnkitConfig":
+        """An AttnkitConfig holding ``base`` (a BertConfig, RobertaConfig, ...) and ``overrides``."""
+        if isinstance(base, AttnkitConfig):
+            d = base.to_dict()
+            kind = base.base_model_type
+        else:
+            d = base.to_dict()
+            kind = base.model_type
+        for k in ("model_type", "architectures", "transformers_version", "auto_map", "base_model_type"):
+            d.pop(k, None)
+        d.update(overrides)
+        return cls(base_model_type=kind, **d)
+
+    def base_config(self) -> PretrainedConfig:
+        """The encoder's own config class filled with this config's values."""
+        from transformers import CONFIG_MAPPING
+
+        if self.base_model_type not in CONFIG_MAPPING:
+            raise ValueError(f"this attnkit model's encoder type {self.base_model_type!r} is not known to this transformers version")
+        d = {k: v for k, v in self.to_dict().items() if k not in _OWN_KEYS}
+        return CONFIG_MAPPING[self.base_model_type](**d)
+
+
+class _AttnkitModelMixin:
+    """What every concrete attnkit model adds to the encoder's class: the learned-lam parameters of a
+    saved learn_lam model, and a ``save_pretrained`` that keeps the config and the code self-describing."""
+
+    config_class = AttnkitConfig
+
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        if spec_of(config).learn_lam and getattr(config, LAM_KEY, None) is not None:
+            add_lam_parameters(self, getattr(config, LAM_KEY))
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        lams = learned_lam(self)
+        if lams is not None:
+            setattr(self.config, LAM_KEY, lams)
+        self.config.auto_map = dict(AUTO_MAP)
+        out = super().save_pretrained(save_directory, *args, **kwargs)
+        here = Path(__file__).resolve().parent
+        for name in CODE_FILES:
+            if (here / name).is_file():
+                shutil.copyfile(here / name, Path(save_directory) / name)
+        return out
+
+
+def _base_class(config: AttnkitConfig, kind: str):
+    from transformers.models.auto import modeling_auto as ma
+
+    if kind == "sequence-classification" and not head_of(config).is_default:
+        return PooledEncoderForSequenceClassification
+    mapping = {
+        "model": ma.MODEL_MAPPING,
+        "sequence-classification": ma.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,
+        "question-answering": ma.MODEL_FOR_QUESTION_ANSWERING_MAPPING,
+        "token-classification": ma.MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING,
+        "masked-lm": ma.MODEL_FOR_MASKED_LM_MAPPING,
+    }[kind]
+    base_cfg = type(config.base_config())
+    if base_cfg not in mapping:
+        raise ValueError(f"{config.base_model_type} has no {kind} model in this transformers version")
+    return mapping[base_cfg]
+
+
+_CONCRETE: dict = {}
+
+
+def concrete_class(config: AttnkitConfig, kind: str):
+    """The class that runs ``config``'s model for ``kind``: the encoder's own class with attnkit's mixin."""
+    base = _base_class(config, kind)
+    key = (base, kind)
+    if key not in _CONCRETE:
+        _CONCRETE[key] = type(f"Attnkit{base.__name__}", (_AttnkitModelMixin, base), {"_attnkit_kind": kind, "__module__": __name__})
+    return _CONCRETE[key]
+
+
+def _dispatcher(name: str, kind: str):
+    """An Auto-registrable class whose from_pretrained/_from_config build the concrete class for ``kind``."""
+
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, config=None, **kwargs):
+        if config is None:
+            hub = {k: kwargs[k] for k in ("cache_dir", "revision", "token", "local_files_only", "subfolder") if k in kwargs}
+            config = AttnkitConfig.from_pretrained(pretrained_model_name_or_path, **hub)
+        kwargs["attn_implementation"] = ATTN_IMPLEMENTATION  # never sdpa/eager: that would be softmax
+        return concrete_class(config, kind).from_pretrained(pretrained_model_name_or_path, *args, config=config, **kwargs)
+
+    def _from_config(cls, config, **kwargs):
+        kwargs["attn_implementation"] = ATTN_IMPLEMENTATION
+        return concrete_class(config, kind)._from_config(config, **kwargs)
+
+    return type(name, (PreTrainedModel,), {
+        "config_class": AttnkitConfig, "__module__": __name__, "_attnkit_kind": kind,
+        "from_pretrained": classmethod(from_pretrained), "_from_config": classmethod(_from_config),
+        "__doc__": f"attnkit's {kind} model: ``from_pretrained`` / ``from_config`` give the encoder's own class with attnkit attention.",
+    })
+
+
+AttnkitModel = _dispatcher("AttnkitModel", "model")
+AttnkitForSequenceClassification = _dispatcher("AttnkitForSequenceClassification", "sequence-classification")
+AttnkitForQuestionAnswering = _dispatcher("AttnkitForQuestionAnswering", "question-answering")
+AttnkitForTokenClassification = _dispatcher("AttnkitForTokenClassification", "token-classification")
+AttnkitForMaskedLM = _dispatcher("AttnkitForMaskedLM", "masked-lm")
+
+_registered = False
+
+
+def register() -> None:
+    """Add model_type "attnkit" to transformers' Auto classes and attnkit's attention to its registries (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    from transformers import (
+        AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForQuestionAnswering, AutoModelForSequenceClassification,
+        AutoModelForTokenClassification,
+    )
+
+    register_attention()
+    try:
+        AutoConfig.register(MODEL_TYPE, AttnkitConfig)
+    except ValueError:  # registered by another copy (attnkit and a checkpoint's remote code in one process)
+        pass
+    for auto, cls in ((AutoModel, AttnkitModel), (AutoModelForSequenceClassification, AttnkitForSequenceClassification),
+                      (AutoModelForQuestionAnswering, AttnkitForQuestionAnswering),
+                      (AutoModelForTokenClassification, AttnkitForTokenClassification), (AutoModelForMaskedLM, AttnkitForMaskedLM)):
+        try:
+            auto.register(AttnkitConfig, cls, exist_ok=True)
+        except ValueError:
+            pass
+    _registered = True
+
+
+register()
