@@ -56,7 +56,7 @@ def _add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--eval-steps", type=int, default=None, help="evaluate and checkpoint every N steps (default: every epoch)")
     t.add_argument("--logging-steps", type=int, default=d.logging_steps)
     t.add_argument("--learn-lam", action="store_true", help="sparsegen-lin: learn lam per layer and head, started at --lam (lam < 1 by construction)")
-    t.add_argument("--lam-warmup", action="store_true", help="sparsegen-lin: start 4x denser and reach --lam at the end of --warmup")
+    t.add_argument("--lam-warmup", type=float, default=0.0, help="sparsegen-lin: start 4x denser and reach --lam after this fraction of the steps (< 1) or step count (default 0: off)")
     t.add_argument("--group-by-length", action="store_true", help="batch texts of similar length together (less padding, faster on CPU)")
     t.add_argument("--no-heatmap", action="store_true", help="do not draw an attention heatmap at the end")
     s = t.add_argument_group("SesameBERT: Gaussian blur and layer pooling")

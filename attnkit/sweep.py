@@ -47,7 +47,7 @@ def sweep_cells(lams: list[float], seeds: list[int]) -> list[Cell]:
 
 def cell_config(base: TrainConfig, cell: Cell, out: Path) -> TrainConfig:
     if cell.lam is None:
-        return replace(base, attention="softmax", lam=None, learn_lam=False, lam_warmup=False, seed=cell.seed, output_dir=str(out / cell.name))
+        return replace(base, attention="softmax", lam=None, learn_lam=False, lam_warmup=0.0, seed=cell.seed, output_dir=str(out / cell.name))
     return replace(base, attention="sparsegen-lin", lam=cell.lam, seed=cell.seed, output_dir=str(out / cell.name))
 
 

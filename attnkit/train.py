@@ -67,7 +67,7 @@ class TrainConfig:
     logging_steps: int = 50
     group_by_length: bool = False  # batches of similar length (less padding; same examples per epoch)
     learn_lam: bool = False  # sparsegen-lin: lam learned per layer and head, started at lam
-    lam_warmup: bool = False  # sparsegen-lin: lam moves from a denser start to lam during the warm-up steps
+    lam_warmup: float = 0.0  # sparsegen-lin: lam moves from a denser start to lam over this fraction of the steps (or count); 0: off
     # SesameBERT: locality step and layer pooling
     blur: str = "none"  # none | context | value
     blur_size: int = 3
@@ -107,8 +107,8 @@ class TrainConfig:
 
     def spec(self) -> AttentionSpec:
         lam = self.lam if self.lam is not None else PAPER_LAM.get(self.task, 0.0)
-        if self.lam_warmup and (self.attention != "sparsegen-lin" or self.warmup_ratio <= 0):
-            raise ValueError("--lam-warmup needs --attention sparsegen-lin and --warmup > 0 (lam reaches its value at the end of warm-up)")
+        if self.lam_warmup and (self.attention != "sparsegen-lin" or not self.lam_warmup > 0):
+            raise ValueError(f"--lam-warmup {self.lam_warmup}: needs --attention sparsegen-lin and a fraction of the steps (< 1) or a step count > 0")
         return AttentionSpec(self.attention, lam, blur=self.blur, blur_size=self.blur_size, blur_sigma=self.blur_sigma,
                              learn_lam=self.learn_lam)
 
@@ -149,8 +149,9 @@ def warmup_lam(target: float, step: int, warmup_steps: int) -> float:
     return 1.0 - (t0 + (1.0 - target - t0) * step / warmup_steps)
 
 
-def lam_warmup_callback(target: float):
-    """A TrainerCallback that sets the model's lam before every step (resumes at the right lam)."""
+def lam_warmup_callback(target: float, warmup: float):
+    """A TrainerCallback that sets the model's lam before every step (resumes at the right lam);
+    ``warmup``: a fraction of the steps (< 1) or a step count, independent of the learning-rate warm-up."""
     from transformers import TrainerCallback
 
     from attnkit.attention import spec_of
@@ -158,7 +159,8 @@ def lam_warmup_callback(target: float):
 
     class LamWarmup(TrainerCallback):
         def _set(self, args, state, model):
-            lam = warmup_lam(target, state.global_step, args.get_warmup_steps(state.max_steps))
+            steps = int(warmup * state.max_steps) if warmup < 1 else int(warmup)
+            lam = warmup_lam(target, state.global_step, steps)
             d = spec_of(model.config).to_dict() | {"lam": lam}
             from attnkit.attention import AttentionSpec
 
@@ -415,7 +417,7 @@ def train(cfg: TrainConfig) -> dict:
         data_collator=collator,
         processing_class=tokenizer,
         compute_metrics=metrics_fn(data.metric),
-        callbacks=[lam_warmup_callback(spec.lam)] if cfg.lam_warmup else None,
+        callbacks=[lam_warmup_callback(spec.lam, cfg.lam_warmup)] if cfg.lam_warmup else None,
     )
     train_result = fit(trainer, cfg)
 

@@ -13,7 +13,8 @@ stopped: a cell already in the json is skipped, a cell whose run folder holds ch
 
 Methods: ``softmax``, ``SSAF`` (sparsegen-lin at the paper's lam), ``Np`` / ``SSAF(Np)`` (the same from random
 weights, at ``--np-epochs``/``--np-lr`` with warm-up), and the remedies of issue 12 (``SSAF+learned-lam``: lam
-learned per layer and head; ``SSAF+lam-warmup``: lam moves from 0 to the target during warm-up).
+learned per layer and head; ``SSAF+lam-warmup``: lam starts 4x denser and reaches the target after the first
+10% of the steps; the learning rate has no warm-up, as in the softmax and SSAF rows).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def method_settings(method: str, task: str, a) -> dict:
     if method == "SSAF+learned-lam":
         base["learn_lam"] = True
     elif method == "SSAF+lam-warmup":
-        base.update(warmup_ratio=0.1, lam_warmup=True)
+        base.update(lam_warmup=0.1)
     elif method not in ("softmax", "SSAF", "Np", "SSAF(Np)"):
         raise SystemExit(f"unknown method {method!r}")
     return base

@@ -98,7 +98,7 @@ def test_warmup_lam_goes_from_denser_to_the_target():
 def test_lam_warmup_and_learned_lam_train_end_to_end(tiny_bert, tiny_task, tmp_path):
     base = dict(task="csv", data_dir=str(tiny_task), model=str(tiny_bert), attention="sparsegen-lin", lam=-2.0, epochs=1, batch_size=16,
                 max_length=32, logging_steps=1, seed=3)
-    m = train(TrainConfig(**base, warmup_ratio=0.5, lam_warmup=True, output_dir=str(tmp_path / "w")))
+    m = train(TrainConfig(**base, lam_warmup=0.5, output_dir=str(tmp_path / "w")))
     assert m["attention"]["lam"] == -2.0  # the target is what the model is saved with
     assert json.loads((tmp_path / "w/model/config.json").read_text())["attnkit"]["lam"] == -2.0
     m = train(TrainConfig(**base, learn_lam=True, lr=5e-2, output_dir=str(tmp_path / "l")))
@@ -108,4 +108,22 @@ def test_lam_warmup_and_learned_lam_train_end_to_end(tiny_bert, tiny_task, tmp_p
     back = learned_lam(load_classifier(tmp_path / "l/model"))
     assert [x for row in back for x in row] == pytest.approx([x for row in lams for x in row], abs=1e-6)
     with pytest.raises(ValueError, match="--lam-warmup"):
-        TrainConfig(**base, lam_warmup=True).spec()
+        TrainConfig(**{**base, "attention": "softmax"}, lam_warmup=0.5).spec()
+
+
+def test_lam_warmup_callback_sets_lam_by_step(tiny_bert):
+    from types import SimpleNamespace
+
+    from attnkit.attention import spec_of
+    from attnkit.train import lam_warmup_callback
+
+    model = build_classifier(tiny_bert, 2, AttentionSpec("sparsegen-lin", -6.0))
+    cb = lam_warmup_callback(-6.0, 0.1)
+    seen = []
+    for step in (0, 50, 100, 500):
+        cb.on_step_begin(None, SimpleNamespace(global_step=step, max_steps=1000), None, model=model)
+        seen.append(spec_of(model.config).lam)
+        # every layer's module sees the same lam (they share the config)
+        assert spec_of(model.bert.encoder.layer[0].attention.self.config).lam == seen[-1]
+    assert seen == [pytest.approx(warmup_lam(-6.0, s, 100)) for s in (0, 50, 100, 500)]
+    assert seen[0] == pytest.approx(-27.0) and seen[-1] == -6.0
