@@ -336,3 +336,58 @@ def save_checkpoint(model, out_dir: str | os.PathLike, tokenizer=None, extra: di
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return out
+
+
+#: what sparsify takes: (kind, transformers' Auto mapping name)
+_SPARSIFY_KINDS = (
+    ("model", "MODEL_MAPPING"),
+    ("sequence-classification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING"),
+    ("token-classification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING"),
+    ("question-answering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING"),
+    ("masked-lm", "MODEL_FOR_MASKED_LM_MAPPING"),
+)
+
+
+def sparsify(model, attention: str = "sparsegen-lin", lam: float = -4.0, *, blur: str = "none", blur_size: int = 3,
+             blur_sigma: float = 0.3, learn_lam: bool = False):
+    """Switch a loaded transformers model to attnkit's attention, in place, and return it.
+
+    Works for a bare encoder and for its sequence classification, token classification, question answering and
+    masked-LM models, for every architecture whose attention goes through transformers' attention registry
+    (``AttentionInterface``). The model becomes attnkit's class for its kind (same weights, same parameter names)
+    with an :class:`AttnkitConfig`, so ``save_pretrained`` writes a self-describing checkpoint that reloads
+    with the same attention. Raises ValueError for an architecture with its own attention code (DeBERTa-v2, MPNet, ...).
+    """
+    from transformers.models.auto import modeling_auto
+
+    register()
+    spec = AttentionSpec(attention, lam, blur=blur, blur_size=blur_size, blur_sigma=blur_sigma, learn_lam=learn_lam)
+    name = type(model).__name__
+    if isinstance(model.config, AttnkitConfig):  # already attnkit's: change the attention
+        set_attention(model, spec)
+        return _finish(model, spec)
+    if not getattr(model, "_supports_attention_backend", False):
+        raise ValueError(
+            f"{name} computes its attention in its own code, not through transformers' attention registry "
+            "(AttentionInterface), so attnkit cannot replace its softmax"
+        )
+    base_cfg = type(model.config)
+    kind = next((k for k, m in _SPARSIFY_KINDS if getattr(modeling_auto, m).get(base_cfg, None) is type(model)), None)
+    if kind is None:
+        raise ValueError(f"sparsify takes a bare encoder or a sequence classification, token classification, question "
+                         f"answering or masked-LM model; {name} is none of them")
+    old = model.config
+    config = _attnkit_config(old, spec)
+    for m in model.modules():  # every module that holds the model's config gets the new one
+        if getattr(m, "config", None) is old:
+            m.config = config
+    model.__class__ = concrete_class(config, kind)
+    try:  # transformers 5 records attentions/hidden states by the model's class, registered in __init__
+        from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
+
+        _CAN_RECORD_REGISTRY[model] = model._can_record_outputs
+    except (ImportError, AttributeError):
+        pass
+    if learn_lam and not add_lam_parameters(model):
+        raise ValueError(f"learn_lam: no attention modules with num_attention_heads found in {name}")
+    return _finish(model, spec)

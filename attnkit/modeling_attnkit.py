@@ -27,6 +27,8 @@ from transformers import PretrainedConfig, PreTrainedModel
 
 from .attention import ATTN_IMPLEMENTATION, CONFIG_KEY, LAM_PARAM, add_lam_parameters, learned_lam, spec_of
 from .attention import register as register_attention
+from .kernels import cpu_kernel as _cpu_kernel  # noqa: F401  every code file imported here, directly: transformers 4
+from .maps import sparsemax as _sparsemax  # noqa: F401     copies only a remote module's direct relative imports
 from .pooling import HEAD_KEY, PooledEncoderForSequenceClassification, head_of
 
 MODEL_TYPE = "attnkit"
@@ -72,13 +74,40 @@ class AttnkitConfig(PretrainedConfig):
         d.update(overrides)
         return cls(base_model_type=kind, **d)
 
+    def to_dict(self):
+        return {k: v for k, v in super().to_dict().items() if not k.startswith("_attnkit")}
+
+    def __getattr__(self, name):
+        # only reached when normal lookup fails: what the encoder's config class derives (properties such as
+        # ModernBERT's sliding_window, names mapped by its attribute_map such as DistilBERT's hidden_size)
+        d = self.__dict__
+        if name.startswith("__") or name in ("_attnkit_base", "base_model_type") or d.get("_attnkit_busy") or "base_model_type" not in d:
+            raise AttributeError(name)  # not derivable (yet): during __init__, or while the base config is built
+        base = d.get("_attnkit_base")
+        if base is None:
+            d["_attnkit_busy"] = True
+            try:
+                base = self.base_config()
+            finally:
+                del d["_attnkit_busy"]
+            d["_attnkit_base"] = base
+        try:
+            return getattr(base, name)
+        except AttributeError:
+            raise AttributeError(f"{type(self).__name__} (of {self.base_model_type}) has no attribute {name!r}") from None
+
+    def __setattr__(self, name, value):
+        if name != "_attnkit_busy":
+            self.__dict__.pop("_attnkit_base", None)  # derived values follow any change
+        super().__setattr__(name, value)
+
     def base_config(self) -> PretrainedConfig:
         """The encoder's own config class filled with this config's values."""
         from transformers import CONFIG_MAPPING
 
         if self.base_model_type not in CONFIG_MAPPING:
             raise ValueError(f"this attnkit model's encoder type {self.base_model_type!r} is not known to this transformers version")
-        d = {k: v for k, v in self.to_dict().items() if k not in _OWN_KEYS}
+        d = {k: v for k, v in self.to_dict().items() if k not in _OWN_KEYS and not k.startswith("_attnkit")}
         return CONFIG_MAPPING[self.base_model_type](**d)
 
 
@@ -121,7 +150,15 @@ def _base_class(config: AttnkitConfig, kind: str):
     base_cfg = type(config.base_config())
     if base_cfg not in mapping:
         raise ValueError(f"{config.base_model_type} has no {kind} model in this transformers version")
-    return mapping[base_cfg]
+    cls = mapping[base_cfg]
+    if not getattr(cls, "_supports_attention_backend", False):
+        import transformers
+
+        raise ValueError(
+            f"this attnkit model needs {cls.__name__} to run its attention through transformers' attention registry, "
+            f"which transformers {transformers.__version__} does not do (it would run softmax): use transformers >= 5"
+        )
+    return cls
 
 
 _CONCRETE: dict = {}
