@@ -15,7 +15,7 @@ from pathlib import Path
 
 from attnkit.attention import NORMALISERS
 from attnkit.pretrain import add_mini_train_options, add_pretrain_parser, cmd_pretrain, mini_train_settings
-from attnkit.train import METRICS_FILE, MODEL_DIR, TrainConfig
+from attnkit.train import METRICS_FILE, MODEL_DIR, PAPER_EPOCHS, TrainConfig
 from attnkit.words import add_words_parser, cmd_words
 
 log = logging.getLogger("attnkit")
@@ -40,7 +40,7 @@ def _add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--attention", default=None, choices=list(NORMALISERS), help=f"normaliser (default: a checkpoint's own, else {d.attention}; see MiniBERT below)")
     t.add_argument("--lam", type=float, default=None, help="sparsegen-lin lam < 1 (default: the SSAF paper's value for the task, else 0)")
     t.add_argument("--from-scratch", action="store_true", help="random weights, same architecture (the paper's Np / SSAF(Np))")
-    t.add_argument("--epochs", type=float, default=d.epochs, help=f"training epochs (default {d.epochs:g})")
+    t.add_argument("--epochs", type=float, default=None, help=f"training epochs (default: the SSAF paper's for its tasks, e.g. SciTail 3, SenTube-A 5; else {d.epochs:g})")
     t.add_argument("--max-steps", type=int, default=d.max_steps, help="stop after this many steps (overrides --epochs)")
     t.add_argument("--batch-size", type=int, default=d.batch_size, help=f"per-process batch size (default {d.batch_size})")
     t.add_argument("--lr", type=float, default=None, help=f"learning rate (default {d.lr:g}; MiniBERT: see below)")
@@ -156,7 +156,7 @@ def _train_config(a) -> TrainConfig:
     """The TrainConfig of ``attnkit train``'s (or ``sweep``'s) arguments."""
     return TrainConfig(
         task=a.task, data_dir=a.data_dir, from_scratch=a.from_scratch,
-        epochs=a.epochs, max_steps=a.max_steps, batch_size=a.batch_size, warmup_ratio=a.warmup,
+        epochs=a.epochs if a.epochs is not None else PAPER_EPOCHS.get(a.task, TrainConfig.epochs), max_steps=a.max_steps, batch_size=a.batch_size, warmup_ratio=a.warmup,
         weight_decay=a.weight_decay, max_length=a.max_length, doc_stride=a.doc_stride, seed=a.seed, output_dir=a.output_dir,
         resume=not a.no_resume, max_train_samples=a.max_train_samples, max_eval_samples=a.max_eval_samples,
         eval_steps=a.eval_steps, logging_steps=a.logging_steps, group_by_length=a.group_by_length,

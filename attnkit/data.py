@@ -843,3 +843,55 @@ load_jsonl = _generic_loader("jsonl", "One JSON object a line.")
 
 # GLUE, MNLI and HANS live in their own module; importing it registers those tasks.
 from attnkit import glue as _glue  # noqa: E402,F401
+
+
+# ----------------------------------------------------------------------------- SciTail (the SSAF paper's NLI set)
+
+SCITAIL_LABELS = ["entails", "neutral"]
+_SCITAIL_JSON_LABELS = {"entailment": "entails", "entails": "entails", "neutral": "neutral"}
+
+
+def _read_scitail_tsv(path: Path) -> list[Example]:
+    """``tsv_format/scitail_1.0_<split>.tsv``: premise, hypothesis, label (entails | neutral); no header."""
+    rows: list[Example] = []
+    for line, fields in _read_delimited(path, "\t"):
+        if len(fields) != 3:
+            raise DataFormatError(path, line, f"expected 3 tab-separated fields (premise, hypothesis, label), found {len(fields)}")
+        premise, hypothesis, label = (f.strip() for f in fields)
+        if not premise or not hypothesis:
+            raise DataFormatError(path, line, "expected a premise and a hypothesis, found an empty field")
+        rows.append(Example(premise, _label_index(SCITAIL_LABELS, label, path, line), hypothesis))
+    return rows
+
+
+def _read_scitail_jsonl(path: Path) -> list[Example]:
+    """``snli_format/scitail_1.0_<split>.txt``: JSON lines with sentence1, sentence2 and gold_label."""
+    rows: list[Example] = []
+    for line, rec in _read_jsonl(path):
+        missing = [k for k in ("sentence1", "sentence2", "gold_label") if not isinstance(rec.get(k), str) or not rec[k].strip()]
+        if missing:
+            raise DataFormatError(path, line, f"expected the text fields sentence1, sentence2 and gold_label; missing or empty: {', '.join(missing)}")
+        label = _SCITAIL_JSON_LABELS.get(rec["gold_label"].strip())
+        if label is None:
+            raise DataFormatError(path, line, f"unknown gold_label {rec['gold_label']!r}, expected entailment or neutral")
+        rows.append(Example(rec["sentence1"].strip(), SCITAIL_LABELS.index(label), rec["sentence2"].strip()))
+    return rows
+
+
+@register_task("scitail")
+def load_scitail(data_dir: Path | None) -> TaskData:
+    """SciTail v1.1 as its zip unpacks (``SciTailV1.1/``): the tsv_format files, else the snli_format JSON lines."""
+    folder = _require_dir(data_dir, "SciTailV1.1", "scitail")
+    tsv, snli = folder / "tsv_format", folder / "snli_format"
+    splits, used = {}, set()
+    for split, stem in SPLIT_STEMS.items():
+        if (tsv / f"scitail_1.0_{stem}.tsv").is_file():
+            splits[split] = _read_scitail_tsv(tsv / f"scitail_1.0_{stem}.tsv")
+            used.add("tsv_format")
+        elif (snli / f"scitail_1.0_{stem}.txt").is_file():
+            splits[split] = _read_scitail_jsonl(snli / f"scitail_1.0_{stem}.txt")
+            used.add("snli_format")
+    if not splits:
+        raise FileNotFoundError(f"task scitail: no tsv_format/scitail_1.0_{{train,dev,test}}.tsv nor snli_format/scitail_1.0_*.txt in {folder}")
+    return TaskData("scitail", _to_splits(splits, with_pair=True), list(SCITAIL_LABELS),
+                    f"SciTail v1.1 ({', '.join(sorted(used))}: {', '.join(splits)}), premise/hypothesis pairs, entails vs neutral")

@@ -31,9 +31,10 @@ PAPER_LAM = {
     "sentube-auto": -6.0,
     "rotten-tomatoes": -4.0,
     "squad": -7.0,
+    "scitail": -6.0,
 }
 #: epochs used by the SSAF paper for each dataset
-PAPER_EPOCHS = {"sst5": 4, "sst5-phrases": 4, "sst2": 4, "sentube-auto": 5, "sentube-tablets": 6, "semeval2013": 8, "squad": 2}
+PAPER_EPOCHS = {"sst5": 4, "sst5-phrases": 4, "sst2": 4, "sentube-auto": 5, "sentube-tablets": 6, "semeval2013": 8, "squad": 2, "scitail": 3}
 
 MODEL_DIR = "model"
 METRICS_FILE = "metrics.json"

@@ -14,7 +14,7 @@ import pytest
 import attnkit.data as data
 from attnkit.data import DataFormatError, TaskData, default_data_dir, list_tasks, load_task, parse_ptb
 
-ALL_TASKS = sorted(["csv", "jsonl", "rotten-tomatoes", "semeval2013", "sentube-auto", "sentube-tablets", "sst2", "sst5", "sst5-phrases", "tsv",
+ALL_TASKS = sorted(["csv", "jsonl", "rotten-tomatoes", "scitail", "semeval2013", "sentube-auto", "sentube-tablets", "sst2", "sst5", "sst5-phrases", "tsv",
                     "cola", "mrpc", "stsb", "qnli", "rte", "wnli", "qqp", "mnli", "mnli-devsplit"])
 
 
