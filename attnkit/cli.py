@@ -71,7 +71,6 @@ def _add_train_options(t: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = TrainConfig()
     parser = argparse.ArgumentParser(prog="attnkit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="show library logs and warnings")
     sub = parser.add_subparsers(dest="command", metavar="{train,sweep,pretrain,evaluate,predict,explain,words,layer-weights,tasks}")

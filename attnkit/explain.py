@@ -101,11 +101,7 @@ def plot_attention(maps: AttentionMaps, path: str | Path, layer: int | None = No
             ax.set_yticks([])
             ax.set_title(f"L{l} H{h} |S|={sizes[l, h].mean():.1f}", fontsize=7)
         fig.suptitle(f"{maps.attention}: {' '.join(maps.tokens)[:120]}\n|S| = mean support size per row; white = exact zero", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 # ----------------------------------------------------------------------------- layer weights (SesameBERT)
@@ -172,11 +168,7 @@ def plot_layer_weights(weights: dict, path: str | Path, title: str = "") -> Path
         ax.set_title(("Squeeze-and-Excitation" if k == "se_mean" else "weighted average") + f" ({weights['pooling']})", fontsize=9)
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_learned_lam(lams: list[list[float]], path: str | Path, start: float | None = None, title: str = "") -> Path:
@@ -201,6 +193,14 @@ def plot_learned_lam(lams: list[list[float]], path: str | Path, start: float | N
     fig.colorbar(im, ax=ax, label="lam" + (f" (started at {start:g})" if start is not None else ""))
     if title:
         ax.set_title(title, fontsize=9)
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Lay out, write (PNG or SVG, by the suffix; folders made) and close a matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from transformers import PretrainedConfig, PreTrainedModel
 
-from .attention import ATTN_IMPLEMENTATION, CONFIG_KEY, LAM_PARAM, add_lam_parameters, learned_lam, spec_of
+from .attention import ATTN_IMPLEMENTATION, CONFIG_KEY, add_lam_parameters, learned_lam, spec_of
 from .attention import register as register_attention
 from .kernels import cpu_kernel as _cpu_kernel  # noqa: F401  every code file imported here, directly: transformers 4
 from .maps import sparsemax as _sparsemax  # noqa: F401     copies only a remote module's direct relative imports

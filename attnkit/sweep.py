@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from attnkit.explain import save_figure
 from attnkit.train import TrainConfig, write_json_atomic
 
 SUPPORT_TEXTS = 256  # dev texts the mean support is measured on
@@ -217,11 +218,7 @@ def plot_sweep(records: list[dict], path: str | Path, title: str = "") -> Path:
         h1, l1 = ax.get_legend_handles_labels()
         h2, l2 = ax2.get_legend_handles_labels()
         ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="lower left")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Path, *, layer: int | None = None, head: int = 0) -> Path | None:
@@ -268,8 +265,4 @@ def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Pat
         ax.set_yticks(range(len(m.tokens)), m.tokens, fontsize=6)
     note = f"; {len(missing)} cell(s) without a saved model left out" if missing else ""
     fig.suptitle(f"{base.task}, seed {seed}: layer {maps[0][2]}, head {head} (white = exactly 0){note}", fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
