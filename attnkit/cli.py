@@ -50,7 +50,8 @@ def _add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--doc-stride", type=int, default=None, help="span QA (--task squad): overlap of context windows in tokens (default max-length // 3)")
     t.add_argument("--seed", type=int, default=d.seed, help=f"random seed (default {d.seed})")
     t.add_argument("--output-dir", default=d.output_dir, help=f"run folder (default {d.output_dir}); an unfinished run there is resumed")
-    t.add_argument("--no-resume", action="store_true", help="start afresh even if the output folder holds checkpoints")
+    t.add_argument("--no-resume", action="store_true", help="start afresh even if the output folder holds checkpoints or a finished run")
+    t.add_argument("--keep-checkpoints", action="store_true", help="keep the checkpoint-N folders (optimizer state) after the run finishes")
     t.add_argument("--max-train-samples", type=int, default=None, help="train on a random subset of this size")
     t.add_argument("--max-eval-samples", type=int, default=None, help="evaluate on a random subset of this size")
     t.add_argument("--eval-steps", type=int, default=None, help="evaluate and checkpoint every N steps (default: every epoch)")
@@ -159,7 +160,7 @@ def _train_config(a) -> TrainConfig:
         weight_decay=a.weight_decay, max_length=a.max_length, doc_stride=a.doc_stride, seed=a.seed, output_dir=a.output_dir,
         resume=not a.no_resume, max_train_samples=a.max_train_samples, max_eval_samples=a.max_eval_samples,
         eval_steps=a.eval_steps, logging_steps=a.logging_steps, group_by_length=a.group_by_length,
-        learn_lam=a.learn_lam, lam_warmup=a.lam_warmup,
+        learn_lam=a.learn_lam, lam_warmup=a.lam_warmup, keep_checkpoints=a.keep_checkpoints,
         blur=a.blur, blur_size=a.blur_size, blur_sigma=a.blur_sigma, pooling=a.layer_pooling, se=a.se, se_ratio=a.se_ratio,
         **mini_train_settings(a, TrainConfig.attention, TrainConfig.lr),  # model, attention, lam, lr, freeze, MiniBERT shape
     )
@@ -174,6 +175,8 @@ def cmd_train(a) -> int:
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
     out = Path(cfg.output_dir)
+    if metrics.get("already_complete"):
+        print(f"[attnkit] the run in {out} is already complete: nothing was changed (--no-resume trains it again)")
     v = metrics["validation"]
     from attnkit.qa import is_qa_task
 

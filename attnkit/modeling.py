@@ -326,6 +326,11 @@ def save_checkpoint(model, out_dir: str | os.PathLike, tokenizer=None, extra: di
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     if extra:
         (tmp / "attnkit_run.json").write_text(json.dumps(extra, indent=2, sort_keys=True, default=str) + "\n")
+    mask = os.umask(0)
+    os.umask(mask)
+    for f in tmp.iterdir():  # safetensors writes its file 0600; every file gets the mode the others have
+        if f.is_file():
+            os.chmod(f, 0o666 & ~mask)
     if any(tmp.glob("*.bin")):
         raise RuntimeError(f"non-safetensors weights were written to {tmp}")
     old = None

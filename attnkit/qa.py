@@ -295,7 +295,8 @@ def train_qa(cfg) -> dict:
 
     from attnkit.modeling import build_qa_model, load_tokenizer, save_checkpoint
     from attnkit.train import (
-        METRICS_FILE, MODEL_DIR, _strip, _subsample, check_length, fit, prepare_output, training_arguments, write_json_atomic,
+        METRICS_FILE, MODEL_DIR, _strip, _subsample, check_length, finish_run, fit, prepare_output, training_arguments,
+        write_json_atomic,
     )
 
     cfg.validate()
@@ -349,6 +350,7 @@ def train_qa(cfg) -> dict:
         metrics["model_dir"] = str(model_dir)
         write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict()})
         write_json_atomic(out / METRICS_FILE, metrics)
+        finish_run(cfg, out)
     return metrics
 
 

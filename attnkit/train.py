@@ -68,6 +68,7 @@ class TrainConfig:
     logging_steps: int = 50
     group_by_length: bool = False  # batches of similar length (less padding; same examples per epoch)
     learn_lam: bool = False  # sparsegen-lin: lam learned per layer and head, started at lam
+    keep_checkpoints: bool = False  # keep the Trainer's checkpoint-N folders (with optimizer state) after a finished run
     lam_warmup: float = 0.0  # sparsegen-lin: lam moves from a denser start to lam over this fraction of the steps (or count); 0: off
     # SesameBERT: locality step and layer pooling
     blur: str = "none"  # none | context | value
@@ -251,11 +252,37 @@ def _checkpoint_damage(ckpt: Path) -> str | None:
 
 #: settings that may differ when a run is resumed: they do not change what is trained, or only how
 #: long (a run may be resumed to train for longer)
-_RESUME_FREE = ("output_dir", "resume", "logging_steps", "eval_batch_size", "epochs", "max_steps")
+_RESUME_FREE = ("output_dir", "resume", "logging_steps", "eval_batch_size", "keep_checkpoints", "epochs", "max_steps")
 
 
-def _comparable(cfg_dict: dict) -> dict:
-    d = {k: v for k, v in cfg_dict.items() if k not in _RESUME_FREE and k in TrainConfig.__dataclass_fields__}
+def finished_metrics(cfg: TrainConfig) -> dict | None:
+    """The metrics of a finished run in ``cfg.output_dir`` made with the same settings (None if there is none).
+
+    A finished run has metrics.json, model/ and a run_config.json equal to ``cfg`` (but for where it is written
+    and what it logs); rerunning it changes nothing, unless ``cfg.resume`` is off.
+    """
+    out = Path(cfg.output_dir)
+    saved, metrics = out / "run_config.json", out / METRICS_FILE
+    if not cfg.resume or not (saved.is_file() and metrics.is_file() and (out / MODEL_DIR / "config.json").is_file()):
+        return None
+    free = ("output_dir", "resume", "logging_steps", "eval_batch_size", "keep_checkpoints")  # epochs and steps count here
+    old, new = _comparable(json.loads(saved.read_text()), free), _comparable(asdict(cfg), free)
+    if any(old.get(k) != v for k, v in new.items()):
+        return None
+    return json.loads(metrics.read_text())
+
+
+def finish_run(cfg: TrainConfig, out: Path) -> None:
+    """After a finished run: remove the checkpoint folders (optimizer state, a copy of model/) unless kept."""
+    if cfg.keep_checkpoints:
+        return
+    for c in out.glob("checkpoint-*"):
+        if c.is_dir():
+            shutil.rmtree(c, ignore_errors=True)
+
+
+def _comparable(cfg_dict: dict, free: tuple = _RESUME_FREE) -> dict:
+    d = {k: v for k, v in cfg_dict.items() if k not in free and k in TrainConfig.__dataclass_fields__}
     for k in ("data_dir", "model"):  # the same folder written two ways is the same setting
         if d.get(k) and Path(str(d[k])).expanduser().exists():
             d[k] = str(Path(str(d[k])).expanduser().resolve())
@@ -363,6 +390,10 @@ def train(cfg: TrainConfig) -> dict:
 
     from attnkit.qa import is_qa_task, train_qa
 
+    done = finished_metrics(cfg)
+    if done is not None:
+        log.warning("the run in %s is complete (metrics.json, model/): nothing to do; --no-resume trains it again", cfg.output_dir)
+        return done | {"already_complete": True}
     if is_qa_task(cfg.task):
         if not cfg.head().is_default or str(cfg.model).lower() in ("mini", "minibert") or cfg.freeze:
             raise ValueError(f"task {cfg.task} (span QA) takes the model's own span head: no --layer-pooling/--se, --model mini or --freeze")
@@ -450,6 +481,7 @@ def train(cfg: TrainConfig) -> dict:
         metrics["model_dir"] = str(model_dir)
         write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict(), "head_spec": head.to_dict()})
         write_json_atomic(out / METRICS_FILE, metrics)
+        finish_run(cfg, out)
         if lams is not None:
             from attnkit.explain import plot_learned_lam
 

@@ -118,7 +118,7 @@ def test_resume_after_kill(tiny_bert, tmp_path):
 
     data = write_tiny_sentiment(tmp_path / "data")
     out = tmp_path / "run"
-    assert main(train_args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--no-heatmap")) == 0
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--no-heatmap", "--keep-checkpoints")) == 0
     ck4 = out / "checkpoint-4" / "trainer_state.json"
     state = json.loads(ck4.read_text())
     assert state["global_step"] == 4
@@ -130,7 +130,7 @@ def test_resume_after_kill(tiny_bert, tmp_path):
     (out / "metrics.json").unlink()
     (out / "checkpoint-6").mkdir()
     (out / "checkpoint-6" / "config.json").write_text("{")
-    assert main(train_args(tiny_bert, data, out, "--max-steps", "6", "--eval-steps", "2", "--no-heatmap")) == 0
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "6", "--eval-steps", "2", "--no-heatmap", "--keep-checkpoints")) == 0
     state = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())
     assert state["global_step"] == 6
     assert any(h.get("resume_marker") == 1 for h in state["log_history"]), "training restarted instead of resuming"
@@ -147,7 +147,7 @@ def test_torchrun_two_processes(tiny_bert, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
-        "-m", "attnkit.cli", *train_args(tiny_bert, data, out, "--max-steps", "3", "--no-heatmap"),
+        "-m", "attnkit.cli", *train_args(tiny_bert, data, out, "--max-steps", "3", "--no-heatmap", "--keep-checkpoints"),
     ]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -41,7 +41,8 @@ def test_a_bare_encoder_is_refused_not_run_with_a_random_head(tiny_bert, command
 
 def test_resuming_with_other_settings_names_them_and_stops(tiny_bert, data, tmp_path, capsys):
     out = tmp_path / "mixed"
-    assert main(args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "sparsegen-lin", "--lam", "-2")) == 0
+    assert main(args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "sparsegen-lin", "--lam", "-2",
+                     "--keep-checkpoints")) == 0
     shutil.rmtree(out / "model")  # as if killed before the end
     capsys.readouterr()
     assert main(args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--attention", "softmax")) == 2
@@ -58,7 +59,7 @@ def test_resuming_with_other_settings_names_them_and_stops(tiny_bert, data, tmp_
 
 def test_an_older_run_without_run_config_is_checked_by_its_attention(tiny_bert, data, tmp_path, capsys):
     out = tmp_path / "old"
-    assert main(args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "sparsemax")) == 0
+    assert main(args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "sparsemax", "--keep-checkpoints")) == 0
     (out / "run_config.json").unlink()
     capsys.readouterr()
     assert main(args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--attention", "softmax")) == 2
@@ -126,7 +127,7 @@ def test_a_damaged_weights_file_is_named(run, tmp_path, capsys, damage):
 
 def test_a_damaged_newest_checkpoint_is_moved_aside_and_the_run_resumes(tiny_bert, data, tmp_path, caplog):
     out = tmp_path / "dmg"
-    base = ["--eval-steps", "2", "--attention", "sparsegen-lin", "--lam", "-2"]
+    base = ["--eval-steps", "2", "--attention", "sparsegen-lin", "--lam", "-2", "--keep-checkpoints"]
     assert main(args(tiny_bert, data, out, "--max-steps", "4", *base)) == 0
     w = out / "checkpoint-4" / "model.safetensors"
     w.write_bytes(w.read_bytes()[:1000])
@@ -147,3 +148,29 @@ def test_ctrl_c_says_how_to_resume(tiny_bert, data, tmp_path, capsys, monkeypatc
     assert main(args(tiny_bert, data, tmp_path / "o")) == 130
     err = capsys.readouterr().err
     assert "interrupted" in err and "resume" in err and str(tmp_path / "o") in err and "Traceback" not in err
+
+
+def test_a_finished_run_rerun_changes_nothing_and_cleans_up(tiny_bert, data, tmp_path, capsys):
+    import os
+    import stat
+
+    out = tmp_path / "done"
+    cmd = args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2")
+    assert main(cmd) == 0
+    assert not list(out.glob("checkpoint-*"))  # optimizer-bearing copies removed once the run is finished
+    mask = os.umask(0)
+    os.umask(mask)
+    modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in (out / "model").iterdir()}
+    assert set(modes.values()) == {0o666 & ~mask}, modes
+    before = (out / "metrics.json").read_text()
+    mtime = (out / "model" / "model.safetensors").stat().st_mtime
+    capsys.readouterr()
+    assert main(cmd) == 0
+    assert "already complete" in capsys.readouterr().out
+    assert (out / "metrics.json").read_text() == before
+    assert (out / "model" / "model.safetensors").stat().st_mtime == mtime
+    # --no-resume trains it again; other settings are not "complete"
+    assert main(cmd + ["--no-resume"]) == 0
+    assert "already complete" not in capsys.readouterr().out
+    assert main(args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "softmax")) == 0
+    assert json.loads((out / "metrics.json").read_text())["attention"]["attention"] == "softmax"
