@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import time
 from pathlib import Path
 
 log = logging.getLogger("attnkit")
@@ -60,7 +62,11 @@ def _load():
             src = Path(__file__).with_name("csrc") / "sparsemax_cpu.cpp"
             # -march=native: the build is only valid on this kind of CPU, so the cache name says which
             name = f"attnkit_sparsemax_cpu_v13_{tag}_{_cpu_tag()}"
+            fresh = _announce_build([f"attnkit_sparsemax_cpu_v13_{t}_{_cpu_tag()}" for t in ("omp", "serial")])
+            t0 = time.time()
             _ext = load(name=name, sources=[str(src)], extra_cflags=cflags, extra_ldflags=ldflags, verbose=False)
+            if fresh:
+                print(f"attnkit: sparse-attention kernel built in {time.time() - t0:.0f} s (cached for later runs)", file=sys.stderr, flush=True)
             _why = "compiled C++ kernel" + ("" if tag == "omp" else f", one thread (no OpenMP: {errors[-1]})")
             return _ext
         except Exception as e:  # no compiler, no ninja, build error: fall back, say why
@@ -70,6 +76,25 @@ def _load():
     _why = f"C++ kernel unavailable ({errors[-1]})"
     log.warning("attnkit: %s; using the pure-torch sparse maps (exact, slower)", _why)
     return _ext
+
+
+_announced = False
+
+
+def _announce_build(names: list[str]) -> bool:
+    """Say on stderr that the kernel is being compiled, where none of its builds is cached; True if so."""
+    try:
+        from torch.utils.cpp_extension import _get_build_directory
+
+        built = any(any(Path(_get_build_directory(n, verbose=False)).glob(f"{n}*.so")) for n in names)
+    except Exception:  # a private helper of torch: if it moves, just say nothing
+        return False
+    global _announced
+    if not built and not _announced:
+        _announced = True
+        print("attnkit: building the sparse-attention kernel (once per machine and torch version, about a minute)...",
+              file=sys.stderr, flush=True)
+    return not built
 
 
 def cpu_kernel():

@@ -451,6 +451,10 @@ def train(cfg: TrainConfig) -> dict:
         compute_metrics=metrics_fn(data.metric),
         callbacks=[lam_warmup_callback(spec.lam, cfg.lam_warmup)] if cfg.lam_warmup else None,
     )
+    if spec.is_sparse:  # a first run compiles the CPU kernel here (and says so), not inside the first step's ETA
+        from attnkit import kernels
+
+        kernels.cpu_kernel()
     train_result = fit(trainer, cfg)
 
     metrics: dict = {"train": dict(train_result.metrics)}

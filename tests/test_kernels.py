@@ -48,3 +48,7 @@ def test_build_without_openmp_falls_back_to_one_thread(tmp_path):
     assert "one thread" in reason and "no OpenMP" in reason
     assert p == "[[0.75, 0.25, 0.0]]"
     assert second == "1"
+    # a fresh cache: the build announces itself, once, and says how long it took
+    assert r.stderr.count("building the sparse-attention kernel") == 1 and "kernel built in" in r.stderr
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0 and "building the sparse-attention kernel" not in r.stderr  # cached now
