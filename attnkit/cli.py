@@ -29,6 +29,7 @@ def _add_model_io(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a checkpoint written by `attnkit train` (its model/ folder or the run folder)")
     p.add_argument("--max-length", type=int, default=None, help="truncate inputs to this many tokens (default: the length the model was trained with, else 128)")
     p.add_argument("--batch-size", type=int, default=64, help="inference batch size (default 64)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: what torch picks, one per core)")
 
 
 def _add_train_options(t: argparse.ArgumentParser) -> None:
@@ -58,6 +59,7 @@ def _add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--logging-steps", type=int, default=d.logging_steps)
     t.add_argument("--learn-lam", action="store_true", help="sparsegen-lin: learn lam per layer and head, started at --lam (lam < 1 by construction)")
     t.add_argument("--lam-warmup", type=float, default=0.0, help="sparsegen-lin: start 4x denser and reach --lam after this fraction of the steps (< 1) or step count (default 0: off)")
+    t.add_argument("--threads", type=int, default=None, help="torch threads (default: what torch picks, one per core); 1 leaves a core free")
     t.add_argument("--group-by-length", action="store_true", help="batch texts of similar length together (less padding, faster on CPU)")
     t.add_argument("--no-heatmap", action="store_true", help="do not draw an attention heatmap at the end")
     s = t.add_argument_group("SesameBERT: Gaussian blur and layer pooling")
@@ -517,6 +519,12 @@ def main(argv: list[str] | None = None) -> int:
     from attnkit.data import DataFormatError
 
     try:
+        if getattr(a, "threads", None) is not None:
+            if a.threads < 1:
+                raise UserError(f"--threads {a.threads}: expected a number of threads >= 1")
+            import torch
+
+            torch.set_num_threads(a.threads)
         if a.command not in ("train", "sweep", "pretrain") and hasattr(a, "max_length"):
             # evaluate/predict/explain/layer-weights/words: default the model's training length (else 128, at most
             # what the model takes); a given length must fit the model's positions

@@ -174,3 +174,14 @@ def test_a_finished_run_rerun_changes_nothing_and_cleans_up(tiny_bert, data, tmp
     assert "already complete" not in capsys.readouterr().out
     assert main(args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "softmax")) == 0
     assert json.loads((out / "metrics.json").read_text())["attention"]["attention"] == "softmax"
+
+
+def test_threads_option(tiny_bert, data, tmp_path, capsys, monkeypatch):
+    import torch
+
+    seen = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(n))
+    assert main(args(tiny_bert, data, tmp_path / "o", "--max-steps", "1", "--threads", "1")) == 0
+    assert seen == [1]
+    assert main(["predict", "--model", str(tmp_path / "o"), "--threads", "0", "x"]) == 2
+    assert "--threads 0" in capsys.readouterr().err
