@@ -470,3 +470,28 @@ def test_real_task_tokenizer_never_sees_dev_or_test():
     assert len(unseen) > 100
     assert not unseen & set(vocab)
     assert len(vocab) > 5000
+
+
+def test_minibert_through_auto_classes_and_pipeline_matches_predict(pipeline, capsys):
+    """MiniBERT has a model type of its own ("attnkit-mini"): with attnkit imported, the Auto classes and
+    pipeline give the model `attnkit predict` runs; plain transformers does not know the type."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+    from transformers import pipeline as hf_pipeline
+
+    _, _, _, ft = pipeline
+    texts = ["a great movie", "bad boring plot"]
+    assert main(["predict", "--model", str(ft), *texts]) == 0
+    ours = [json.loads(l) for l in capsys.readouterr().out.strip().splitlines()]
+    auto = AutoModelForSequenceClassification.from_pretrained(ft / "model").eval()
+    from attnkit.modeling import load_tokenizer
+
+    tok = load_tokenizer(ft / "model")
+    with torch.no_grad():
+        probs = torch.softmax(auto(**tok(texts, padding=True, return_tensors="pt")).logits, -1)
+    pipe = hf_pipeline("text-classification", model=str(ft / "model"), top_k=None)
+    for i, rows in enumerate(pipe(texts)):
+        got = {r["label"]: r["score"] for r in rows}
+        for label, p in ours[i]["probabilities"].items():
+            assert got[label] == pytest.approx(p, abs=1e-5)
+            assert float(probs[i, auto.config.label2id[label]]) == pytest.approx(p, abs=1e-5)
