@@ -60,6 +60,7 @@ def _add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--learn-lam", action="store_true", help="sparsegen-lin: learn lam per layer and head, started at --lam (lam < 1 by construction)")
     t.add_argument("--lam-warmup", type=float, default=0.0, help="sparsegen-lin: start 4x denser and reach --lam after this fraction of the steps (< 1) or step count (default 0: off)")
     t.add_argument("--threads", type=int, default=None, help="torch threads (default: what torch picks, one per core); 1 leaves a core free")
+    t.add_argument("--lemmatize", default=None, metavar="LANG", help="replace texts by their lemmas (simplemma: en, fr, de, ...); recorded with the model, applied at prediction too")
     t.add_argument("--group-by-length", action="store_true", help="batch texts of similar length together (less padding, faster on CPU)")
     t.add_argument("--no-heatmap", action="store_true", help="do not draw an attention heatmap at the end")
     s = t.add_argument_group("SesameBERT: Gaussian blur and layer pooling")
@@ -151,7 +152,13 @@ def _load(path: str, qa_ok: bool = False):
     if not qa_ok and is_qa_model(model.config):
         raise UserError(f"{d} is a span question-answering model: use `attnkit evaluate` (its SQuAD task), "
                         "`attnkit predict --question ... --context ...` or `attnkit explain` with it")
-    return d, model, load_tokenizer(d)
+    tok = load_tokenizer(d)
+    lang = _run_info(d).get("lemmatize")
+    if lang:  # the model was trained on lemmas: it reads lemmas here too
+        from attnkit.lemmas import LemmatizingTokenizer
+
+        tok = LemmatizingTokenizer(tok, lang)
+    return d, model, tok
 
 
 def _train_config(a) -> TrainConfig:
@@ -162,7 +169,7 @@ def _train_config(a) -> TrainConfig:
         weight_decay=a.weight_decay, max_length=a.max_length, doc_stride=a.doc_stride, seed=a.seed, output_dir=a.output_dir,
         resume=not a.no_resume, max_train_samples=a.max_train_samples, max_eval_samples=a.max_eval_samples,
         eval_steps=a.eval_steps, logging_steps=a.logging_steps, group_by_length=a.group_by_length,
-        learn_lam=a.learn_lam, lam_warmup=a.lam_warmup, keep_checkpoints=a.keep_checkpoints,
+        learn_lam=a.learn_lam, lam_warmup=a.lam_warmup, keep_checkpoints=a.keep_checkpoints, lemmatize=a.lemmatize,
         blur=a.blur, blur_size=a.blur_size, blur_sigma=a.blur_sigma, pooling=a.layer_pooling, se=a.se, se_ratio=a.se_ratio,
         **mini_train_settings(a, TrainConfig.attention, TrainConfig.lr),  # model, attention, lam, lr, freeze, MiniBERT shape
     )

@@ -116,6 +116,7 @@ class PretrainConfig:
     output_dir: str = "runs/mini-pretrain"
     max_train_samples: int | None = None
     logging_steps: int = 50
+    lemmatize: str | None = None  # language: the corpus is lemmatised (simplemma) before the tokenizer is trained
 
     def spec(self) -> AttentionSpec:
         return AttentionSpec(self.attention, self.lam)
@@ -123,6 +124,10 @@ class PretrainConfig:
     def validate(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"--kind {self.kind!r}: expected one of {', '.join(KINDS)} (MiniSA, MiniSSA, MiniNTA)")
+        if self.lemmatize:
+            from attnkit.lemmas import lemmatizer
+
+            lemmatizer(self.lemmatize)
         self.spec()
         for name in ("layers", "heads", "dim", "batch_size", "max_length"):
             if getattr(self, name) < 1:
@@ -168,6 +173,11 @@ def pretrain(cfg: PretrainConfig) -> dict:
     texts = list(train["text"])
     if "text_pair" in train.column_names:
         texts += list(train["text_pair"])
+    if cfg.lemmatize:
+        from attnkit.lemmas import lemmatizer
+
+        lem = lemmatizer(cfg.lemmatize)
+        texts = [lem(t) for t in texts]
     t0 = time.time()
     tok = train_tokenizer(texts, cfg.vocab_size)
     model = new_mini(tok, kind=cfg.kind, layers=cfg.layers, heads=cfg.heads, dim=cfg.dim, spec=cfg.spec())
@@ -217,7 +227,8 @@ def pretrain(cfg: PretrainConfig) -> dict:
         "seconds": seconds,
         "torch_threads": torch.get_num_threads(),
     }
-    model_dir = save_checkpoint(model, out / "model", tok, extra={"task": cfg.task, "pretrained": "mlm", "kind": cfg.kind})
+    model_dir = save_checkpoint(model, out / "model", tok, extra={"task": cfg.task, "pretrained": "mlm", "kind": cfg.kind,
+                                                                     "lemmatize": cfg.lemmatize})
     metrics["model_dir"] = str(model_dir)
     shutil.rmtree(out / "trainer", ignore_errors=True)  # nothing kept there (save_strategy="no")
     write_json_atomic(out / "run_config.json", asdict(cfg))
@@ -253,6 +264,7 @@ def add_pretrain_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=d.seed, help=f"random seed (default {d.seed})")
     p.add_argument("--output-dir", default=d.output_dir, help=f"run folder (default {d.output_dir}); the checkpoint goes to <it>/model")
     p.add_argument("--logging-steps", type=int, default=d.logging_steps)
+    p.add_argument("--lemmatize", default=None, metavar="LANG", help="lemmatise the corpus first (simplemma: en, fr, de, ...); recorded with the model")
     return p
 
 
@@ -261,6 +273,7 @@ def cmd_pretrain(a) -> int:
         task=a.task, data_dir=a.data_dir, kind=a.kind, attention=a.attention, lam=a.lam, layers=a.layers, heads=a.heads,
         dim=a.dim, vocab_size=a.vocab_size, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, max_length=a.max_length,
         seed=a.seed, output_dir=a.output_dir, max_train_samples=a.max_train_samples, logging_steps=a.logging_steps,
+        lemmatize=a.lemmatize,
     )
     cfg.validate()
     m = pretrain(cfg)

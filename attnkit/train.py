@@ -68,6 +68,7 @@ class TrainConfig:
     logging_steps: int = 50
     group_by_length: bool = False  # batches of similar length (less padding; same examples per epoch)
     learn_lam: bool = False  # sparsegen-lin: lam learned per layer and head, started at lam
+    lemmatize: str | None = None  # language: texts replaced by their lemmas (simplemma), recorded with the model
     keep_checkpoints: bool = False  # keep the Trainer's checkpoint-N folders (with optimizer state) after a finished run
     lam_warmup: float = 0.0  # sparsegen-lin: lam moves from a denser start to lam over this fraction of the steps (or count); 0: off
     # SesameBERT: locality step and layer pooling
@@ -104,6 +105,10 @@ class TrainConfig:
         for name, v in (("--max-train-samples", self.max_train_samples), ("--max-eval-samples", self.max_eval_samples), ("--eval-steps", self.eval_steps)):
             if v is not None and v < 1:
                 raise ValueError(f"{name} {v}: expected a whole number >= 1")
+        if self.lemmatize:
+            from attnkit.lemmas import lemmatizer
+
+            lemmatizer(self.lemmatize)
         self.spec()
         self.head()
 
@@ -395,6 +400,8 @@ def train(cfg: TrainConfig) -> dict:
         log.warning("the run in %s is complete (metrics.json, model/): nothing to do; --no-resume trains it again", cfg.output_dir)
         return done | {"already_complete": True}
     if is_qa_task(cfg.task):
+        if cfg.lemmatize:
+            raise ValueError(f"task {cfg.task} (span QA) answers with spans of the original text: --lemmatize does not apply")
         if not cfg.head().is_default or str(cfg.model).lower() in ("mini", "minibert") or cfg.freeze:
             raise ValueError(f"task {cfg.task} (span QA) takes the model's own span head: no --layer-pooling/--se, --model mini or --freeze")
         return train_qa(cfg)
@@ -413,6 +420,11 @@ def train(cfg: TrainConfig) -> dict:
             f"{' in ' + str(cfg.data_dir) if cfg.data_dir else ''} (is its train file missing?)"
         )
     model_path = cfg.model
+    lang = model_lemmatize(cfg)
+    if lang:
+        from attnkit.lemmas import lemmatize_splits
+
+        splits = lemmatize_splits(splits, lang)
     if str(cfg.model).lower() in ("mini", "minibert"):  # MiniBERT from scratch: tokenizer + random init on train text only
         from attnkit.pretrain import init_mini_checkpoint
 
@@ -480,7 +492,7 @@ def train(cfg: TrainConfig) -> dict:
         model_dir = save_checkpoint(
             trainer.model, out / MODEL_DIR, tokenizer,
             extra={"task": cfg.task, "label_names": data.label_names, "trained_on": data.description, "metric": data.metric,
-                   "max_length": cfg.max_length},
+                   "max_length": cfg.max_length, "lemmatize": lang},
         )
         metrics["model_dir"] = str(model_dir)
         write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict(), "head_spec": head.to_dict()})
@@ -492,6 +504,25 @@ def train(cfg: TrainConfig) -> dict:
             for ext in ("png", "svg"):
                 plot_learned_lam(lams, out / f"lam_learned.{ext}", start=spec.lam, title=f"{cfg.task}: learned lam")
     return metrics
+
+
+def model_lemmatize(cfg: TrainConfig) -> str | None:
+    """The lemmatisation language of a run: ``cfg.lemmatize``, else that of the checkpoint it starts from
+    (a MiniBERT pre-trained on lemmas reads lemmas); a conflict between the two is an error."""
+    stored = None
+    run = Path(str(cfg.model)).expanduser()
+    for f in (run / "attnkit_run.json", run / MODEL_DIR / "attnkit_run.json"):
+        if f.is_file():
+            stored = json.loads(f.read_text()).get("lemmatize")
+            break
+    if cfg.lemmatize and stored and cfg.lemmatize != stored:
+        raise ValueError(f"--lemmatize {cfg.lemmatize}: the model {cfg.model} was trained on {stored} lemmas")
+    lang = cfg.lemmatize or stored
+    if lang:
+        from attnkit.lemmas import lemmatizer
+
+        lemmatizer(lang)  # an unknown language fails here, naming the setting
+    return lang
 
 
 def check_length(cfg: TrainConfig, model_path: str) -> None:
