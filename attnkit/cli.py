@@ -118,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--layer", type=int, default=None, help="layer (0-based); omit for every layer")
     x.add_argument("--head", type=int, default=None, help="head (0-based); omit for every head")
     x.add_argument("--stats", default=None, help="also write the sparsity statistics to this JSON file")
+    x.add_argument("--html", default=None, help="also write an interactive page (head view + model view of every layer and head) to this .html file")
 
     w = sub.add_parser("layer-weights", help="bar chart of a layer-pooling model's learned layer weights (SE, weighted average)")
     _add_model_io(w)
@@ -438,6 +439,8 @@ def cmd_explain(a) -> int:
 
     if Path(a.output).suffix.lower() not in (".png", ".svg"):
         raise UserError(f"--output {a.output}: the heatmap file must end in .png or .svg")
+    if a.html and Path(a.html).suffix.lower() not in (".html", ".htm"):
+        raise UserError(f"--html {a.html}: the page file must end in .html")
     _, model, tok = _load(a.model, qa_ok=True)
     maps = attention_maps(model, tok, a.text, max_length=a.max_length)
     try:
@@ -457,6 +460,10 @@ def cmd_explain(a) -> int:
     if a.stats:
         write_json_atomic(a.stats, st)
     print(f"[attnkit] heatmap written to {path}")
+    if a.html:
+        from attnkit.html_view import write_html
+
+        print(f"[attnkit] interactive view written to {write_html(maps, a.html, title=f'attnkit: {a.text[:60]}')}")
     return 0
 
 

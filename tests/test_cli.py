@@ -190,3 +190,13 @@ def test_fast_kernel_and_slow_path_train_the_same(tiny_bert, tmp_path, monkeypat
     assert a["validation"]["accuracy"] == b["validation"]["accuracy"]
     assert a["validation"]["loss"] == pytest.approx(b["validation"]["loss"], abs=1e-4)
     assert a["train"]["train_loss"] == pytest.approx(b["train"]["train_loss"], abs=1e-4)
+
+
+def test_explain_writes_an_interactive_page(trained, tmp_path, capsys):
+    out, _ = trained
+    page = tmp_path / "view.html"
+    assert main(["explain", "--model", str(out), "a great movie", "--output", str(tmp_path / "a.png"), "--html", str(page)]) == 0
+    text = page.read_text()
+    assert "interactive view written" in capsys.readouterr().out
+    assert '"tokens": ["[CLS]", "a", "great", "movie", "[SEP]"]' in text and "model view" in text
+    assert main(["explain", "--model", str(out), "x", "--html", str(tmp_path / "v.txt")]) == 2
