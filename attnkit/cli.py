@@ -1,6 +1,6 @@
-"""The ``attnkit`` command: train, evaluate, predict, explain.
+"""The attnkit command: train, sweep, evaluate, predict, explain.
 
-``attnkit train`` with no arguments fine-tunes the bundled MiniLM with sparsegen-lin
+"attnkit train" with no arguments fine-tunes the bundled MiniLM with sparsegen-lin
 attention on the Rotten Tomatoes snippets, offline.
 """
 
@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from attnkit.attention import NORMALISERS
+from attnkit.names import NORMALISER_NAMES
 from attnkit.pretrain import add_mini_train_options, add_pretrain_parser, cmd_pretrain, mini_train_settings
 from attnkit.train import METRICS_FILE, MODEL_DIR, PAPER_EPOCHS, TrainConfig
 from attnkit.words import add_words_parser, cmd_words
@@ -38,7 +38,7 @@ def _add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--task", default=d.task, help=f"dataset (default {d.task}); see `attnkit tasks`")
     t.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
     t.add_argument("--model", default=d.model, help="'minilm' (bundled), a local checkpoint folder, or a hub name")
-    t.add_argument("--attention", default=None, choices=list(NORMALISERS), help=f"normaliser (default: a checkpoint's own, else {d.attention}; see MiniBERT below)")
+    t.add_argument("--attention", default=None, choices=list(NORMALISER_NAMES), help=f"normaliser (default: a checkpoint's own, else {d.attention}; see MiniBERT below)")
     t.add_argument("--lam", type=float, default=None, help="sparsegen-lin lam < 1 (default: the SSAF paper's value for the task, else 0)")
     t.add_argument("--from-scratch", action="store_true", help="random weights, same architecture (the paper's Np / SSAF(Np))")
     t.add_argument("--epochs", type=float, default=None, help=f"training epochs (default: the SSAF paper's for its tasks, e.g. SciTail 3, SenTube-A 5; else {d.epochs:g})")
@@ -491,8 +491,17 @@ def cmd_tasks(a) -> int:
     from attnkit.data import list_tasks
     from attnkit.qa import QA_TASKS
 
-    for t in sorted(list_tasks() + list(QA_TASKS)):
-        print(t)
+    from attnkit.data import TASKS
+
+    width = max(len(t) for t in list_tasks() + list(QA_TASKS))
+    for t in sorted(list_tasks() + list(QA_TASKS) + ["hans"]):
+        if t == "hans":
+            doc = "HANS diagnostic (evaluation only: attnkit evaluate --task hans on an NLI model)"
+        elif t in QA_TASKS:
+            doc = "SQuAD v1.1 span question answering (dev-v1.1.json + train file under squad_v1.1/)"
+        else:
+            doc = (TASKS[t].__doc__ or "").strip().splitlines()[0] if TASKS[t].__doc__ else ""
+        print(f"{t:<{width}}  {doc.replace('``', '')}")
     return 0
 
 
@@ -528,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.command is None:
         parser.print_help()
         return 0
-    if not a.verbose:
+    if not a.verbose and a.command != "tasks":  # quieting transformers imports it (and torch): not for a listing
         _quiet_libraries()
     from attnkit.data import DataFormatError
 

@@ -21,7 +21,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from attnkit.attention import NORMALISERS, AttentionSpec
+from typing import TYPE_CHECKING
+
+from attnkit.names import NORMALISER_NAMES
+
+if TYPE_CHECKING:  # torch is imported by the code that runs, not to read --help
+    from attnkit.attention import AttentionSpec
 
 log = logging.getLogger("attnkit")
 
@@ -119,6 +124,8 @@ class PretrainConfig:
     lemmatize: str | None = None  # language: the corpus is lemmatised (simplemma) before the tokenizer is trained
 
     def spec(self) -> AttentionSpec:
+        from attnkit.attention import AttentionSpec
+
         return AttentionSpec(self.attention, self.lam)
 
     def validate(self) -> None:
@@ -250,7 +257,7 @@ def add_pretrain_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--task", default=d.task, help=f"dataset whose TRAINING text is used (default {d.task})")
     p.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
     p.add_argument("--kind", default=d.kind, choices=KINDS, help="sa = MiniSA (Q,K,V), ssa = MiniSSA (Q only), nta = MiniNTA (none)")
-    p.add_argument("--attention", default=d.attention, choices=list(NORMALISERS), help=f"normaliser (default {d.attention})")
+    p.add_argument("--attention", default=d.attention, choices=list(NORMALISER_NAMES), help=f"normaliser (default {d.attention})")
     p.add_argument("--lam", type=float, default=d.lam, help="sparsegen-lin lam < 1 (default 0)")
     p.add_argument("--layers", type=int, default=d.layers, help=f"attention layers L (default {d.layers})")
     p.add_argument("--heads", type=int, default=d.heads, help=f"heads per layer H, splitting --dim (default {d.heads})")
@@ -326,6 +333,8 @@ def checkpoint_spec(model: str) -> AttentionSpec | None:
         return None
     cfg = json.loads((d / "config.json").read_text())
     stored = cfg.get("attnkit")
+    from attnkit.attention import AttentionSpec
+
     return AttentionSpec.from_dict(stored) if stored else None
 
 

@@ -16,8 +16,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 
-from attnkit.attention import AttentionSpec
-from attnkit.pooling import HeadSpec
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch and transformers are imported by the code that runs, not to read --help
+    from attnkit.attention import AttentionSpec
+    from attnkit.pooling import HeadSpec
 
 log = logging.getLogger("attnkit")
 
@@ -113,6 +116,8 @@ class TrainConfig:
         self.head()
 
     def spec(self) -> AttentionSpec:
+        from attnkit.attention import AttentionSpec
+
         lam = self.lam if self.lam is not None else PAPER_LAM.get(self.task, 0.0)
         if self.lam_warmup and (self.attention != "sparsegen-lin" or not self.lam_warmup > 0):
             raise ValueError(f"--lam-warmup {self.lam_warmup}: needs --attention sparsegen-lin and a fraction of the steps (< 1) or a step count > 0")
@@ -120,6 +125,8 @@ class TrainConfig:
                              learn_lam=self.learn_lam)
 
     def head(self) -> HeadSpec:
+        from attnkit.pooling import HeadSpec
+
         return HeadSpec(self.pooling, se=self.se, se_ratio=self.se_ratio)
 
 

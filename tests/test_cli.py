@@ -200,3 +200,29 @@ def test_explain_writes_an_interactive_page(trained, tmp_path, capsys):
     assert "interactive view written" in capsys.readouterr().out
     assert '"tokens": ["[CLS]", "a", "great", "movie", "[SEP]"]' in text and "model view" in text
     assert main(["explain", "--model", str(out), "x", "--html", str(tmp_path / "v.txt")]) == 2
+
+
+def test_help_and_tasks_do_not_import_torch():
+    """--help and the task listing answer at once: no torch, no transformers (checked by what is imported, not by time)."""
+    code = (
+        "import sys\n"
+        "from attnkit.cli import main\n"
+        "for argv in (['tasks'], ['train', '--help'], ['--help'], ['sweep', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'datasets') if m in sys.modules))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.strip().splitlines()
+    assert out[-1] == "[]"
+    assert any(l.startswith("hans ") for l in out) and "``" not in r.stdout
+
+
+def test_normaliser_names_match_the_registry():
+    from attnkit.attention import NORMALISERS
+    from attnkit.names import NORMALISER_NAMES
+
+    assert tuple(NORMALISERS) == NORMALISER_NAMES

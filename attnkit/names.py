@@ -1,0 +1,4 @@
+"""Names the command line offers, kept free of torch so that ``attnkit --help`` answers at once."""
+
+#: the normalisers of :data:`attnkit.attention.NORMALISERS` (a test keeps the two equal)
+NORMALISER_NAMES = ("softmax", "taylor", "sparsemax", "sparsegen-lin")
