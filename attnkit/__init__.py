@@ -26,13 +26,28 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'attnkit' has no attribute {name!r}")
 
 
-def _register() -> None:
-    mod = sys.modules.get("attnkit.modeling_attnkit")
-    if mod is not None and not hasattr(mod, "register"):
-        return  # it is being imported right now (it imported transformers): it registers itself when done
+_pending = False
+
+
+def _register(done: str | None = None) -> None:
+    """Register with transformers, unless an attnkit module is half imported (it imported transformers first):
+    then the registration waits for :func:`_register_if_pending` at the end of that module."""
+    global _pending
+    busy = [n for n, m in list(sys.modules.items()) if n.startswith("attnkit.") and n != done
+            and getattr(getattr(m, "__spec__", None), "_initializing", False)]
+    if busy:
+        _pending = True
+        return
+    _pending = False
     from attnkit.modeling_attnkit import register
 
     register()
+
+
+def _register_if_pending(done: str) -> None:
+    """Called at the end of the attnkit modules that import transformers (``done``: the caller's name)."""
+    if _pending:
+        _register(done)
 
 
 class _RegisterWithTransformers(importlib.abc.MetaPathFinder):

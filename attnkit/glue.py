@@ -198,7 +198,7 @@ def _make_loader(name: str):
 
 
 for _name in GLUE:
-    register_task(_name)(_make_loader(_name))
+    register_task(_name, f"glue/{GLUE[_name].folder}")(_make_loader(_name))
 
 
 # ----------------------------------------------------------------------------- MNLI dev-matched split
@@ -210,7 +210,7 @@ def mnli_devsplit_of(index: str) -> str:
     return "test" if h == 0 else "validation" if h == 1 else "train"
 
 
-@register_task("mnli-devsplit")
+@register_task("mnli-devsplit", "mnli")
 def load_mnli_devsplit(data_dir: Path | None) -> TaskData:
     """MNLI dev-matched (mnli/dev_matched_mccoy.tsv) split 80/10/10 by md5(index): MNLI train is not available here."""
     import datasets

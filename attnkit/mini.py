@@ -344,3 +344,11 @@ def register() -> None:
 
 
 register()
+
+
+try:  # a registration with transformers that waited for this module to finish importing (not in remote code)
+    from attnkit import _register_if_pending
+except ImportError:
+    pass
+else:
+    _register_if_pending(__name__)

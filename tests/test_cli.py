@@ -226,3 +226,13 @@ def test_normaliser_names_match_the_registry():
     from attnkit.names import NORMALISER_NAMES
 
     assert tuple(NORMALISERS) == NORMALISER_NAMES
+
+
+def test_tasks_says_which_datasets_are_found(tmp_path, capsys):
+    (tmp_path / "sentube" / "auto").mkdir(parents=True)
+    (tmp_path / "glue" / "RTE").mkdir(parents=True)
+    assert main(["tasks", "--data-dir", str(tmp_path)]) == 0
+    rows = {l.split()[0]: l for l in capsys.readouterr().out.splitlines()[1:]}
+    assert "[found: sentube/auto/]" in rows["sentube-auto"] and "[found: glue/RTE/]" in rows["rte"]
+    assert "[not found: semeval2013_taskB/]" in rows["semeval2013"] and "[not found: hans/]" in rows["hans"]
+    assert "your own files" in rows["csv"] and {"hans", "squad", "scitail"} <= set(rows)
