@@ -100,10 +100,20 @@ def sweep_settings(base: TrainConfig) -> dict:
     return {k: v for k, v in asdict(base).items() if k not in _CELL_FIELDS}
 
 
+def _same_paths(d: dict) -> dict:
+    """The data folder and model written two ways (relative, absolute) are the same setting."""
+    out = dict(d)
+    for k in ("data_dir", "model"):
+        if out.get(k) and Path(str(out[k])).expanduser().exists():
+            out[k] = str(Path(str(out[k])).expanduser().resolve())
+    return out
+
+
 def _check_same(rec: dict, base: TrainConfig, where: str) -> None:
     old, new = rec.get("settings"), sweep_settings(base)
     if old is None:
         return
+    old, new = _same_paths(old), _same_paths(new)
     diff = [f"{k}: {old.get(k)!r} there, {new.get(k)!r} now" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if diff:
         raise ValueError(f"{where} was trained with other settings ({'; '.join(diff)}): rerun with the same options, "
