@@ -208,12 +208,12 @@ def cmd_train(a) -> int:
     print(f"[attnkit] metrics written to {out / METRICS_FILE}")
     if not a.no_heatmap and not qa:  # a QA window is ~max-length tokens: too long to read as a heatmap
         from attnkit.data import load_task
-        from attnkit.explain import attention_maps, plot_attention
+        from attnkit.explain import attention_maps, plot_attention, view_sentence
 
         _, model, tok = _load(str(out))
         dev = load_task(cfg.task, cfg.data_dir).splits["validation"]
         texts = list(dev.select(range(min(200, len(dev))))["text"])
-        i = min((j for j, t in enumerate(texts) if 6 <= len(t.split()) <= 14), key=lambda j: len(texts[j]), default=0)
+        i = view_sentence(texts)
         text = texts[i]
         pair = dev[i]["text_pair"] if "text_pair" in dev.column_names else None
         maps = attention_maps(model, tok, text, pair, cfg.max_length)

@@ -36,6 +36,11 @@ class AttentionMaps:
         }
 
 
+def view_sentence(texts: list[str]) -> int:
+    """Index of the shortest text of 6 to 14 words (readable as a heatmap), else 0."""
+    return min((j for j, t in enumerate(texts) if 6 <= len(t.split()) <= 14), key=lambda j: len(texts[j]), default=0)
+
+
 def attention_maps(model, tokenizer, text: str, text_pair: str | None = None, max_length: int = 128) -> AttentionMaps:
     """Run ``model`` on one sentence and collect every layer's attention weights."""
     import torch

@@ -95,19 +95,20 @@ def _kernel_for(t: torch.Tensor):
 
 def _torch_forward(z: torch.Tensor, scale: float, topk: int) -> torch.Tensor:
     """sparsemax(scale * z) on any device, as the kernel computes it: each row shifted by its max first."""
-    m = z.amax(-1, keepdim=True)
-    pinf = torch.isposinf(z)
-    inf_rows = pinf.any(-1, keepdim=True)
-    # fully masked rows keep -inf (m = -inf), rows with +inf are finished below: shift those by 0
-    m = torch.where(torch.isfinite(m), m, torch.zeros((), dtype=z.dtype, device=z.device))
+    row_max = z.amax(-1, keepdim=True)
+    # fully masked rows keep -inf (max -inf), rows with +inf (max +inf) are finished below: shift those by 0
+    m = torch.where(torch.isfinite(row_max), row_max, torch.zeros((), dtype=z.dtype, device=z.device))
     x = z - m
     if scale != 1.0:
         x = x * scale
-    if bool(inf_rows.any()):
+    has_inf = bool(torch.isposinf(row_max).any())  # from the row maxima: no extra pass over the scores
+    if has_inf:
+        pinf = torch.isposinf(z)
+        inf_rows = pinf.any(-1, keepdim=True)
         x = torch.where(inf_rows, torch.zeros((), dtype=z.dtype, device=z.device), x)
     tau, _ = sparsemax_threshold(x, topk)
     p = (x - tau).clamp_(min=0)
-    if bool(inf_rows.any()):  # the limit of scores growing without bound: +inf entries share the mass equally
+    if has_inf:  # the limit of scores growing without bound: +inf entries share the mass equally
         p = torch.where(inf_rows, pinf.to(z.dtype) / pinf.sum(-1, keepdim=True).clamp(min=1).to(z.dtype), p)
     nan_rows = torch.isnan(z).any(-1, keepdim=True)  # as the kernel: a NaN makes the whole row NaN
     if bool(nan_rows.any()):

@@ -22,8 +22,8 @@ from typing import Callable
 
 import numpy as np
 
-from attnkit.explain import save_figure
-from attnkit.train import TrainConfig, write_json_atomic
+from attnkit.explain import save_figure, view_sentence
+from attnkit.train import TrainConfig, same_paths, write_json_atomic
 
 SUPPORT_TEXTS = 256  # dev texts the mean support is measured on
 
@@ -86,11 +86,6 @@ def _dev_texts(cfg: TrainConfig):
     return list(dev["text"]), pairs
 
 
-def view_sentence(texts: list[str]) -> int:
-    """The shortest dev text of 6 to 14 words (readable as a heatmap), else the first."""
-    return min((j for j, t in enumerate(texts) if 6 <= len(t.split()) <= 14), key=lambda j: len(texts[j]), default=0)
-
-
 #: settings that differ between the cells of one sweep (or do not change what is trained)
 _CELL_FIELDS = ("attention", "lam", "seed", "output_dir", "resume", "logging_steps", "learn_lam", "lam_warmup")
 
@@ -100,20 +95,11 @@ def sweep_settings(base: TrainConfig) -> dict:
     return {k: v for k, v in asdict(base).items() if k not in _CELL_FIELDS}
 
 
-def _same_paths(d: dict) -> dict:
-    """The data folder and model written two ways (relative, absolute) are the same setting."""
-    out = dict(d)
-    for k in ("data_dir", "model"):
-        if out.get(k) and Path(str(out[k])).expanduser().exists():
-            out[k] = str(Path(str(out[k])).expanduser().resolve())
-    return out
-
-
 def _check_same(rec: dict, base: TrainConfig, where: str) -> None:
     old, new = rec.get("settings"), sweep_settings(base)
     if old is None:
         return
-    old, new = _same_paths(old), _same_paths(new)
+    old, new = same_paths(old), same_paths(new)
     diff = [f"{k}: {old.get(k)!r} there, {new.get(k)!r} now" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if diff:
         raise ValueError(f"{where} was trained with other settings ({'; '.join(diff)}): rerun with the same options, "

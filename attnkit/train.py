@@ -293,12 +293,17 @@ def finish_run(cfg: TrainConfig, out: Path) -> None:
             shutil.rmtree(c, ignore_errors=True)
 
 
-def _comparable(cfg_dict: dict, free: tuple = _RESUME_FREE) -> dict:
-    d = {k: v for k, v in cfg_dict.items() if k not in free and k in TrainConfig.__dataclass_fields__}
-    for k in ("data_dir", "model"):  # the same folder written two ways is the same setting
+def same_paths(d: dict) -> dict:
+    """``d`` with its data folder and model resolved: the same folder written two ways is the same setting."""
+    d = dict(d)
+    for k in ("data_dir", "model"):
         if d.get(k) and Path(str(d[k])).expanduser().exists():
             d[k] = str(Path(str(d[k])).expanduser().resolve())
     return d
+
+
+def _comparable(cfg_dict: dict, free: tuple = _RESUME_FREE) -> dict:
+    return same_paths({k: v for k, v in cfg_dict.items() if k not in free and k in TrainConfig.__dataclass_fields__})
 
 
 def prepare_output(cfg: TrainConfig, out: Path) -> None:
