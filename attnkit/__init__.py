@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 
 __all__ = ["sparsemax", "sparsegen_lin", "sparsify", "__version__"]
 
-_LAZY = {"sparsemax": "attnkit.maps", "sparsegen_lin": "attnkit.maps", "sparsify": "attnkit.modeling"}
+_LAZY = {"sparsemax": "attnkit.attention.maps", "sparsegen_lin": "attnkit.attention.maps", "sparsify": "attnkit.models.build"}
 
 
 def __getattr__(name: str):
@@ -26,51 +26,55 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'attnkit' has no attribute {name!r}")
 
 
-_pending = False
+# ----------------------------------------------------------------------------- registration with transformers
+# ``attnkit.models.build`` registers the model types when it is imported. It is imported (here) as soon as transformers
+# is and no attnkit module is half imported: an attnkit module that imports transformers first would otherwise see
+# attnkit.models.build import it back. So the check runs after transformers finishes importing and after each attnkit
+# module does, until it succeeds.
+
+_registered = False
 
 
-def _register(done: str | None = None) -> None:
-    """Register with transformers, unless an attnkit module is half imported (it imported transformers first):
-    then the registration waits for :func:`_register_if_pending` at the end of that module."""
-    global _pending
-    busy = [n for n, m in list(sys.modules.items()) if n.startswith("attnkit.") and n != done
-            and getattr(getattr(m, "__spec__", None), "_initializing", False)]
-    if busy:
-        _pending = True
+def _register_when_ready() -> None:
+    global _registered
+    if _registered or "transformers" not in sys.modules:
         return
-    _pending = False
-    from attnkit.modeling_attnkit import register
-
-    register()
-
-
-def _register_if_pending(done: str) -> None:
-    """Called at the end of the attnkit modules that import transformers (``done``: the caller's name)."""
-    if _pending:
-        _register(done)
+    if any(n.startswith("attnkit.") and getattr(getattr(m, "__spec__", None), "_initializing", False) for n, m in list(sys.modules.items())):
+        return
+    _registered = True
+    for f in [f for f in sys.meta_path if isinstance(f, _RegisterWithTransformers)]:
+        sys.meta_path.remove(f)
+    importlib.import_module("attnkit.models.build")  # registers both model types (attnkit, attnkit-mini)
 
 
 class _RegisterWithTransformers(importlib.abc.MetaPathFinder):
-    """Runs :func:`_register` right after ``transformers`` is imported (one time)."""
+    """Runs :func:`_register_when_ready` right after ``transformers`` or an ``attnkit.*`` module is imported."""
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != "transformers":
+        if fullname != "transformers" and not fullname.startswith("attnkit."):
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
             return spec
-        exec_module = spec.loader.exec_module
+        exec_module = loader.exec_module
 
         def exec_then_register(module):
             exec_module(module)
-            _register()
+            _register_when_ready()
 
-        spec.loader.exec_module = exec_then_register
+        loader.exec_module = exec_then_register
         return spec
 
 
 if "transformers" in sys.modules:
-    _register()
-elif not any(isinstance(f, _RegisterWithTransformers) for f in sys.meta_path):
+    _register_when_ready()
+if not _registered and not any(isinstance(f, _RegisterWithTransformers) for f in sys.meta_path):
     sys.meta_path.insert(0, _RegisterWithTransformers())

@@ -21,8 +21,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from attnkit.qa import is_qa_task
-from attnkit.train import PAPER_EPOCHS, PAPER_LAM, TrainConfig, train
+from attnkit.tasks.squad import is_qa_task
+from attnkit.training.config import PAPER_EPOCHS, PAPER_LAM, TrainConfig
+from attnkit.training.finetune import train
 
 
 def run_cell(task, method, seed, a) -> dict:

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def build(src_text: str, name: str):
     from torch.utils.cpp_extension import load
 
-    from attnkit.kernels import _FLAGS, _OPENMP
+    from attnkit.attention.kernels import _FLAGS, _OPENMP
 
     d = Path(tempfile.mkdtemp(prefix=name))
     (d / "k.cpp").write_text(src_text)

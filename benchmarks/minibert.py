@@ -49,7 +49,7 @@ def timed(fn):
 
 
 def run_pretrain(task, kind, seed, layers, heads, a) -> dict:
-    from attnkit.pretrain import PretrainConfig, pretrain
+    from attnkit.training.pretrain import PretrainConfig, pretrain
 
     out = Path(a.work_dir) / f"{task}__{kind}{layers}x{heads}__s{seed}__pre"
     if (out / "metrics.json").is_file():
@@ -64,7 +64,8 @@ def run_pretrain(task, kind, seed, layers, heads, a) -> dict:
 
 
 def run_finetune(task, kind, seed, mode, layers, heads, a) -> dict:
-    from attnkit.train import TrainConfig, train
+    from attnkit.training.config import TrainConfig
+    from attnkit.training.finetune import train
 
     out = Path(a.work_dir) / f"{task}__{kind}{layers}x{heads}__s{seed}__{mode}"
     if (out / "metrics.json").is_file():

@@ -34,7 +34,8 @@ VARIANTS = {  # name -> (se, blur placement)
 
 
 def run(a, task, name, seed, *, pooling="last", se=False, blur="none", attention="softmax", lam=0.0, max_train=None):
-    from attnkit.train import TrainConfig, train
+    from attnkit.training.config import TrainConfig
+    from attnkit.training.finetune import train
 
     out = Path(a.work_dir) / f"{task}__{name}__s{seed}"
     if (out / "metrics.json").is_file():
@@ -186,9 +187,9 @@ def cost(a):
     """Extra time per MiniLM training step (b32 x L128) of SE and of blur, as ratios, interleaved rounds."""
     import torch
 
-    from attnkit.attention import AttentionSpec
-    from attnkit.modeling import build_classifier
-    from attnkit.pooling import HeadSpec
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.build import build_classifier
+    from attnkit.models.pooling import HeadSpec
 
     variants = {
         "plain": (AttentionSpec("softmax"), HeadSpec()),

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from attnkit import sparsegen_lin, sparsemax
-from attnkit.attention import NORMALISERS, AttentionSpec
+from attnkit.attention.spec import NORMALISERS, AttentionSpec
 
 LAM = -4.0
 
@@ -135,7 +135,7 @@ def bench_memory(L=128):
 
 
 def _model_variants():
-    from attnkit.modeling import build_classifier
+    from attnkit.models.build import build_classifier
 
     em = _entmax()
     if em is not None and "entmax-sparsemax" not in NORMALISERS:
@@ -256,7 +256,7 @@ def main():
     if not a.quick and a.only in (None, "inference"):
         rows += bench_inference(rounds)
     env = environment()
-    from attnkit import kernels
+    from attnkit.attention import kernels
 
     env["attnkit_backend"] = f"{kernels.backend()} ({kernels.backend_reason()})"
     result = {"environment": env, "command": "python benchmarks/speed.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items() if v not in (None, False)), "rows": rows}

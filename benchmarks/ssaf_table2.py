@@ -1,6 +1,6 @@
 """SSAF Table 2 at the paper's budget: softmax against sparsegen-lin fine-tuning of MiniLM, over seeds.
 
-Every cell is a real training run (``attnkit.train.train``, in-process) on the whole train split with the
+Every cell is a real training run (``attnkit.training.finetune.train``, in-process) on the whole train split with the
 paper's settings (METHODS.md §1: Adam lr 2e-5, batch 16, 5 / 6 / 8 epochs on SenTube-A / SenTube-T /
 SemEval-2013, the paper's lam per task), the test accuracy taken from the best-dev checkpoint. Each finished
 cell is appended to ``--json`` at once (a locked read-modify-write, so several workers may share it) and the
@@ -88,8 +88,8 @@ def add_record(path: Path, rec: dict) -> None:
 
 
 def truncated_share(task: str, data_dir: str | None, max_length: int) -> float:
-    from attnkit.data import load_task
-    from attnkit.modeling import load_tokenizer
+    from attnkit.tasks import load_task
+    from attnkit.models.build import load_tokenizer
 
     texts = list(load_task(task, data_dir).splits["train"]["text"])
     ids = load_tokenizer("minilm")(texts, truncation=False)["input_ids"]
@@ -108,7 +108,8 @@ def curves(run_dir: Path) -> dict:
 
 
 def run_cell(task: str, method: str, seed: int, a) -> dict:
-    from attnkit.train import TrainConfig, train
+    from attnkit.training.config import TrainConfig
+    from attnkit.training.finetune import train
 
     out = Path(a.work_dir) / f"{task}__{method}__s{seed}"
     s = method_settings(method, task, a)

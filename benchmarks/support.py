@@ -16,10 +16,11 @@ from pathlib import Path
 
 import torch
 
-from attnkit import kernels, sparsegen_lin
-from attnkit.attention import NORMALISERS, AttentionSpec
-from attnkit.data import load_task
-from attnkit.modeling import build_classifier, load_tokenizer
+from attnkit.attention import kernels
+from attnkit.attention.maps import sparsegen_lin
+from attnkit.attention.spec import NORMALISERS, AttentionSpec
+from attnkit.tasks import load_task
+from attnkit.models.build import build_classifier, load_tokenizer
 
 
 def reference_sparsegen(z: torch.Tensor, lam: float) -> torch.Tensor:

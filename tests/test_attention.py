@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from attnkit.attention import AttentionSpec, attnkit_attention_forward, spec_of
-from attnkit.modeling import build_classifier, load_classifier, load_tokenizer, save_checkpoint
+from attnkit.attention.spec import AttentionSpec, attnkit_attention_forward, spec_of
+from attnkit.models.build import build_classifier, load_classifier, load_tokenizer, save_checkpoint
 
 SENTS = ["a great movie and a really good story", "bad", "it was not fun but the actor was superb"]
 
@@ -195,7 +195,7 @@ def test_bundled_minilm_with_sparse_attention():
 def test_exact_on_real_minilm_scores(lam):
     """On MiniLM's real attention scores the maps match a float64 sort reference within 1e-6."""
     from attnkit import sparsegen_lin
-    from attnkit.attention import NORMALISERS
+    from attnkit.attention.spec import NORMALISERS
 
     seen = []
 
@@ -225,7 +225,7 @@ def test_exact_on_real_minilm_scores(lam):
 
 def test_hub_names_go_to_transformers(monkeypatch):
     """A hub name is passed to transformers untouched; offline it fails with transformers' own message."""
-    from attnkit.modeling import resolve_model
+    from attnkit.models.build import resolve_model
 
     assert resolve_model("bert-base-uncased") == "bert-base-uncased"
     assert resolve_model("FacebookAI/roberta-base") == "FacebookAI/roberta-base"

@@ -8,10 +8,10 @@ import sys
 import pytest
 import torch
 
-from attnkit.attention import AttentionSpec, apply_spec
-from attnkit.modeling import build_classifier, build_qa_model, load_model, load_tokenizer, save_checkpoint
-from attnkit.modeling_attnkit import CODE_FILES
-from attnkit.pooling import HeadSpec
+from attnkit.attention.spec import AttentionSpec, apply_spec
+from attnkit.models.build import build_classifier, build_qa_model, load_model, load_tokenizer, save_checkpoint
+from attnkit.models.modeling_attnkit import CODE_FILES
+from attnkit.models.pooling import HeadSpec
 
 pytestmark = pytest.mark.slow
 
@@ -164,3 +164,42 @@ def test_checkpoints_of_earlier_attnkit_versions_still_load(tiny_bert, tmp_path)
     again = load_model(tmp_path / "old")
     assert json.loads((tmp_path / "old/config.json").read_text())["model_type"] == "bert"
     assert torch.allclose(_logits(again, tok), _logits(old, tok), atol=1e-6)
+
+
+ARCHIVE = __import__("pathlib").Path(__file__).parent / "fixtures" / "checkpoint_session9.tar.gz"
+
+
+def test_a_checkpoint_saved_before_the_package_layers_still_loads(tmp_path):
+    """``fixtures/checkpoint_session9.tar.gz``: a tiny BERT sparsified (sparsegen-lin, lam -2) and saved by attnkit as
+    it was before the layered layout (its code files are the flat ``attention.py`` ... of then), with the logits it gave.
+    Today's attnkit, the Auto class and its own saved code (trust_remote_code, attnkit blocked) all give those logits."""
+    import tarfile
+
+    with tarfile.open(ARCHIVE) as tar:
+        tar.extractall(tmp_path, filter="data")
+    FIXTURE = tmp_path / "checkpoint_session9"
+    want = json.loads((FIXTURE / "expected.json").read_text())
+    ids, mask = torch.tensor(want["input_ids"]), torch.tensor(want["attention_mask"])
+    from transformers import AutoModelForSequenceClassification
+
+    for model in (load_model(FIXTURE), AutoModelForSequenceClassification.from_pretrained(FIXTURE)):
+        with torch.no_grad():
+            out = model.eval()(input_ids=ids, attention_mask=mask, output_attentions=True)
+        torch.testing.assert_close(out.logits, torch.tensor(want["logits"]), rtol=1e-4, atol=1e-5)
+        assert int((out.attentions[0] == 0).sum()) == want["zeros_layer0"]
+    code = ("import json, torch\nfrom transformers import AutoModelForSequenceClassification as A\n"
+            "m = A.from_pretrained(sys.argv[1], trust_remote_code=True).eval()\n"
+            "w = json.load(open(sys.argv[1] + '/expected.json'))\n"
+            "print(json.dumps(m(input_ids=torch.tensor(w['input_ids']), attention_mask=torch.tensor(w['attention_mask'])).logits.tolist()))")
+    got = json.loads(_run(code, FIXTURE, tmp_path / "remote", block_attnkit=True).strip().splitlines()[-1])
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want["logits"]), rtol=1e-4, atol=1e-5)
+
+
+def test_saved_code_files_import_each_other_flat(tiny_bert, tmp_path):
+    """In the package the code files sit in attention/ and models/; beside the weights they sit side by side, so the
+    saved text imports them as siblings (``from .spec import``), never ``from ..attention``."""
+    _, d = _save(tiny_bert, tmp_path, "plain")
+    for f in CODE_FILES:
+        lines = [l.strip() for l in (d / f).read_text().splitlines()]
+        assert not [l for l in lines if l.startswith(("from ..", "import attnkit", "from attnkit"))], f
+    assert "from .spec import" in (d / "modeling_attnkit.py").read_text()

@@ -174,7 +174,7 @@ def test_fast_kernel_and_slow_path_train_the_same(tiny_bert, tmp_path, monkeypat
     """A short fine-tuning run with a fixed seed gives the same dev metrics on both paths."""
     from conftest import write_tiny_sentiment
 
-    from attnkit import kernels, maps
+    from attnkit.attention import kernels, maps
 
     if kernels.backend() != "cpp":
         pytest.skip(kernels.backend_reason())
@@ -222,8 +222,8 @@ def test_help_and_tasks_do_not_import_torch():
 
 
 def test_normaliser_names_match_the_registry():
-    from attnkit.attention import NORMALISERS
-    from attnkit.names import NORMALISER_NAMES
+    from attnkit.attention.spec import NORMALISERS
+    from attnkit.attention.names import NORMALISER_NAMES
 
     assert tuple(NORMALISERS) == NORMALISER_NAMES
 

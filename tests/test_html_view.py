@@ -8,8 +8,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from attnkit.explain import AttentionMaps
-from attnkit.html_view import write_html
+from attnkit.analysis.explain import AttentionMaps
+from attnkit.analysis.html_view import write_html
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from attnkit import kernels
+from attnkit.attention import kernels
 
 
 def test_kernel_runs_rows_on_all_threads():
@@ -32,7 +32,7 @@ def test_build_without_openmp_falls_back_to_one_thread(tmp_path):
         pytest.skip(kernels.backend_reason())
     code = (
         "import torch\n"
-        "from attnkit import kernels\n"
+        "from attnkit.attention import kernels\n"
         "kernels._OPENMP = ['-fno-such-openmp-flag']\n"
         "import attnkit\n"
         "p = attnkit.sparsemax(torch.tensor([[1.0, 0.5, -3.0]]))\n"

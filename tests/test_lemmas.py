@@ -5,7 +5,7 @@ import json
 import pytest
 
 from attnkit.cli import main
-from attnkit.lemmas import LemmatizingTokenizer, lemmatizer
+from attnkit.tasks.lemmas import LemmatizingTokenizer, lemmatizer
 
 
 def test_lemmatizer_english_and_french():
@@ -19,7 +19,7 @@ def test_unknown_language_names_the_setting():
 
 
 def test_lemmatizing_tokenizer_lemmatises_strings_lists_and_pairs(tiny_bert):
-    from attnkit.modeling import load_tokenizer
+    from attnkit.models.build import load_tokenizer
 
     tok = load_tokenizer(tiny_bert)
     lt = LemmatizingTokenizer(tok, "en")

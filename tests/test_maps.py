@@ -28,7 +28,7 @@ def gen():
 @pytest.fixture(autouse=True, params=["cpp", "torch"])
 def backend(request, monkeypatch):
     """Every property holds for the compiled kernel and for the pure-torch path."""
-    from attnkit import kernels, maps
+    from attnkit.attention import kernels, maps
 
     if request.param == "torch":
         monkeypatch.setattr(maps, "_kernel_for", lambda t: None)
@@ -186,7 +186,7 @@ def test_bad_input_types():
 
 
 def test_kernel_and_torch_paths_agree(gen):
-    from attnkit import kernels, maps
+    from attnkit.attention import kernels, maps
 
     if kernels.backend() != "cpp":
         pytest.skip(kernels.backend_reason())
@@ -216,7 +216,7 @@ def test_fallback_when_kernel_is_disabled():
 
     code = (
         "import torch, attnkit\n"
-        "from attnkit import kernels\n"
+        "from attnkit.attention import kernels\n"
         "p = attnkit.sparsemax(torch.tensor([[1.0, 0.5, -3.0]]))\n"
         "assert kernels.backend() == 'torch', kernels.backend()\n"
         "print(kernels.backend_reason(), p.tolist())\n"

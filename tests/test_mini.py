@@ -10,18 +10,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnkit.attention import NORMALISERS, AttentionSpec, spec_of
+from attnkit.attention.spec import NORMALISERS, AttentionSpec, spec_of
 from attnkit.cli import main
-from attnkit.freeze import freeze_parameters, parse_groups
-from attnkit.mini import (
+from attnkit.models.freeze import freeze_parameters, parse_groups
+from attnkit.models.mini import (
     MiniBertForMaskedLM,
     MiniBertForSequenceClassification,
     MiniBertModel,
     attention_parameter_count,
     make_config,
 )
-from attnkit.modeling import build_classifier, load_classifier, load_tokenizer, save_checkpoint
-from attnkit.pretrain import DEFAULT_MINI_LR, mlm_collator, train_tokenizer
+from attnkit.models.build import build_classifier, load_classifier, load_tokenizer, save_checkpoint
+from attnkit.training.config import DEFAULT_MINI_LR
+from attnkit.training.pretrain import mlm_collator, train_tokenizer
 
 SPECS = [AttentionSpec("softmax"), AttentionSpec("taylor"), AttentionSpec("sparsemax"), AttentionSpec("sparsegen-lin", -2.0)]
 SENTS = ["a great movie and a really good story", "bad", "it was not fun but the actor was superb"]
@@ -370,7 +371,7 @@ def test_words_ranks_the_sentiment_words(pipeline, capsys, tmp_path):
 
 
 def test_received_attention_is_the_column_sum_over_real_queries(pipeline):
-    from attnkit.words import received_attention
+    from attnkit.analysis.words import received_attention
 
     _, _, _, ft = pipeline
     net, tok = load_classifier(ft / "model"), load_tokenizer(ft / "model")
@@ -446,7 +447,7 @@ def test_train_mini_from_scratch_and_option_errors(tmp_path, capsys):
 def test_real_task_tokenizer_never_sees_dev_or_test():
     from conftest import require_shared_data
 
-    from attnkit.data import load_task
+    from attnkit.tasks import load_task
 
     require_shared_data()
     d = load_task("semeval2013", None)
@@ -484,7 +485,7 @@ def test_minibert_through_auto_classes_and_pipeline_matches_predict(pipeline, ca
     assert main(["predict", "--model", str(ft), *texts]) == 0
     ours = [json.loads(l) for l in capsys.readouterr().out.strip().splitlines()]
     auto = AutoModelForSequenceClassification.from_pretrained(ft / "model").eval()
-    from attnkit.modeling import load_tokenizer
+    from attnkit.models.build import load_tokenizer
 
     tok = load_tokenizer(ft / "model")
     with torch.no_grad():

@@ -5,10 +5,10 @@ import json
 import pytest
 import torch
 
-from attnkit.attention import LAM_PARAM, AttentionSpec, learned_lam
-from attnkit.maps import sparsegen_lin
-from attnkit.modeling import build_classifier, load_classifier, load_tokenizer, save_checkpoint
-from attnkit.train import LAM_WARMUP_FACTOR, TrainConfig, train, warmup_lam
+from attnkit.attention.spec import LAM_PARAM, AttentionSpec, learned_lam
+from attnkit.attention.maps import sparsegen_lin
+from attnkit.models.build import build_classifier, load_classifier, load_tokenizer, save_checkpoint
+from attnkit.training.finetune import LAM_WARMUP_FACTOR, TrainConfig, train, warmup_lam
 
 SENTS = ["a great movie and a really good story", "bad", "it was not fun but the actor was superb"]
 
@@ -114,8 +114,8 @@ def test_lam_warmup_and_learned_lam_train_end_to_end(tiny_bert, tiny_task, tmp_p
 def test_lam_warmup_callback_sets_lam_by_step(tiny_bert):
     from types import SimpleNamespace
 
-    from attnkit.attention import spec_of
-    from attnkit.train import lam_warmup_callback
+    from attnkit.attention.spec import spec_of
+    from attnkit.training.finetune import lam_warmup_callback
 
     model = build_classifier(tiny_bert, 2, AttentionSpec("sparsegen-lin", -6.0))
     cb = lam_warmup_callback(-6.0, 0.1)

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from attnkit.data import DataFormatError, load_task
-from attnkit.train import PAPER_EPOCHS, PAPER_LAM, TrainConfig
+from attnkit.tasks import DataFormatError, load_task
+from attnkit.training.config import PAPER_EPOCHS, PAPER_LAM, TrainConfig
 
 ROWS = [("The sun is a star.", "The sun is a star that gives light.", "entails"),
         ("Plants need water.", "Rocks are made of minerals.", "neutral")]
@@ -45,7 +45,8 @@ def test_tsv_is_preferred_and_the_paper_settings_are_defaults(tmp_path):
     assert len(load_task("scitail", tmp_path).splits["train"]) == 2
     assert PAPER_LAM["scitail"] == -6.0 and PAPER_EPOCHS["scitail"] == 3
     assert TrainConfig(task="scitail").spec().lam == -6.0
-    from attnkit.cli import _train_config, build_parser
+    from attnkit.cli.commands import train_config as _train_config
+    from attnkit.cli.parser import build_parser
 
     assert _train_config(build_parser().parse_args(["train", "--task", "scitail"])).epochs == 3
 

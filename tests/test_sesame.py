@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnkit.attention import AttentionSpec, gaussian_blur, gaussian_kernel
-from attnkit.pooling import STRATEGIES, HeadSpec, PooledEncoderForSequenceClassification
+from attnkit.attention.spec import AttentionSpec, gaussian_blur, gaussian_kernel
+from attnkit.models.pooling import STRATEGIES, HeadSpec, PooledEncoderForSequenceClassification
 
 # ----------------------------------------------------------------------------- the blur kernel
 
@@ -80,7 +80,7 @@ def test_bad_blur_settings_name_the_field(bad):
 
 
 def _classifier(tiny_bert, spec, head=None, seed=0):
-    from attnkit.modeling import build_classifier
+    from attnkit.models.build import build_classifier
 
     torch.manual_seed(seed)
     m = build_classifier(str(tiny_bert), 3, spec, head=head)
@@ -130,7 +130,7 @@ def test_tiny_sigma_blur_equals_no_blur(tiny_bert):
 def test_every_strategy_with_and_without_se(tiny_bert, tmp_path, pooling, se):
     from transformers import AutoTokenizer
 
-    from attnkit.modeling import load_classifier, save_checkpoint
+    from attnkit.models.build import load_classifier, save_checkpoint
 
     tok = AutoTokenizer.from_pretrained(tiny_bert)
     head = HeadSpec(pooling, se=se, se_ratio=2)
@@ -156,7 +156,7 @@ def test_every_strategy_with_and_without_se(tiny_bert, tmp_path, pooling, se):
 
 
 def test_strategies_pick_the_right_layers():
-    from attnkit.pooling import extract
+    from attnkit.models.pooling import extract
 
     stack = torch.arange(6.0).view(6, 1, 1, 1).expand(6, 2, 3, 4)  # layer l holds the value l
     expect = {"first": 0, "second": 1, "second-to-last": 4, "last": 5, "sum-last-four": 2 + 3 + 4 + 5, "sum-all": 15, "weighted": 2.5}
@@ -168,7 +168,7 @@ def test_strategies_pick_the_right_layers():
 def test_se_weights_are_per_layer_and_readable(tiny_bert, tmp_path):
     from transformers import AutoTokenizer
 
-    from attnkit.explain import layer_weights, plot_layer_weights
+    from attnkit.analysis.explain import layer_weights, plot_layer_weights
 
     tok = AutoTokenizer.from_pretrained(tiny_bert)
     model = _classifier(tiny_bert, AttentionSpec("softmax"), HeadSpec("weighted", se=True, se_ratio=1))
@@ -198,7 +198,7 @@ def test_glue_metrics_agree_with_scipy_and_sklearn():
     from scipy.stats import pearsonr, spearmanr
     from sklearn.metrics import f1_score, matthews_corrcoef
 
-    from attnkit.glue import task_metrics
+    from attnkit.tasks.metrics import task_metrics
 
     y = np.array([1, 1, 1, 0, 0, 0, 1, 0])
     p = np.array([1, 0, 1, 0, 1, 0, 1, 0])
@@ -224,7 +224,7 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_glue_loaders_read_pairs_labels_and_index(tmp_path):
-    from attnkit.data import load_task
+    from attnkit.tasks import load_task
 
     _write(tmp_path / "glue/RTE/train.tsv", "index\tsentence1\tsentence2\tlabel\n0\tA man sleeps.\tA person rests.\tentailment\n1\tX.\tY.\tnot_entailment\n")
     _write(tmp_path / "glue/RTE/dev.tsv", "index\tsentence1\tsentence2\tlabel\n0\tA.\tB.\tnot_entailment\n")
@@ -243,7 +243,7 @@ def test_glue_loaders_read_pairs_labels_and_index(tmp_path):
 
 
 def test_glue_errors_name_file_and_line(tmp_path):
-    from attnkit.data import DataFormatError, load_task
+    from attnkit.tasks import DataFormatError, load_task
 
     _write(tmp_path / "glue/RTE/train.tsv", "index\tsentence1\tsentence2\tlabel\n0\tA.\tB.\tentailment\n1\tA.\tB.\tmaybe\n")
     with pytest.raises(DataFormatError, match=r"train.tsv, line 3: unknown label 'maybe'"):
@@ -257,8 +257,8 @@ def test_glue_errors_name_file_and_line(tmp_path):
 
 
 def test_glue_submission_format(tmp_path):
-    from attnkit.data import load_task
-    from attnkit.glue import write_submission
+    from attnkit.tasks import load_task
+    from attnkit.tasks.glue import write_submission
 
     _write(tmp_path / "glue/RTE/dev.tsv", "index\tsentence1\tsentence2\tlabel\n0\tA.\tB.\tentailment\n")
     d = load_task("rte", tmp_path)
@@ -273,7 +273,7 @@ def test_glue_submission_format(tmp_path):
 def test_real_glue_and_mnli_split_counts():
     from conftest import require_shared_data
 
-    from attnkit.data import load_task
+    from attnkit.tasks import load_task
 
     root = require_shared_data()
     rte = load_task("rte", root)
@@ -305,7 +305,7 @@ def _hans_file(path: Path, rows=HANS_ROWS) -> Path:
 
 
 def test_hans_report_counts_neutral_and_contradiction_as_non_entailment(tmp_path):
-    from attnkit.glue import entailment_index, hans_report, read_hans
+    from attnkit.tasks.glue import entailment_index, hans_report, read_hans
 
     rows = read_hans(_hans_file(tmp_path / "h.tsv"))
     names = ["entailment", "neutral", "contradiction"]
@@ -321,8 +321,8 @@ def test_hans_report_counts_neutral_and_contradiction_as_non_entailment(tmp_path
 
 
 def test_hans_original_format_and_errors(tmp_path):
-    from attnkit.data import DataFormatError
-    from attnkit.glue import read_hans
+    from attnkit.tasks import DataFormatError
+    from attnkit.tasks.glue import read_hans
 
     head = "gold_label\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse\tsentence2_parse\tsentence1\tsentence2\tpairID\theuristic\tsubcase\ttemplate"
     row = "entailment\t( a )\t( b )\t(ROOT a)\t(ROOT b)\tThe actor slept .\tThe actor slept .\tex0\tsubsequence\tse_PP_on_obj\ttemp1"

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import attnkit
-from attnkit.attention import spec_of
+from attnkit.attention.spec import spec_of
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from attnkit.cli import main
-from attnkit.sweep import Cell, sweep_cells
+from attnkit.training.sweep import Cell, sweep_cells
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""GLUE tasks, MNLI, HANS: loaders, metrics and the GLUE submission format.
+"""GLUE tasks, MNLI, HANS and SciTail: loaders, the HANS report and the GLUE submission format.
 
 Files are read from ``<data_dir>/glue/<TASK>/{train,dev,test}.tsv`` as written by the GLUE
 download script (MNLI: ``dev_matched.tsv``/``dev_mismatched.tsv``/``test_matched.tsv``...).
@@ -24,56 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from attnkit.data import (
-    DataFormatError,
-    TaskData,
-    _read_delimited,
-    _require_dir,
-    register_task,
-)
+from attnkit.errors import DataFormatError
+from attnkit.tasks.readers import label_index, read_delimited, read_jsonl, require_dir, to_splits
+from attnkit.tasks.registry import SPLIT_STEMS, Example, TaskData, register_task
 
 NLI3 = ["entailment", "neutral", "contradiction"]
 NLI2 = ["entailment", "not_entailment"]
-
-
-# ----------------------------------------------------------------------------- metrics
-
-#: metric kind -> the metric that picks the best checkpoint
-MAIN_METRIC = {"accuracy": "accuracy", "mcc": "mcc", "f1": "f1", "regression": "pearson"}
-
-
-def task_metrics(kind: str, labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
-    """GLUE metrics by kind: ``accuracy`` (+ macro-F1), ``mcc`` (CoLA), ``f1`` (MRPC, QQP), ``regression`` (STS-B).
-
-    ``predictions`` are class ids, or scores for ``regression``.
-    """
-    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
-
-    labels = np.asarray(labels)
-    predictions = np.asarray(predictions)
-    if kind == "regression":
-        from scipy.stats import pearsonr, spearmanr
-
-        p = float(pearsonr(predictions, labels)[0]) if np.std(predictions) > 0 else 0.0
-        s = float(spearmanr(predictions, labels)[0]) if np.std(predictions) > 0 else 0.0
-        return {"pearson": p, "spearman": s, "corr": (p + s) / 2}
-    out = {"accuracy": float(accuracy_score(labels, predictions))}
-    if kind == "mcc":
-        out["mcc"] = float(matthews_corrcoef(labels, predictions))
-    elif kind == "f1":
-        out["f1"] = float(f1_score(labels, predictions, pos_label=1, average="binary"))
-        out["acc_and_f1"] = (out["accuracy"] + out["f1"]) / 2
-    else:
-        out["macro_f1"] = float(f1_score(labels, predictions, average="macro"))
-    return out
-
-
-def predictions_of(kind: str, logits: np.ndarray) -> np.ndarray:
-    """Class ids (argmax) or, for regression, the single output."""
-    logits = np.asarray(logits)
-    if kind == "regression":
-        return logits.reshape(len(logits), -1)[:, 0]
-    return logits.argmax(-1)
 
 
 # ----------------------------------------------------------------------------- GLUE tables
@@ -116,7 +72,7 @@ _COLA_COLUMNS = ["source", "label", "orig_label", "sentence"]
 
 
 def _rows(path: Path, task: GlueTask) -> dict[str, list]:
-    records = _read_delimited(path, "\t", csv.QUOTE_NONE)
+    records = read_delimited(path, "\t", csv.QUOTE_NONE)
     first = next(records, None)
     if first is None:
         raise DataFormatError(path, None, "expected a GLUE tsv file, found an empty file")
@@ -175,7 +131,7 @@ def load_glue(task_name: str, data_dir: Path | None) -> TaskData:
     import datasets
 
     task = GLUE[task_name]
-    folder = _require_dir(data_dir, f"glue/{task.folder}", task_name)
+    folder = require_dir(data_dir, f"glue/{task.folder}", task_name)
     splits = {}
     for split, fname in task.files.items():
         path = folder / fname
@@ -215,11 +171,11 @@ def load_mnli_devsplit(data_dir: Path | None) -> TaskData:
     """MNLI dev-matched (mnli/dev_matched_mccoy.tsv) split 80/10/10 by md5(index): MNLI train is not available here."""
     import datasets
 
-    folder = _require_dir(data_dir, "mnli", "mnli-devsplit")
+    folder = require_dir(data_dir, "mnli", "mnli-devsplit")
     path = folder / "dev_matched_mccoy.tsv"
     if not path.is_file():
         raise FileNotFoundError(f"task mnli-devsplit needs {path}")
-    records = _read_delimited(path, "\t", csv.QUOTE_NONE)
+    records = read_delimited(path, "\t", csv.QUOTE_NONE)
     line, header = next(records, (1, []))
     header = [h.strip() for h in header]
     for col in ("index", "premise", "hypothesis", "gold_label"):
@@ -280,7 +236,7 @@ def read_hans(path: str | Path) -> dict[str, list]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"HANS file {path} does not exist (expected {HANS_FILE} under the data folder)")
-    records = _read_delimited(path, "\t", csv.QUOTE_NONE)
+    records = read_delimited(path, "\t", csv.QUOTE_NONE)
     line, header = next(records, (1, []))
     header = [h.strip() for h in header]
     for col in ("gold_label", "sentence1", "sentence2", "heuristic", "subcase"):
@@ -345,28 +301,53 @@ def hans_report(rows: dict[str, list], predicted_entailment: np.ndarray) -> dict
     return report
 
 
-def plot_hans(report: dict[str, Any], path: str | Path, title: str = "") -> Path:
-    """Grouped bars like SesameBERT's Figure 3: accuracy per heuristic, entailment vs non-entailment."""
-    import matplotlib
+# ----------------------------------------------------------------------------- SciTail (the SSAF paper's NLI set)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+SCITAIL_LABELS = ["entails", "neutral"]
+_SCITAIL_JSON_LABELS = {"entailment": "entails", "entails": "entails", "neutral": "neutral"}
 
-    heur = list(report["heuristic"])
-    x = np.arange(len(heur))
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for k, (name, color) in enumerate((("entailment", "#4c72b0"), ("non-entailment", "#dd8452"))):
-        vals = [report["heuristic"][h].get(name, np.nan) * 100 for h in heur]
-        bars = ax.bar(x + (k - 0.5) * 0.38, vals, 0.38, label=name, color=color)
-        ax.bar_label(bars, fmt="%.0f", fontsize=8)
-    ax.set_xticks(x, [h.replace("_", " ") for h in heur])
-    ax.set_ylim(0, 105)
-    ax.set_ylabel("accuracy (%)")
-    ax.set_title(title or f"HANS (n={report['n']}, accuracy {report['accuracy'] * 100:.1f}%)", fontsize=9)
-    ax.legend(fontsize=8, loc="upper right")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+
+def _read_scitail_tsv(path: Path) -> list[Example]:
+    """``tsv_format/scitail_1.0_<split>.tsv``: premise, hypothesis, label (entails | neutral); no header."""
+    rows: list[Example] = []
+    for line, fields in read_delimited(path, "\t"):
+        if len(fields) != 3:
+            raise DataFormatError(path, line, f"expected 3 tab-separated fields (premise, hypothesis, label), found {len(fields)}")
+        premise, hypothesis, label = (f.strip() for f in fields)
+        if not premise or not hypothesis:
+            raise DataFormatError(path, line, "expected a premise and a hypothesis, found an empty field")
+        rows.append(Example(premise, label_index(SCITAIL_LABELS, label, path, line), hypothesis))
+    return rows
+
+
+def _read_scitail_jsonl(path: Path) -> list[Example]:
+    """``snli_format/scitail_1.0_<split>.txt``: JSON lines with sentence1, sentence2 and gold_label."""
+    rows: list[Example] = []
+    for line, rec in read_jsonl(path):
+        missing = [k for k in ("sentence1", "sentence2", "gold_label") if not isinstance(rec.get(k), str) or not rec[k].strip()]
+        if missing:
+            raise DataFormatError(path, line, f"expected the text fields sentence1, sentence2 and gold_label; missing or empty: {', '.join(missing)}")
+        label = _SCITAIL_JSON_LABELS.get(rec["gold_label"].strip())
+        if label is None:
+            raise DataFormatError(path, line, f"unknown gold_label {rec['gold_label']!r}, expected entailment or neutral")
+        rows.append(Example(rec["sentence1"].strip(), SCITAIL_LABELS.index(label), rec["sentence2"].strip()))
+    return rows
+
+
+@register_task("scitail", "SciTailV1.1")
+def load_scitail(data_dir: Path | None) -> TaskData:
+    """SciTail v1.1 as its zip unpacks (``SciTailV1.1/``): the tsv_format files, else the snli_format JSON lines."""
+    folder = require_dir(data_dir, "SciTailV1.1", "scitail")
+    tsv, snli = folder / "tsv_format", folder / "snli_format"
+    splits, used = {}, set()
+    for split, stem in SPLIT_STEMS.items():
+        if (tsv / f"scitail_1.0_{stem}.tsv").is_file():
+            splits[split] = _read_scitail_tsv(tsv / f"scitail_1.0_{stem}.tsv")
+            used.add("tsv_format")
+        elif (snli / f"scitail_1.0_{stem}.txt").is_file():
+            splits[split] = _read_scitail_jsonl(snli / f"scitail_1.0_{stem}.txt")
+            used.add("snli_format")
+    if not splits:
+        raise FileNotFoundError(f"task scitail: no tsv_format/scitail_1.0_{{train,dev,test}}.tsv nor snli_format/scitail_1.0_*.txt in {folder}")
+    return TaskData("scitail", to_splits(splits, with_pair=True), list(SCITAIL_LABELS),
+                    f"SciTail v1.1 ({', '.join(sorted(used))}: {', '.join(splits)}), premise/hypothesis pairs, entails vs neutral")

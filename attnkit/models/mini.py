@@ -28,7 +28,7 @@ Choices made here (the paper does not fix them):
   (both off by default, as in the paper).
 
 The models ignore ``config._attn_implementation`` ("attnkit" or any other): they always run this
-file's attention, so ``attnkit.modeling.build_classifier``/``load_classifier`` work unchanged.
+file's attention, so ``attnkit.models.build_classifier``/``load_classifier`` work unchanged.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, SequenceClassifierOutput
 
-from attnkit.attention import AttentionSpec, apply_spec, spec_of
+from attnkit.attention.spec import AttentionSpec, apply_spec, spec_of
+from attnkit.attention.spec import register as register_attention
 
 MODEL_TYPE = "attnkit-mini"
 KINDS = ("sa", "ssa", "nta")
@@ -331,8 +332,6 @@ def register() -> None:
     (and attnkit's attention implementation name, which configs made here carry)."""
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
-    from attnkit.attention import register as register_attention
-
     register_attention()
     try:
         AutoConfig.register(MODEL_TYPE, MiniBertConfig)
@@ -344,11 +343,3 @@ def register() -> None:
 
 
 register()
-
-
-try:  # a registration with transformers that waited for this module to finish importing (not in remote code)
-    from attnkit import _register_if_pending
-except ImportError:
-    pass
-else:
-    _register_if_pending(__name__)

@@ -17,7 +17,7 @@ import html
 import json
 from pathlib import Path
 
-from attnkit.explain import AttentionMaps
+from attnkit.analysis.explain import AttentionMaps
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>

@@ -7,7 +7,7 @@ knows, so no transformers version can load it as a softmax model or with a missi
   ``AutoModelForSequenceClassification.from_pretrained(run/model)`` or ``pipeline(...)`` give
   attnkit's model;
 - without attnkit, ``trust_remote_code=True`` loads the same model from the code saved beside the
-  weights (this file, ``attention.py``, ``maps.py``, ``kernels.py``, ``pooling.py``: they import
+  weights (this file, ``spec.py``, ``maps.py``, ``kernels.py``, ``pooling.py``: they import
   only torch and transformers, and each other relatively); without that flag transformers refuses.
 
 The weights keep the names of the encoder's own classes (``bert.encoder...``): an
@@ -20,22 +20,28 @@ plus ``attnkit`` (the attention spec) and, for SesameBERT heads, ``attnkit_head`
 
 from __future__ import annotations
 
-import shutil
+import re
 from pathlib import Path
 
 from transformers import PretrainedConfig, PreTrainedModel
 
-from .attention import ATTN_IMPLEMENTATION, CONFIG_KEY, add_lam_parameters, learned_lam, spec_of
-from .attention import register as register_attention
-from .kernels import cpu_kernel as _cpu_kernel  # noqa: F401  every code file imported here, directly: transformers 4
-from .maps import sparsemax as _sparsemax  # noqa: F401     copies only a remote module's direct relative imports
+# relative imports: this file also runs as a checkpoint's remote code, where the code files sit side by side and
+# ``from ..attention.spec`` is saved as ``from .spec`` (see :func:`code_file_text`)
+from ..attention.kernels import cpu_kernel as _cpu_kernel  # noqa: F401  every code file imported here, directly:
+from ..attention.maps import sparsemax as _sparsemax  # noqa: F401     transformers 4 copies only a remote module's
+from ..attention.spec import ATTN_IMPLEMENTATION, CONFIG_KEY, add_lam_parameters, learned_lam, spec_of  # direct ones
+from ..attention.spec import register as register_attention
 from .pooling import HEAD_KEY, PooledEncoderForSequenceClassification, head_of
 
 MODEL_TYPE = "attnkit"
 #: config key of a learn_lam model's lam per layer and head [layers][heads] (also in the weights)
 LAM_KEY = "attnkit_lam"
 #: the files saved beside the weights so that trust_remote_code=True can load the model without attnkit
-CODE_FILES = ("modeling_attnkit.py", "attention.py", "maps.py", "kernels.py", "pooling.py")
+CODE_FILES = ("modeling_attnkit.py", "spec.py", "maps.py", "kernels.py", "pooling.py")
+#: where each code file lives in the attnkit package (in a checkpoint they sit side by side)
+_CODE_PACKAGES = {"modeling_attnkit.py": "models", "spec.py": "attention", "maps.py": "attention", "kernels.py": "attention",
+                  "pooling.py": "models"}
+_PACKAGE_IMPORT = re.compile(r"^(\s*)from \.\.\w+\.(\w+) import ", re.M)
 #: keys of an AttnkitConfig that are not the encoder's own
 _OWN_KEYS = ("model_type", "auto_map", "architectures", "base_model_type", "transformers_version", CONFIG_KEY, HEAD_KEY, LAM_KEY,
              "attn_implementation", "dtype", "torch_dtype")
@@ -128,11 +134,21 @@ class _AttnkitModelMixin:
             setattr(self.config, LAM_KEY, lams)
         self.config.auto_map = dict(AUTO_MAP)
         out = super().save_pretrained(save_directory, *args, **kwargs)
-        here = Path(__file__).resolve().parent
         for name in CODE_FILES:
-            if (here / name).is_file():
-                shutil.copyfile(here / name, Path(save_directory) / name)
+            text = code_file_text(name)
+            if text is not None:
+                (Path(save_directory) / name).write_text(text, encoding="utf-8")
         return out
+
+
+def code_file_text(name: str) -> str | None:
+    """A code file as saved beside the weights: its imports of the other code files made flat
+    (``from ..attention.spec import`` -> ``from .spec import``). None if the file is not here."""
+    here = Path(__file__).resolve().parent
+    for path in (here / name, here.parent / _CODE_PACKAGES[name] / name):  # a checkpoint's folder, else the package
+        if path.is_file():
+            return _PACKAGE_IMPORT.sub(r"\1from .\2 import ", path.read_text(encoding="utf-8"))
+    return None
 
 
 def _base_class(config: AttnkitConfig, kind: str):

@@ -20,16 +20,15 @@ received attention per occurrence, among words seen at least ``--min-count`` tim
 
 from __future__ import annotations
 
-import argparse
 from collections import defaultdict
 from pathlib import Path
+
+from attnkit.analysis.inference import encoded_batches
 
 
 def received_attention(model, tokenizer, texts, *, batch_size: int = 64, max_length: int = 128, progress: bool = True):
     """For each text: (words, received attention per word, predicted class id)."""
     import torch
-
-    from attnkit.inference import encoded_batches
 
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("word ranking needs a fast tokenizer (word_ids and offsets)")
@@ -103,68 +102,3 @@ def plot_words(ranking: dict, path, title: str = "") -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def add_words_parser(sub) -> argparse.ArgumentParser:
-    w = sub.add_parser(
-        "words",
-        help="rank the most-attended words per predicted class over a dataset split (JSON + bar chart)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    w.add_argument("--model", required=True, help="a checkpoint written by `attnkit train` (its model/ folder or the run folder)")
-    w.add_argument("--task", default=None, help="dataset (default: the one the model was trained on)")
-    w.add_argument("--data-dir", default=None)
-    w.add_argument("--split", default="validation", choices=["train", "validation", "test"])
-    w.add_argument("--top", type=int, default=20, help="words per class (default 20)")
-    w.add_argument("--min-count", type=int, default=3, help="rank only words seen at least this often in the class (default 3)")
-    w.add_argument("--max-samples", type=int, default=None, help="read only the first N sentences of the split")
-    w.add_argument("--output", default="words.png", help="bar chart, .png or .svg (default words.png)")
-    w.add_argument("--json", default=None, help="ranking as JSON (default: the chart's path with .json)")
-    w.add_argument("--max-length", type=int, default=None, help="truncate inputs to this many tokens (default: the length the model was trained with, else 128)")
-    w.add_argument("--batch-size", type=int, default=64)
-    return w
-
-
-def cmd_words(a) -> int:
-    import json
-
-    from attnkit.attention import spec_of
-    from attnkit.cli import UserError, _load
-    from attnkit.data import load_task
-    from attnkit.inference import label_names_of
-    from attnkit.train import write_json_atomic
-
-    if Path(a.output).suffix.lower() not in (".png", ".svg"):
-        raise UserError(f"--output {a.output}: the chart file must end in .png or .svg")
-    if a.top < 1 or a.min_count < 1:
-        raise UserError(f"--top and --min-count must be positive (got {a.top}, {a.min_count})")
-    d, model, tok = _load(a.model)
-    run = d / "attnkit_run.json"
-    task = a.task or (json.loads(run.read_text()).get("task") if run.is_file() else None)
-    if not task:
-        raise UserError("--task is needed: the checkpoint does not record what it was trained on")
-    data = load_task(task, a.data_dir)
-    if a.split not in data.splits:
-        raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
-    ds = data.splits[a.split]
-    texts = list(ds["text"])[: a.max_samples] if a.max_samples else list(ds["text"])
-    names = label_names_of(model)
-    readings = received_attention(model, tok, texts, batch_size=a.batch_size, max_length=a.max_length)
-    ranking = rank_words(readings, names, top=a.top, min_count=a.min_count)
-    result = {
-        "model": str(d), "task": task, "split": a.split, "sentences": len(texts),
-        "attention": spec_of(model.config).describe(), "min_count": a.min_count,
-        "definition": "received(word) = sum over its word pieces of the column sum of the attention matrix over real "
-                      "query tokens, averaged over layers and heads; ranked per predicted class by the mean over occurrences",
-        "classes": ranking,
-    }
-    js = Path(a.json) if a.json else Path(a.output).with_suffix(".json")
-    js.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(js, result)
-    png = plot_words(ranking, a.output, title=f"{task} {a.split}: most-attended words per predicted class ({result['attention']})")
-    for name, r in ranking.items():
-        top = ", ".join(f"{w['word']} {w['mean']:.2f}" for w in r["words"][:10])
-        print(f"{name} ({r['predicted_sentences']} predicted): {top}")
-    print(f"[attnkit] ranking written to {js}; chart written to {png}")
-    return 0

@@ -22,8 +22,13 @@ from typing import Callable
 
 import numpy as np
 
-from attnkit.explain import save_figure, view_sentence
-from attnkit.train import TrainConfig, same_paths, write_json_atomic
+from attnkit.analysis.explain import attention_maps, save_figure, view_sentence
+from attnkit.runfiles import write_json_atomic
+from attnkit.models.build import MODEL_DIR, load_model, load_tokenizer
+from attnkit.tasks import is_qa_task, load_task
+from attnkit.training.config import TrainConfig
+from attnkit.training.finetune import train
+from attnkit.training.runs import same_paths
 
 SUPPORT_TEXTS = 256  # dev texts the mean support is measured on
 
@@ -78,8 +83,6 @@ def mean_support(model, tokenizer, texts: list[str], pairs: list[str] | None = N
 
 
 def _dev_texts(cfg: TrainConfig):
-    from attnkit.data import load_task
-
     dev = load_task(cfg.task, cfg.data_dir).splits["validation"]
     dev = dev.select(range(min(SUPPORT_TEXTS, len(dev))))
     pairs = list(dev["text_pair"]) if "text_pair" in dev.column_names else None
@@ -107,14 +110,11 @@ def _check_same(rec: dict, base: TrainConfig, where: str) -> None:
 
 
 def run_cell(base: TrainConfig, cell: Cell, out: Path) -> dict:
-    from attnkit.modeling import load_model, load_tokenizer
-    from attnkit.train import train
-
     cfg = cell_config(base, cell, out)
     m = train(cfg)
     key = m.get("main_metric", "accuracy")
     texts, pairs = _dev_texts(cfg)
-    model_dir = Path(cfg.output_dir) / "model"
+    model_dir = Path(cfg.output_dir) / MODEL_DIR
     support = mean_support(load_model(model_dir), load_tokenizer(model_dir), texts, pairs, max_length=cfg.max_length)
     test = next((m[k] for k in m if k.startswith("test") and isinstance(m[k], dict)), None)
     return {
@@ -135,8 +135,6 @@ def run_cell(base: TrainConfig, cell: Cell, out: Path) -> dict:
 def run_sweep(base: TrainConfig, lams: list[float], seeds: list[int], out_dir: str | Path, *,
               view_layer: int | None = None, view_head: int = 0, log: Callable[[str], None] = print) -> list[dict]:
     """Train (or reuse) every cell, writing sweep.json and the figures after each; returns the records."""
-    from attnkit.qa import is_qa_task
-
     if is_qa_task(base.task):
         raise ValueError(f"attnkit sweep takes a classification task; {base.task} is span QA")
     if not lams or not seeds:
@@ -224,9 +222,6 @@ def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Pat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from attnkit.explain import attention_maps
-    from attnkit.modeling import load_model, load_tokenizer
-
     if not records:
         return None
     seed = records[0]["seed"]
@@ -235,12 +230,12 @@ def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Pat
     texts, pairs = _dev_texts(base)
     i = view_sentence(texts)
     maps = []
-    missing = [r for r in chosen if not (Path(r["run_dir"]) / "model" / "config.json").is_file()]
+    missing = [r for r in chosen if not (Path(r["run_dir"]) / MODEL_DIR / "config.json").is_file()]
     chosen = [r for r in chosen if r not in missing]
     if not chosen:
         return None
     for r in chosen:
-        model_dir = Path(r["run_dir"]) / "model"
+        model_dir = Path(r["run_dir"]) / MODEL_DIR
         m = attention_maps(load_model(model_dir), load_tokenizer(model_dir), texts[i], None if pairs is None else pairs[i], base.max_length)
         L = m.weights.shape[0]
         ly = L - 1 if layer is None else layer

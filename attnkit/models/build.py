@@ -15,13 +15,15 @@ import shutil
 import uuid
 from pathlib import Path
 
-from attnkit.attention import ATTN_IMPLEMENTATION, CONFIG_KEY, LAM_PARAM, AttentionSpec, add_lam_parameters, apply_spec, learned_lam, spec_of
-from attnkit.modeling_attnkit import (
+from attnkit.attention.spec import (
+    ATTN_IMPLEMENTATION, CONFIG_KEY, LAM_PARAM, AttentionSpec, add_lam_parameters, apply_spec, learned_lam, spec_of,
+)
+from attnkit.models.mini import MODEL_TYPE as MINI_MODEL_TYPE  # importing it registers MiniBERT with the Auto classes
+from attnkit.models.modeling_attnkit import (
     LAM_KEY, AttnkitConfig, AttnkitForQuestionAnswering, AttnkitForSequenceClassification, AttnkitModel, concrete_class, register,
 )
-
-MINI_MODEL_TYPE = "attnkit-mini"
-from attnkit.pooling import HEAD_KEY, HeadSpec, head_of
+from attnkit.models.pooling import HEAD_KEY, HeadSpec, PooledEncoderForSequenceClassification, head_of
+from attnkit.runfiles import MODEL_DIR, RUN_INFO
 
 DEFAULT_MODEL = "minilm"
 _ALIASES = {"minilm", "all-minilm-l6-v2", "default"}
@@ -282,7 +284,7 @@ def load_model(path: str | os.PathLike):
     if qa:
         cls = AutoModelForQuestionAnswering
     elif not head_of(config).is_default:
-        from attnkit.pooling import PooledEncoderForSequenceClassification as cls
+        cls = PooledEncoderForSequenceClassification
     else:
         cls = AutoModelForSequenceClassification
     return _finish(_from_pretrained(cls, path, head=head, config=config), spec)
@@ -325,7 +327,7 @@ def save_checkpoint(model, out_dir: str | os.PathLike, tokenizer=None, extra: di
         cfg[LAM_KEY] = lams
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     if extra:
-        (tmp / "attnkit_run.json").write_text(json.dumps(extra, indent=2, sort_keys=True, default=str) + "\n")
+        (tmp / RUN_INFO).write_text(json.dumps(extra, indent=2, sort_keys=True, default=str) + "\n")
     mask = os.umask(0)
     os.umask(mask)
     for f in tmp.iterdir():  # safetensors writes its file 0600; every file gets the mode the others have
@@ -396,3 +398,22 @@ def sparsify(model, attention: str = "sparsegen-lin", lam: float = -4.0, *, blur
     if learn_lam and not add_lam_parameters(model):
         raise ValueError(f"learn_lam: no attention modules with num_attention_heads found in {name}")
     return _finish(model, spec)
+
+
+def checkpoint_dir(model: str) -> Path | None:
+    p = Path(str(model)).expanduser()
+    if (p / MODEL_DIR / "config.json").is_file():  # a run folder written by `attnkit pretrain`/`train`
+        return p / MODEL_DIR
+    if (p / "config.json").is_file():
+        return p
+    return None
+
+
+def checkpoint_spec(model: str) -> AttentionSpec | None:
+    """The normaliser stored in a local checkpoint's config.json, if it has one."""
+    d = checkpoint_dir(model)
+    if d is None:
+        return None
+    cfg = json.loads((d / "config.json").read_text())
+    stored = cfg.get("attnkit")
+    return AttentionSpec.from_dict(stored) if stored else None

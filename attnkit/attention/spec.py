@@ -261,7 +261,7 @@ def attnkit_attention_forward(
         if rho is None:
             raise RuntimeError(
                 f"{type(module).__name__} has no learned lam ({LAM_PARAM}): build or load the model with attnkit "
-                "(attnkit.modeling.build_classifier / load_model), which adds it"
+                "(attnkit.models.build_classifier / load_model), which adds it"
             )
         # scaled before masking: a masked (-inf) score would give 0 * -inf = NaN in rho's gradient
         scores = scores * torch.exp(-rho).to(scores.dtype)[:, None, None]  # rho [H] -> [H, 1, 1]
@@ -350,7 +350,3 @@ def register() -> None:
     # boolean masks (True = attend) that _mask_scores turns into -inf
     AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
     _registered = True
-    try:
-        import attnkit.mini  # noqa: F401  registers MiniBERT with the Auto classes
-    except ImportError:  # running as a checkpoint's remote code, without attnkit installed
-        pass

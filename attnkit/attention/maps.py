@@ -5,7 +5,7 @@ Both are Euclidean projections onto the simplex (METHODS.md §1):
     sparsemax(z)          = max(0, z - tau(z)),   sum_j = 1
     sparsegen_lin(z; lam) = sparsemax(z / (1 - lam)),   lam < 1
 
-Forward is exact. On CPU a compiled kernel (:mod:`attnkit.kernels`) finds each row's
+Forward is exact. On CPU a compiled kernel (:mod:`attnkit.attention.kernels`) finds each row's
 threshold in cache; elsewhere, or where it cannot be built, ``tau`` is found from the
 top ``k`` scores of each row (attention rows have small supports) and the few rows whose
 support might be larger than ``k`` are finished with a full sort. Both paths are exact.

@@ -4,8 +4,8 @@ The SSAF paper fine-tunes sparsegen-lin BERT on SQuAD v1.1 (lam -7, 2 epochs, EM
 Here: a SQuAD-format reader with errors that name the file and the question, the usual
 sliding-window features (question + a window of the context, windows overlapping by
 ``doc_stride`` tokens, answer start/end token labels, [CLS] when the answer is not in
-the window), training on the Hugging Face Trainer with the best dev F1 kept, the
-best-span decoding over all windows of a question, and the official v1.1 EM/F1.
+the window), the best-span decoding over all windows of a question, and the official v1.1
+EM/F1. Training is :mod:`attnkit.training.span_qa`.
 
 Data (``--task squad``): ``<data-dir>/squad_v1.1/`` (or ``<data-dir>`` itself) holding
 ``dev-v1.1.json`` (validation) and a train file: ``train-v1.1.json``, else the Du et al.
@@ -21,11 +21,11 @@ import os
 import re
 import string
 from collections import Counter
-from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
-from attnkit.data import DataFormatError, default_data_dir
+from attnkit.errors import DataFormatError
+from attnkit.tasks.registry import default_data_dir
 
 log = logging.getLogger("attnkit")
 
@@ -286,72 +286,6 @@ def predict_answers(model, tokenizer, questions: Sequence[str], contexts: Sequen
     # no legal span (an empty context): answer "" with score None, never -inf (not valid JSON)
     return [{"question": q, "answer": text, "start": start, "score": score if start >= 0 else None}
             for q, (text, score, start) in zip(questions, spans)]
-
-
-def train_qa(cfg) -> dict:
-    """Fine-tune a span-QA model (``cfg``: :class:`attnkit.train.TrainConfig`); returns the metrics dict."""
-    import numpy as np
-    from transformers import DataCollatorWithPadding, Trainer, set_seed
-
-    from attnkit.modeling import build_qa_model, load_tokenizer, save_checkpoint
-    from attnkit.train import (
-        METRICS_FILE, MODEL_DIR, _strip, _subsample, check_length, finish_run, fit, prepare_output, training_arguments,
-        write_json_atomic,
-    )
-
-    cfg.validate()
-    set_seed(cfg.seed)
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    spec = cfg.spec()
-    stride = cfg.max_length // 3 if cfg.doc_stride is None else cfg.doc_stride
-    splits = load_squad(cfg.data_dir)
-    prepare_output(cfg, out)  # after the data: a missing file is the first thing to hear about
-    if "train" not in splits or "validation" not in splits:
-        raise FileNotFoundError(f"task {cfg.task} needs a train and a validation file; found {', '.join(splits)}")
-    tokenizer = load_tokenizer(cfg.model)
-    check_length(cfg, cfg.model)
-    tokenizer.padding_side = "right"  # labels are token positions counted from the left
-    train_rows = _subsample(splits["train"], cfg.max_train_samples, cfg.seed)
-    dev_rows = _subsample(splits["validation"], cfg.max_eval_samples, cfg.seed)
-    train_ds = featurize(train_rows, tokenizer, cfg.max_length, stride).remove_columns(["example_index", "offset_mapping"])
-    dev_feats = featurize(dev_rows, tokenizer, cfg.max_length, stride)
-    dev_index = list(dev_feats["example_index"])
-    dev_offsets = list(dev_feats["offset_mapping"])  # [-1, -1] outside the context: best_spans skips those
-    dev_ds = dev_feats.remove_columns(["example_index", "offset_mapping"])
-    dev_list = [dict(r) for r in dev_rows]
-    contexts = [r["context"] for r in dev_list]
-
-    def compute(eval_pred) -> dict[str, float]:
-        start, end = eval_pred.predictions[:2]
-        spans = best_spans(contexts, dev_index, dev_offsets, np.asarray(start), np.asarray(end))
-        preds = {row["id"]: span[0] for row, span in zip(dev_list, spans)}
-        return {k: v for k, v in squad_metrics(preds, dev_list).items() if k != "n"}
-
-    model = build_qa_model(cfg.model, spec, from_scratch=cfg.from_scratch)
-    args = training_arguments(cfg, out, "f1", label_names=["start_positions", "end_positions"])
-    trainer = Trainer(model=model, args=args, train_dataset=train_ds, eval_dataset=dev_ds,
-                      data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer, compute_metrics=compute)
-    result = fit(trainer, cfg)
-    dev = trainer.evaluate(dev_ds, metric_key_prefix="eval")
-    metrics: dict = {
-        "train": dict(result.metrics),
-        "validation": _strip(dev, "eval_"),
-        "best_checkpoint": trainer.state.best_model_checkpoint,
-        "attention": spec.to_dict(), "main_metric": "f1", "task": cfg.task,
-        "train_size": len(train_rows), "train_windows": len(train_ds), "validation_size": len(dev_rows),
-        "max_length": cfg.max_length, "doc_stride": stride,
-        "parameters": sum(p.numel() for p in model.parameters()),
-    }
-    if trainer.is_world_process_zero():
-        model_dir = save_checkpoint(trainer.model, out / MODEL_DIR, tokenizer,
-                                    extra={"task": cfg.task, "trained_on": QA_TASKS.get(cfg.task, cfg.task), "metric": "squad",
-                                           "max_length": cfg.max_length, "doc_stride": stride})
-        metrics["model_dir"] = str(model_dir)
-        write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict()})
-        write_json_atomic(out / METRICS_FILE, metrics)
-        finish_run(cfg, out)
-    return metrics
 
 
 def evaluate_qa(model, tokenizer, rows, *, max_length: int = 384, doc_stride: int | None = None, batch_size: int = 32) -> tuple[dict, dict]:

@@ -1,11 +1,18 @@
-"""Batched inference, evaluation and prediction for a saved classifier."""
+"""Batched inference, evaluation and prediction for a saved classifier, and loading a saved model to run it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from attnkit.errors import UserError
+from attnkit.models.build import is_qa_model, load_model, load_tokenizer
+from attnkit.tasks.lemmas import LemmatizingTokenizer
+from attnkit.runfiles import MODEL_DIR, RUN_INFO
+from attnkit.tasks.metrics import predictions_of, task_metrics
 
 
 def encoded_batches(
@@ -71,9 +78,7 @@ def label_names_of(model) -> list[str]:
 
 
 def evaluate_split(model, tokenizer, dataset, *, batch_size: int = 64, max_length: int = 128, kind: str = "accuracy") -> dict:
-    """Metrics of ``model`` on a tokenisable dataset (text, [text_pair], label); ``kind`` as in :func:`attnkit.glue.task_metrics`."""
-    from attnkit.glue import predictions_of, task_metrics
-
+    """Metrics of ``model`` on a tokenisable dataset (text, [text_pair], label); ``kind`` as in :func:`attnkit.tasks.metrics.task_metrics`."""
     labels = np.asarray(list(dataset["label"]))
     if len(labels) == 0 or labels.min() < 0:
         raise ValueError("this split has no gold labels; use `attnkit predict` instead")
@@ -105,3 +110,39 @@ def predict_texts(model, tokenizer, texts: Sequence[str], *, batch_size: int = 6
         {"text": t, "label": names[int(p.argmax())], "probabilities": {n: float(x) for n, x in zip(names, p)}}
         for t, p in zip(texts, probs)
     ]
+
+
+# ----------------------------------------------------------------------------- a saved model, ready to run
+
+
+def model_dir(path: str | Path) -> Path:
+    """The model folder of ``path``: a run folder (its ``model/``) or a model folder; UserError if it is neither."""
+    p = Path(path)
+    if (p / MODEL_DIR / "config.json").is_file():
+        return p / MODEL_DIR
+    if not p.exists():
+        raise UserError(f"--model {path}: no such folder")
+    if not (p / "config.json").is_file():
+        raise UserError(f"--model {path}: no config.json there (expected a folder written by `attnkit train`)")
+    return p
+
+
+def run_info(d: Path) -> dict:
+    """What ``attnkit train`` recorded beside a model (task, labels, max length, lemmatisation, ...)."""
+    run = d / RUN_INFO
+    return json.loads(run.read_text()) if run.is_file() else {}
+
+
+def load_for_inference(path: str | Path, qa_ok: bool = False):
+    """(model folder, model, tokenizer) of a saved model; a span-QA model only where ``qa_ok`` (else UserError).
+    A model trained on lemmas gets a tokenizer that lemmatises its input."""
+    d = model_dir(path)
+    model = load_model(d)
+    if not qa_ok and is_qa_model(model.config):
+        raise UserError(f"{d} is a span question-answering model: use `attnkit evaluate` (its SQuAD task), "
+                        "`attnkit predict --question ... --context ...` or `attnkit explain` with it")
+    tok = load_tokenizer(d)
+    lang = run_info(d).get("lemmatize")
+    if lang:  # the model was trained on lemmas: it reads lemmas here too
+        tok = LemmatizingTokenizer(tok, lang)
+    return d, model, tok

@@ -7,7 +7,7 @@ parallel on torch's OpenMP threads. It is compiled on first use with
 ``torch.utils.cpp_extension`` (needs a C++ compiler and ninja) and cached by torch; a
 compiler without OpenMP gets a one-thread build, and :func:`backend_reason` says so.
 Where it cannot be built, or with ``ATTNKIT_KERNEL=torch``, the pure-torch path in
-:mod:`attnkit.maps` runs instead: same results, slower. :func:`backend` says which one runs.
+:mod:`attnkit.attention.maps` runs instead: same results, slower. :func:`backend` says which one runs.
 """
 
 from __future__ import annotations

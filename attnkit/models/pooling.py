@@ -225,11 +225,3 @@ def _classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> 
     if config.problem_type == "multi_label_classification":
         return nn.functional.binary_cross_entropy_with_logits(logits.float(), labels.float())
     return nn.functional.cross_entropy(logits.float().view(-1, config.num_labels), labels.view(-1))
-
-
-try:  # a registration with transformers that waited for this module to finish importing (not in remote code)
-    from attnkit import _register_if_pending
-except ImportError:
-    pass
-else:
-    _register_if_pending(__name__)

@@ -1,11 +1,17 @@
-"""Looking at attention: one sentence's weights as heatmaps, with sparsity statistics."""
+"""Looking at attention: one sentence's weights as heatmaps, with sparsity statistics; charts of layer weights,
+learned lam and HANS results."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from attnkit.analysis.inference import encoded_batches
+from attnkit.attention.spec import spec_of
+from attnkit.models.pooling import head_of
 
 
 @dataclass
@@ -45,7 +51,6 @@ def attention_maps(model, tokenizer, text: str, text_pair: str | None = None, ma
     """Run ``model`` on one sentence and collect every layer's attention weights."""
     import torch
 
-    from attnkit.attention import spec_of
 
     model.eval()
     enc = tokenizer(text, text_pair, truncation=True, max_length=max_length, return_tensors="pt")
@@ -121,7 +126,6 @@ def layer_weights(model, tokenizer, texts, pairs=None, *, batch_size: int = 32, 
     """
     import torch
 
-    from attnkit.pooling import head_of
 
     head = head_of(model.config)
     if not (head.se or head.pooling == "weighted"):
@@ -129,8 +133,6 @@ def layer_weights(model, tokenizer, texts, pairs=None, *, batch_size: int = 32, 
             f"this model has no learned layer weights (layer pooling {head.pooling!r}, no SE); "
             "train with --se or --layer-pooling weighted"
         )
-    from attnkit.inference import encoded_batches
-
     se_sum, n, mix = None, 0, None
     for _, enc in encoded_batches(model, tokenizer, texts, pairs, batch_size=batch_size, max_length=max_length, desc="layer weights"):
         with torch.inference_mode():
@@ -211,3 +213,25 @@ def save_figure(fig, path: str | Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_hans(report: dict[str, Any], path: str | Path, title: str = "") -> Path:
+    """Grouped bars like SesameBERT's Figure 3: accuracy per heuristic, entailment vs non-entailment."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    heur = list(report["heuristic"])
+    x = np.arange(len(heur))
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for k, (name, color) in enumerate((("entailment", "#4c72b0"), ("non-entailment", "#dd8452"))):
+        vals = [report["heuristic"][h].get(name, np.nan) * 100 for h in heur]
+        bars = ax.bar(x + (k - 0.5) * 0.38, vals, 0.38, label=name, color=color)
+        ax.bar_label(bars, fmt="%.0f", fontsize=8)
+    ax.set_xticks(x, [h.replace("_", " ") for h in heur])
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(title or f"HANS (n={report['n']}, accuracy {report['accuracy'] * 100:.1f}%)", fontsize=9)
+    ax.legend(fontsize=8, loc="upper right")
+    return save_figure(fig, path)

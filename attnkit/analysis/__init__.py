@@ -1,0 +1,8 @@
+"""Looking at what a trained model does.
+
+- :mod:`inference`: batched prediction and evaluation, loading a saved model to run it
+- :mod:`explain`: one sentence's attention as heatmaps with sparsity statistics; charts of layer weights, learned
+  lam and HANS results
+- :mod:`html_view`: an interactive page of every layer and head
+- :mod:`words`: the most-attended words per predicted class over a dataset
+"""

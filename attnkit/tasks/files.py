@@ -1,0 +1,147 @@
+"""Your own files as a task: ``--task csv|tsv|jsonl`` with a text (and optional pair) column and a label column."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+from attnkit.errors import DataFormatError
+from attnkit.tasks.readers import label_index, read_table, require_file, to_splits
+from attnkit.tasks.registry import UNLABELLED, Example, TaskData, register_task
+
+_INT_LABEL = re.compile(r"[+-]?\d+")
+
+
+def _pick_file(folder: Path, given: str | None, stems: tuple[str, ...], fmt: str) -> Path | None:
+    """``folder/given`` (must exist), else the first existing ``folder/<stem>.<fmt>``, else None."""
+    if given:
+        return require_file(folder / given, fmt)
+    for stem in stems:
+        if (folder / f"{stem}.{fmt}").is_file():
+            return folder / f"{stem}.{fmt}"
+    return None
+
+
+class _RawRow(NamedTuple):
+    path: Path
+    line: int
+    text: str
+    pair: str | None
+    label: str  # "" when missing
+
+
+def _read_generic_split(
+    path: Path, fmt: str, text_column: str, pair_column: str | None, label_column: str, labelled: bool
+) -> list[_RawRow]:
+    """The rows of one file with their raw label text; ``labelled`` splits need a label in every row."""
+    text_columns = [text_column] + ([pair_column] if pair_column else [])
+    rows: list[_RawRow] = []
+    for line, record in read_table(path, fmt, text_columns + ([label_column] if labelled else [])):
+        texts = []
+        for column in text_columns:
+            value = record[column]
+            if not isinstance(value, str):
+                raise DataFormatError(path, line, f"expected a string in {column!r}, found {type(value).__name__}")
+            if not value.strip():
+                raise DataFormatError(path, line, f"expected text in {column!r}, found an empty value")
+            texts.append(value.strip())
+        value = record.get(label_column)
+        label = "" if value is None else str(value).strip()
+        if labelled and not label:
+            raise DataFormatError(path, line, f"expected a label in {label_column!r}, found an empty value")
+        rows.append(_RawRow(path, line, texts[0], texts[1] if pair_column else None, label))
+    if labelled and not rows:
+        raise DataFormatError(path, None, "expected at least one labelled row, found none")
+    return rows
+
+
+def _label_names(train_labels: set[str]) -> tuple[list[str], Callable[[str], str]]:
+    """Sorted label names (numerically if all look like ints) and the normaliser for raw values."""
+    if train_labels and all(_INT_LABEL.fullmatch(v) for v in train_labels):
+        norm = lambda v: str(int(v)) if _INT_LABEL.fullmatch(v) else v  # noqa: E731  ("01" == "1")
+        return [str(n) for n in sorted({int(v) for v in train_labels})], norm
+    return sorted(train_labels), lambda v: v
+
+
+def _load_generic(
+    data_dir: Path | None,
+    fmt: str,
+    text_column: str = "text",
+    label_column: str = "label",
+    text_pair_column: str | None = None,
+    train_file: str | None = None,
+    validation_file: str | None = None,
+    test_file: str | None = None,
+) -> TaskData:
+    """Read the train/validation[/test] files of a generic task (see GENERIC_OPTIONS_DOC)."""
+    if data_dir is None:
+        raise FileNotFoundError(f"task {fmt} needs a data directory with train.{fmt} and dev.{fmt}: pass --data-dir")
+    folder = Path(data_dir)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"task {fmt}: directory {folder} does not exist")
+    files = {
+        "train": _pick_file(folder, train_file, ("train",), fmt),
+        "validation": _pick_file(folder, validation_file, ("dev", "validation"), fmt),
+        "test": _pick_file(folder, test_file, ("test",), fmt),
+    }
+    if files["train"] is None:
+        raise FileNotFoundError(f"task {fmt}: file {folder / f'train.{fmt}'} does not exist")
+    if files["validation"] is None:
+        raise FileNotFoundError(f"task {fmt}: neither {folder / f'dev.{fmt}'} nor {folder / f'validation.{fmt}'} exists")
+    raw = {
+        split: _read_generic_split(path, fmt, text_column, text_pair_column, label_column, labelled=split != "test")
+        for split, path in files.items()
+        if path is not None
+    }
+    names, norm = _label_names({r.label for r in raw["train"]})
+    splits = {
+        split: [
+            Example(r.text, label_index(names, norm(r.label), r.path, r.line) if r.label else UNLABELLED, r.pair)
+            for r in rows
+        ]
+        for split, rows in raw.items()
+    }
+    used = ", ".join(f"{split}={path.name}" for split, path in files.items() if path is not None)
+    desc = f"{fmt} files in {folder} ({used}); text={text_column!r}, label={label_column!r}; labels sorted from train"
+    return TaskData(fmt, to_splits(splits, with_pair=text_pair_column is not None), names, desc)
+
+
+GENERIC_OPTIONS_DOC = """
+
+    Options: ``text_column`` ("text"), ``label_column`` ("label"), ``text_pair_column`` (None),
+    ``train_file`` (train.<ext>), ``validation_file`` (dev.<ext>, else validation.<ext>), ``test_file``
+    (test.<ext> if it exists; its labels may be missing or empty -> -1). File names are relative
+    to ``data_dir``. ``label_names`` is the sorted set of train labels (numerically sorted when
+    they all look like integers); a validation/test label not seen in train is an error.
+    """
+
+
+def _generic_loader(fmt: str, doc: str) -> Callable[..., TaskData]:
+    """The loader of the generic ``fmt`` task, with its options spelled out (so load_task can check them)."""
+
+    def loader(
+        data_dir: Path | None,
+        text_column: str = "text",
+        label_column: str = "label",
+        text_pair_column: str | None = None,
+        train_file: str | None = None,
+        validation_file: str | None = None,
+        test_file: str | None = None,
+    ) -> TaskData:
+        return _load_generic(
+            data_dir, fmt, text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
+            train_file=train_file, validation_file=validation_file, test_file=test_file,
+        )
+
+    loader.__name__ = loader.__qualname__ = f"load_{fmt}"
+    loader.__doc__ = doc + GENERIC_OPTIONS_DOC
+    return register_task(fmt)(loader)
+
+
+load_csv = _generic_loader("csv", "Comma-separated files with a header row (standard csv quoting).")
+load_tsv = _generic_loader("tsv", "Tab-separated files with a header row, no quoting (quotes are text, as in GLUE).")
+load_jsonl = _generic_loader("jsonl", "One JSON object a line.")
+
+
+# GLUE, MNLI and HANS live in their own module; importing it registers those tasks.

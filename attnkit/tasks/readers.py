@@ -1,0 +1,173 @@
+"""File readers every task family shares: text with its line numbers, csv/tsv/jsonl records, rows to datasets.
+
+Every reader raises :class:`attnkit.errors.DataFormatError` naming the file, the 1-based line and what was
+expected, before any row reaches ``datasets``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from attnkit.errors import DataFormatError
+from attnkit.tasks.registry import Example
+
+if TYPE_CHECKING:
+    import datasets
+
+def require_dir(data_dir: Path | None, sub: str, task: str) -> Path:
+    """``data_dir/sub``, or FileNotFoundError naming the path and the task."""
+    if data_dir is None:
+        raise FileNotFoundError(
+            f"task {task} needs a data directory holding {sub}/: pass --data-dir or set $ATTNKIT_DATA "
+            "(no ./shared/data or ../shared/data found)"
+        )
+    path = Path(data_dir) / sub
+    if not path.is_dir():
+        raise FileNotFoundError(f"task {task}: directory {path} does not exist")
+    return path
+
+
+def require_file(path: Path, task: str) -> Path:
+    if not path.is_file():
+        raise FileNotFoundError(f"task {task}: file {path} does not exist")
+    return path
+
+
+def decode(path: Path, raw: bytes) -> str:
+    """UTF-8 text with a leading BOM dropped; bad UTF-8 is reported with its line."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        found = raw[e.start : e.start + 1]
+        raise DataFormatError(path, line, f"expected UTF-8 text, found byte {found!r} ({e.reason})") from None
+
+
+def read_text(path: Path) -> str:
+    return decode(path, path.read_bytes())
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` pairs, without line endings.
+
+    Splits on ``\\n`` only: ``str.splitlines`` would also split on U+2028, U+0085, form
+    feeds etc., which can occur inside a sentence and would shift every later line number.
+    """
+    text = read_text(path)
+    if text.endswith("\n"):
+        text = text[:-1]
+    if not text:
+        return
+    for number, line in enumerate(text.split("\n"), start=1):
+        yield number, line.removesuffix("\r")
+
+
+def iter_records(path: Path, text: str, delimiter: str, quoting: int) -> Iterator[tuple[int, list[str]]]:
+    """``(first line number, fields)`` for each csv record of ``text`` (read from ``path``).
+
+    Blank lines are skipped. The line number is the one the record starts on, which is
+    where a stray quote would be.
+    """
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
+    while True:
+        start = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise DataFormatError(path, start, f"expected a {delimiter!r}-separated record, found a malformed one ({e})") from None
+        if any(f.strip() for f in row):
+            yield start, row
+
+
+def read_delimited(path: Path, delimiter: str, quoting: int = csv.QUOTE_NONE) -> Iterator[tuple[int, list[str]]]:
+    """Records of a csv/tsv file with their line numbers. With ``QUOTE_NONE`` (the GLUE and
+    SemEval convention) quote characters are plain text: tweets contain unbalanced quotes."""
+    return iter_records(path, read_text(path), delimiter, quoting)
+
+
+def expect_header(path: Path, line: int, found: list[str], expected: list[str]) -> None:
+    if [f.strip() for f in found] != expected:
+        raise DataFormatError(path, line, f"expected the header {expected}, found {found}")
+
+
+def label_index(names: list[str], value: str, path: Path, line: int) -> int:
+    try:
+        return names.index(value)
+    except ValueError:
+        raise DataFormatError(path, line, f"unknown label {value!r}, expected one of {names}") from None
+
+
+# ----------------------------------------------------------------------------- helpers: datasets
+
+
+def to_dataset(examples: list[Example], with_pair: bool) -> datasets.Dataset:
+    import datasets
+
+    features = {"text": datasets.Value("string")}
+    columns: dict[str, list] = {"text": [e.text for e in examples]}
+    if with_pair:
+        features["text_pair"] = datasets.Value("string")
+        columns["text_pair"] = [e.text_pair for e in examples]
+    features["label"] = datasets.Value("int64")
+    columns["label"] = [e.label for e in examples]
+    return datasets.Dataset.from_dict(columns, features=datasets.Features(features))
+
+
+def to_splits(splits: dict[str, list[Example]], with_pair: bool = False) -> datasets.DatasetDict:
+    import datasets
+
+    return datasets.DatasetDict({name: to_dataset(rows, with_pair) for name, rows in splits.items()})
+
+
+# ----------------------------------------------------------------------------- SST-2 (GLUE)
+
+
+# ----------------------------------------------------------------------------- helpers: tables
+
+def read_table(path: Path, fmt: str, required: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line, record)`` for each row of a csv (standard quoting), tsv (no quoting) or jsonl file.
+
+    The ``required`` columns are checked against the header (csv/tsv, line 1) or each object (jsonl).
+    """
+    if fmt == "jsonl":
+        for line, record in read_jsonl(path):
+            check_columns(path, line, list(record), required)
+            yield line, record
+        return
+    delimiter, quoting = (",", csv.QUOTE_MINIMAL) if fmt == "csv" else ("\t", csv.QUOTE_NONE)
+    header: list[str] | None = None
+    for line, fields in read_delimited(path, delimiter, quoting):
+        if header is None:
+            header = [h.strip() for h in fields]
+            check_columns(path, line, header, required)
+            continue
+        if len(fields) != len(header):
+            raise DataFormatError(path, line, f"expected {len(header)} fields ({', '.join(header)}), found {len(fields)}")
+        yield line, dict(zip(header, fields))
+    if header is None:
+        raise DataFormatError(path, 1, "expected a header row naming the columns, found an empty file")
+
+
+def check_columns(path: Path, line: int, found: list[str], required: list[str]) -> None:
+    for column in required:
+        if column not in found:
+            raise DataFormatError(path, line, f"expected column {column!r}, found columns {found}")
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for line, s in read_lines(path):
+        if not s.strip():
+            continue
+        try:
+            record = json.loads(s)
+        except json.JSONDecodeError as e:
+            raise DataFormatError(path, line, f"invalid JSON: {e.msg} at column {e.colno}") from None
+        if not isinstance(record, dict):
+            raise DataFormatError(path, line, f"expected a JSON object, found {type(record).__name__}")
+        yield line, record

@@ -1,0 +1,109 @@
+"""The task registry: every dataset is a ``datasets.DatasetDict`` made by a registered loader.
+
+Sentence-classification datasets as ``datasets.DatasetDict`` objects.
+
+Every task gives splits among ``train``/``validation``/``test`` with the columns ``text``
+(str), optionally ``text_pair`` (str), and ``label`` (int ``0..n-1``; ``-1`` for an
+unlabelled test row). Use :func:`load_task` with a name from :func:`list_tasks`.
+
+The loaders parse their files themselves (csv / json / a small PTB tree parser) so that a
+malformed file raises :class:`DataFormatError` naming the file, the 1-based line and what
+was expected; only then are the rows handed to ``datasets.Dataset.from_dict``.
+File formats and pitfalls follow ``../shared/data/SOURCES.md``: a UTF-8 BOM at the start
+of a file, U+FEFF inside every SenTube line, SemEval's quoted labels (and quotes inside
+tweets, so no csv quoting), SemEval's 5 -> 3 label mapping, PTB escapes in SST-5 trees.
+"""
+
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+
+if TYPE_CHECKING:  # importing datasets takes a second; the CLI's `tasks` command does not need it
+    import datasets
+
+SPLIT_STEMS = {"train": "train", "validation": "dev", "test": "test"}  # split name -> file stem on disk
+UNLABELLED = -1
+
+@dataclass
+class TaskData:
+    """A loaded task: its splits, the label names (index -> name) and a one-line description."""
+
+    name: str
+    splits: datasets.DatasetDict
+    label_names: list[str]
+    description: str = ""
+    metric: str = "accuracy"  # kind of metrics: accuracy | mcc | f1 | regression (see attnkit.tasks.metrics.task_metrics)
+    submission: dict[str, str] | None = None  # split -> GLUE submission file name
+
+
+class Example(NamedTuple):
+    """One row before it goes into a ``datasets.Dataset``."""
+
+    text: str
+    label: int
+    text_pair: str | None = None
+
+
+TASKS: dict[str, Callable[..., TaskData]] = {}
+
+
+#: task -> the folder under the data directory that holds its files (what `attnkit tasks` looks for)
+TASK_FOLDERS: dict[str, str] = {}
+
+
+def register_task(name: str, folder: str | None = None) -> Callable[[Callable[..., TaskData]], Callable[..., TaskData]]:
+    """Decorator: add a loader ``fn(data_dir, **options) -> TaskData`` to :data:`TASKS` (its files under ``folder``)."""
+
+    def deco(fn: Callable[..., TaskData]) -> Callable[..., TaskData]:
+        TASKS[name] = fn
+        if folder:
+            TASK_FOLDERS[name] = folder
+        return fn
+
+    return deco
+
+
+def list_tasks() -> list[str]:
+    """The registered task names, sorted."""
+    return sorted(TASKS)
+
+
+def default_data_dir() -> Path | None:
+    """``$ATTNKIT_DATA`` if set, else the first existing of ``./shared/data`` and ``../shared/data``."""
+    env = os.environ.get("ATTNKIT_DATA")
+    if env:
+        return Path(env)
+    for candidate in (Path("shared/data"), Path("../shared/data")):
+        if candidate.is_dir():
+            return candidate.resolve()
+    return None
+
+
+def load_task(task: str, data_dir: str | os.PathLike | None = None, **options: Any) -> TaskData:
+    """Load a registered task from ``data_dir`` (default: :func:`default_data_dir`).
+
+    ``options`` go to the task's loader (e.g. ``text_column=`` for the generic csv/tsv/jsonl
+    tasks); an option the loader does not take raises TypeError naming the ones it does.
+    """
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(list_tasks())}")
+    loader = TASKS[task]
+    if data_dir is not None and not Path(data_dir).is_dir():
+        raise FileNotFoundError(f"data folder {data_dir} does not exist (given as --data-dir for task {task})")
+    directory = Path(data_dir) if data_dir is not None else default_data_dir()
+    try:
+        inspect.signature(loader).bind(directory, **options)
+    except TypeError:
+        accepted = [p for p in inspect.signature(loader).parameters if p != "data_dir"]
+        raise TypeError(
+            f"task {task} does not take option(s) {sorted(options)}; it takes {accepted or 'no options'}"
+        ) from None
+    return loader(directory, **options)
+
+
+# ----------------------------------------------------------------------------- helpers: files

@@ -1,0 +1,179 @@
+"""What a run depends on: :class:`TrainConfig` (fine-tuning), :class:`PretrainConfig` (MiniBERT's MLM), and the
+SSAF paper's lam and epochs per task.
+
+This module is light on purpose: the command line reads its defaults to answer ``--help`` without torch. The
+attention and head settings it builds (:meth:`TrainConfig.spec`, :meth:`TrainConfig.head`) live in torch-backed
+modules, which it imports in those methods only: the one kind of import inside a function that attnkit allows
+(``tests/test_layers.py`` checks that it is only here and in the command line's dispatch, and that it points down).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from attnkit.runfiles import METRICS_FILE, MODEL_DIR  # noqa: F401  (re-exported: where a run keeps what)
+from attnkit.tasks.lemmas import lemmatizer
+
+if TYPE_CHECKING:
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.pooling import HeadSpec
+
+#: lam used by the SSAF paper for each dataset (METHODS.md §1); Rotten Tomatoes takes SST-2's.
+PAPER_LAM = {
+    "sst5": -3.0,
+    "sst5-phrases": -3.0,
+    "semeval2013": -3.0,
+    "sst2": -4.0,
+    "sentube-tablets": -4.0,
+    "sentube-auto": -6.0,
+    "rotten-tomatoes": -4.0,
+    "squad": -7.0,
+    "scitail": -6.0,
+}
+#: epochs used by the SSAF paper for each dataset
+PAPER_EPOCHS = {"sst5": 4, "sst5-phrases": 4, "sst2": 4, "sentube-auto": 5, "sentube-tablets": 6, "semeval2013": 8, "squad": 2, "scitail": 3}
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run depends on; written to ``<output>/run_config.json``."""
+
+    task: str = "rotten-tomatoes"
+    data_dir: str | None = None
+    model: str = "minilm"
+    attention: str = "sparsegen-lin"
+    lam: float | None = None  # None: the paper's lam for the task (PAPER_LAM), else 0
+    from_scratch: bool = False
+    epochs: float = 1.0
+    max_steps: int = -1
+    batch_size: int = 16
+    eval_batch_size: int = 64
+    lr: float = 2e-5
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.0
+    max_length: int = 128
+    doc_stride: int | None = None  # span QA: overlap of context windows in tokens (None: max_length // 3)
+    seed: int = 42
+    output_dir: str = "runs/attnkit"
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+    eval_steps: int | None = None  # None: evaluate once per epoch (or at the end of --max-steps)
+    resume: bool = True
+    logging_steps: int = 50
+    group_by_length: bool = False  # batches of similar length (less padding; same examples per epoch)
+    learn_lam: bool = False  # sparsegen-lin: lam learned per layer and head, started at lam
+    lemmatize: str | None = None  # language: texts replaced by their lemmas (simplemma), recorded with the model
+    keep_checkpoints: bool = False  # keep the Trainer's checkpoint-N folders (with optimizer state) after a finished run
+    lam_warmup: float = 0.0  # sparsegen-lin: lam moves from a denser start to lam over this fraction of the steps (or count); 0: off
+    # SesameBERT: locality step and layer pooling
+    blur: str = "none"  # none | context | value
+    blur_size: int = 3
+    blur_sigma: float = 0.3
+    pooling: str = "last"  # first | second | second-to-last | last | sum-last-four | sum-all | weighted
+    se: bool = False
+    se_ratio: int = 3
+    freeze: str | None = None  # comma-separated parameter groups not trained (attnkit.models.freeze.GROUPS)
+    # --model mini: a MiniBERT trained from scratch (tokenizer from the training text, random weights)
+    # (None: the defaults sa, 1, 1, 32, 4000; unused for any other model)
+    kind: str | None = None
+    layers: int | None = None
+    heads: int | None = None
+    dim: int | None = None
+    vocab_size: int | None = None
+
+    def validate(self) -> None:
+        """ValueError naming the first setting that cannot give a meaningful run."""
+        if self.max_steps <= 0 and not (isinstance(self.epochs, (int, float)) and math.isfinite(self.epochs) and self.epochs > 0):
+            raise ValueError(f"--epochs {self.epochs:g}: expected a number of epochs > 0 (or --max-steps > 0)")
+        for name, v in (("--batch-size", self.batch_size), ("eval batch size", self.eval_batch_size)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} {v}: expected a whole number >= 1")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"--lr {self.lr}: expected a learning rate > 0")
+        if not (isinstance(self.warmup_ratio, (int, float)) and self.warmup_ratio >= 0):
+            raise ValueError(f"--warmup {self.warmup_ratio}: expected a fraction of the steps (< 1) or a step count, >= 0")
+        if not isinstance(self.max_length, int) or self.max_length < 2:
+            raise ValueError(f"--max-length {self.max_length}: expected a whole number of tokens of at least 2 (with [CLS] and [SEP])")
+        for name, v in (("--max-train-samples", self.max_train_samples), ("--max-eval-samples", self.max_eval_samples), ("--eval-steps", self.eval_steps)):
+            if v is not None and v < 1:
+                raise ValueError(f"{name} {v}: expected a whole number >= 1")
+        if self.lemmatize:
+            lemmatizer(self.lemmatize)
+        self.spec()
+        self.head()
+
+    def spec(self) -> AttentionSpec:
+        from attnkit.attention.spec import AttentionSpec  # torch: only when a run is set up, not for --help
+
+        lam = self.lam if self.lam is not None else PAPER_LAM.get(self.task, 0.0)
+        if self.lam_warmup and (self.attention != "sparsegen-lin" or not self.lam_warmup > 0):
+            raise ValueError(f"--lam-warmup {self.lam_warmup}: needs --attention sparsegen-lin and a fraction of the steps (< 1) or a step count > 0")
+        return AttentionSpec(self.attention, lam, blur=self.blur, blur_size=self.blur_size, blur_sigma=self.blur_sigma,
+                             learn_lam=self.learn_lam)
+
+    def head(self) -> HeadSpec:
+        from attnkit.models.pooling import HeadSpec  # torch: only when a run is set up, not for --help
+
+        return HeadSpec(self.pooling, se=self.se, se_ratio=self.se_ratio)
+
+
+# ----------------------------------------------------------------------------- MiniBERT pre-training
+
+MINI_ALIASES = ("mini", "minibert")
+KINDS = ("sa", "ssa", "nta")
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+MAX_POSITIONS = 512
+DEFAULT_MINI_LR = 1e-2  # a tiny model trained from (nearly) scratch: AdamW at 1e-2 (best of 1e-3, 3e-3, 1e-2 on SemEval-2013), not BERT's 2e-5
+DEFAULT_VOCAB = 4000
+
+
+def is_mini_alias(model) -> bool:
+    return str(model).lower() in MINI_ALIASES
+
+
+@dataclass
+class PretrainConfig:
+    """Everything a pre-training run depends on; written to ``<output>/run_config.json``."""
+
+    task: str = "semeval2013"
+    data_dir: str | None = None
+    kind: str = "sa"
+    attention: str = "softmax"
+    lam: float = 0.0
+    layers: int = 1
+    heads: int = 1
+    dim: int = 32
+    vocab_size: int = DEFAULT_VOCAB
+    epochs: float = 10.0
+    batch_size: int = 32
+    lr: float = DEFAULT_MINI_LR
+    max_length: int = 128
+    mlm_probability: float = 0.15
+    seed: int = 42
+    output_dir: str = "runs/mini-pretrain"
+    max_train_samples: int | None = None
+    logging_steps: int = 50
+    lemmatize: str | None = None  # language: the corpus is lemmatised (simplemma) before the tokenizer is trained
+
+    def spec(self) -> AttentionSpec:
+        from attnkit.attention.spec import AttentionSpec  # torch: only when a run is set up, not for --help
+
+        return AttentionSpec(self.attention, self.lam)
+
+    def validate(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"--kind {self.kind!r}: expected one of {', '.join(KINDS)} (MiniSA, MiniSSA, MiniNTA)")
+        if self.lemmatize:
+            lemmatizer(self.lemmatize)
+        self.spec()
+        for name in ("layers", "heads", "dim", "batch_size", "max_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)}")
+        if self.dim % self.heads:
+            raise ValueError(f"--dim {self.dim} is not divisible by --heads {self.heads}")
+        if self.max_length > MAX_POSITIONS:
+            raise ValueError(f"--max-length {self.max_length}: MiniBERT has {MAX_POSITIONS} positions at most")
+        if not 0 < self.mlm_probability < 1:
+            raise ValueError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")

@@ -1,0 +1,221 @@
+"""Fine-tuning, evaluation and prediction, on top of the Hugging Face Trainer.
+
+The Trainer gives the loop, checkpoints, resumption and multi-process runs: launch
+``attnkit train`` under ``torchrun``/``accelerate launch`` and it scales with no code of
+ours. What is ours: building the model with its attention, the data, the metrics, and
+writing ``metrics.json`` plus the best dev checkpoint (atomically) to ``<output>/model``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict
+from pathlib import Path
+
+from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, set_seed
+
+from attnkit.analysis.explain import plot_learned_lam
+from attnkit.attention import kernels
+from attnkit.attention.spec import AttentionSpec, learned_lam, spec_of
+from attnkit.runfiles import RUN_INFO, write_json_atomic
+from attnkit.models.build import build_classifier, load_tokenizer, save_checkpoint, set_attention
+from attnkit.models.freeze import freeze_parameters
+from attnkit.tasks import is_qa_task, load_task
+from attnkit.tasks.lemmas import lemmatize_splits, lemmatizer
+from attnkit.tasks.metrics import MAIN_METRIC, predictions_of, task_metrics
+from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
+from attnkit.training.pretrain import init_mini_checkpoint
+from attnkit.training.runs import check_length, finish_run, finished_metrics, fit, prepare_output, strip_prefix, subsample, training_arguments
+from attnkit.training.span_qa import train_qa
+
+log = logging.getLogger("attnkit")
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def metrics_fn(kind: str):
+    """A Trainer ``compute_metrics`` for a task's metric kind (accuracy | mcc | f1 | regression)."""
+    def compute(eval_pred) -> dict[str, float]:
+        logits, labels = eval_pred.predictions, eval_pred.label_ids
+        if isinstance(logits, tuple):
+            logits = logits[0]
+        return task_metrics(kind, labels, predictions_of(kind, logits))
+
+    return compute
+
+
+# ----------------------------------------------------------------------------- lam schedule
+
+#: --lam-warmup starts at the lam whose scale 1 / (1 - lam) is this many times smaller (a denser map)
+LAM_WARMUP_FACTOR = 4.0
+
+
+def warmup_lam(target: float, step: int, warmup_steps: int) -> float:
+    """lam at ``step`` of a warm-up that starts denser and reaches ``target`` at ``warmup_steps``.
+
+    The temperature ``1 - lam`` falls linearly from ``LAM_WARMUP_FACTOR * (1 - target)`` to ``1 - target``.
+    """
+    if warmup_steps <= 0 or step >= warmup_steps:
+        return target
+    t0 = LAM_WARMUP_FACTOR * (1.0 - target)
+    return 1.0 - (t0 + (1.0 - target - t0) * step / warmup_steps)
+
+
+def lam_warmup_callback(target: float, warmup: float):
+    """A TrainerCallback that sets the model's lam before every step (resumes at the right lam);
+    ``warmup``: a fraction of the steps (< 1) or a step count, independent of the learning-rate warm-up."""
+    class LamWarmup(TrainerCallback):
+        def _set(self, args, state, model):
+            steps = int(warmup * state.max_steps) if warmup < 1 else int(warmup)
+            lam = warmup_lam(target, state.global_step, steps)
+            d = spec_of(model.config).to_dict() | {"lam": lam}
+            set_attention(model, AttentionSpec(**d))
+
+        def on_step_begin(self, args, state, control, model=None, **kw):
+            self._set(args, state, model)
+
+        def on_train_end(self, args, state, control, model=None, **kw):
+            self._set(args, state, model)  # the target lam, whatever step training stopped at
+
+    return LamWarmup()
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def tokenize_splits(splits, tokenizer, max_length: int):
+    """Tokenise every split of a DatasetDict (text, optional text_pair) without padding."""
+    has_pair = "text_pair" in next(iter(splits.values())).column_names
+    extra = [c for c in ("idx",) if c in next(iter(splits.values())).column_names]
+
+    def enc(batch):
+        if has_pair:
+            return tokenizer(batch["text"], batch["text_pair"], truncation=True, max_length=max_length)
+        return tokenizer(batch["text"], truncation=True, max_length=max_length)
+
+    drop = (["text", "text_pair"] if has_pair else ["text"]) + extra
+    return splits.map(enc, batched=True, remove_columns=drop, desc="tokenising")
+
+
+def _labelled(ds) -> bool:
+    return ds is not None and len(ds) > 0 and min(list(ds["label"])) >= 0
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Fine-tune, keep the best dev checkpoint, evaluate it; returns the metrics dict."""
+    done = finished_metrics(cfg)
+    if done is not None:
+        log.warning("the run in %s is complete (metrics.json, model/): nothing to do; --no-resume trains it again", cfg.output_dir)
+        return done | {"already_complete": True}
+    if is_qa_task(cfg.task):
+        if cfg.lemmatize:
+            raise ValueError(f"task {cfg.task} (span QA) answers with spans of the original text: --lemmatize does not apply")
+        if not cfg.head().is_default or str(cfg.model).lower() in ("mini", "minibert") or cfg.freeze:
+            raise ValueError(f"task {cfg.task} (span QA) takes the model's own span head: no --layer-pooling/--se, --model mini or --freeze")
+        return train_qa(cfg)
+    cfg.validate()
+    set_seed(cfg.seed)
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = cfg.spec()
+    head = cfg.head()
+    data = load_task(cfg.task, cfg.data_dir)
+    prepare_output(cfg, out)  # after the data: a missing file is the first thing to hear about
+    splits = data.splits
+    if "train" not in splits or "validation" not in splits:
+        raise FileNotFoundError(
+            f"task {cfg.task} needs a train and a validation split; only {', '.join(splits)} found"
+            f"{' in ' + str(cfg.data_dir) if cfg.data_dir else ''} (is its train file missing?)"
+        )
+    model_path = cfg.model
+    lang = model_lemmatize(cfg)
+    if lang:
+        splits = lemmatize_splits(splits, lang)
+    if str(cfg.model).lower() in ("mini", "minibert"):  # MiniBERT from scratch: tokenizer + random init on train text only
+        texts = list(splits["train"]["text"]) + (list(splits["train"]["text_pair"]) if "text_pair" in splits["train"].column_names else [])
+        model_path = str(init_mini_checkpoint(
+            texts, out / "mini_init", kind=cfg.kind or "sa", layers=cfg.layers or 1, heads=cfg.heads or 1,
+            dim=cfg.dim or 32, vocab_size=cfg.vocab_size or 4000, spec=spec, seed=cfg.seed, extra={"task": cfg.task},
+        ))
+    tokenizer = load_tokenizer(model_path)
+    check_length(cfg, model_path)
+    enc = tokenize_splits(splits, tokenizer, cfg.max_length)
+    train_ds = subsample(enc["train"], cfg.max_train_samples, cfg.seed)
+    dev_ds = subsample(enc["validation"], cfg.max_eval_samples, cfg.seed)
+    # every other labelled split is evaluated at the end (test, MNLI's validation_mismatched, ...)
+    others = {k: subsample(v, cfg.max_eval_samples, cfg.seed) for k, v in enc.items() if k not in ("train", "validation") and _labelled(v)}
+    regression = data.metric == "regression"
+
+    model = build_classifier(
+        model_path, 1 if regression else len(data.label_names), spec, label_names=data.label_names,
+        from_scratch=cfg.from_scratch, head=head, problem_type="regression" if regression else None,
+    )
+    frozen = None
+    if cfg.freeze:
+        frozen = freeze_parameters(model, cfg.freeze)
+    args = training_arguments(cfg, out, MAIN_METRIC[data.metric])
+    collator = DataCollatorWithPadding(tokenizer)
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train_ds,
+        eval_dataset=dev_ds,
+        data_collator=collator,
+        processing_class=tokenizer,
+        compute_metrics=metrics_fn(data.metric),
+        callbacks=[lam_warmup_callback(spec.lam, cfg.lam_warmup)] if cfg.lam_warmup else None,
+    )
+    if spec.is_sparse:  # a first run compiles the CPU kernel here (and says so), not inside the first step's ETA
+        kernels.cpu_kernel()
+    train_result = fit(trainer, cfg)
+
+    metrics: dict = {"train": dict(train_result.metrics)}
+    metrics["validation"] = strip_prefix(trainer.evaluate(dev_ds, metric_key_prefix="eval"), "eval_")
+    for name, ds in others.items():
+        metrics[name] = strip_prefix(trainer.evaluate(ds, metric_key_prefix="test"), "test_")
+    metrics["best_checkpoint"] = trainer.state.best_model_checkpoint
+    metrics["attention"] = spec.to_dict()
+    metrics["head"] = head.to_dict()
+    metrics["main_metric"] = MAIN_METRIC[data.metric]
+    metrics["task"] = cfg.task
+    metrics["train_size"] = len(train_ds)
+    metrics["parameters"] = sum(p.numel() for p in model.parameters())
+    lams = learned_lam(trainer.model)
+    if lams is not None:
+        metrics["lam_learned"] = lams
+    if frozen is not None:
+        metrics["frozen"] = {k: v for k, v in frozen.items() if k != "names"}
+
+    if trainer.is_world_process_zero():
+        model_dir = save_checkpoint(
+            trainer.model, out / MODEL_DIR, tokenizer,
+            extra={"task": cfg.task, "label_names": data.label_names, "trained_on": data.description, "metric": data.metric,
+                   "max_length": cfg.max_length, "lemmatize": lang},
+        )
+        metrics["model_dir"] = str(model_dir)
+        write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict(), "head_spec": head.to_dict()})
+        write_json_atomic(out / METRICS_FILE, metrics)
+        finish_run(cfg, out)
+        if lams is not None:
+            for ext in ("png", "svg"):
+                plot_learned_lam(lams, out / f"lam_learned.{ext}", start=spec.lam, title=f"{cfg.task}: learned lam")
+    return metrics
+
+
+def model_lemmatize(cfg: TrainConfig) -> str | None:
+    """The lemmatisation language of a run: ``cfg.lemmatize``, else that of the checkpoint it starts from
+    (a MiniBERT pre-trained on lemmas reads lemmas); a conflict between the two is an error."""
+    stored = None
+    run = Path(str(cfg.model)).expanduser()
+    for f in (run / RUN_INFO, run / MODEL_DIR / RUN_INFO):
+        if f.is_file():
+            stored = json.loads(f.read_text()).get("lemmatize")
+            break
+    if cfg.lemmatize and stored and cfg.lemmatize != stored:
+        raise ValueError(f"--lemmatize {cfg.lemmatize}: the model {cfg.model} was trained on {stored} lemmas")
+    lang = cfg.lemmatize or stored
+    if lang:
+        lemmatizer(lang)  # an unknown language fails here, naming the setting
+    return lang

@@ -1,0 +1,165 @@
+"""MiniBERT on a task's own text: tokenizer, masked-language-model pre-training.
+
+``attnkit pretrain --task semeval2013 --kind ssa`` trains a lower-cased WordPiece tokenizer
+on the task's **training** texts only (never dev/test), then pre-trains a MiniBERT with the
+masked-language-model objective on those same texts (15% of tokens chosen; of those 80%
+[MASK], 10% a random token, 10% kept: transformers' ``DataCollatorForLanguageModeling``),
+and writes ``<output-dir>/model`` (model + tokenizer, atomically) and ``<output-dir>/metrics.json``.
+
+``attnkit train --model <that folder>`` fine-tunes it; ``attnkit train --model mini --kind ssa``
+trains a MiniBERT from scratch on the task (tokenizer from the training text, random weights,
+no MLM).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast, Trainer, TrainingArguments, set_seed
+
+from attnkit.attention.spec import AttentionSpec
+from attnkit.runfiles import write_json_atomic
+from attnkit.models.build import save_checkpoint
+from attnkit.models.mini import MiniBertForMaskedLM, MiniBertModel, attention_parameter_count, make_config
+from attnkit.tasks import load_task
+from attnkit.tasks.lemmas import lemmatizer
+from attnkit.training.config import DEFAULT_VOCAB, MAX_POSITIONS, SPECIALS, PretrainConfig
+
+log = logging.getLogger("attnkit")
+
+# ----------------------------------------------------------------------------- tokenizer
+
+
+def train_tokenizer(texts, vocab_size: int = DEFAULT_VOCAB, max_length: int = MAX_POSITIONS):
+    """A lower-cased WordPiece tokenizer trained on ``texts`` alone, as a transformers fast tokenizer.
+
+    Characters that never occur in ``texts`` are not in the alphabet: they become [UNK].
+    Reload it with ``AutoTokenizer.from_pretrained(dir)`` after ``save_pretrained(dir)``.
+    """
+    if vocab_size < len(SPECIALS) + 1:
+        raise ValueError(f"--vocab-size {vocab_size}: must be larger than the {len(SPECIALS)} special tokens")
+    texts = [t for t in texts if t and t.strip()]
+    if not texts:
+        raise ValueError("no training text to build the tokenizer from")
+    tk = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+    tk.normalizer = normalizers.BertNormalizer(lowercase=True, clean_text=True, handle_chinese_chars=True)
+    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tk.decoder = decoders.WordPiece()
+    tk.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False))
+    cls, sep = tk.token_to_id("[CLS]"), tk.token_to_id("[SEP]")
+    tk.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]", model_input_names=["input_ids", "attention_mask"], model_max_length=max_length,
+    )
+
+
+def new_mini(tokenizer, *, kind="sa", layers=1, heads=1, dim=32, spec: AttentionSpec | None = None, masked_lm=True):
+    """A randomly initialised MiniBERT sized to ``tokenizer``'s vocabulary."""
+    cfg = make_config(len(tokenizer), kind=kind, layers=layers, heads=heads, dim=dim, spec=spec,
+                      pad_token_id=tokenizer.pad_token_id, max_position_embeddings=MAX_POSITIONS)
+    return MiniBertForMaskedLM(cfg) if masked_lm else MiniBertModel(cfg)
+
+
+def init_mini_checkpoint(train_texts, out_dir, *, kind="sa", layers=1, heads=1, dim=32, vocab_size=DEFAULT_VOCAB,
+                         spec: AttentionSpec | None = None, seed: int = 42, extra: dict | None = None) -> Path:
+    """Tokenizer trained on ``train_texts`` + random MiniBERT encoder, saved at ``out_dir`` (training from scratch)."""
+    set_seed(seed)
+    tok = train_tokenizer(train_texts, vocab_size)
+    model = new_mini(tok, kind=kind, layers=layers, heads=heads, dim=dim, spec=spec, masked_lm=False)
+    return save_checkpoint(model, out_dir, tok, extra={"init": "random (no MLM)", **(extra or {})})
+
+
+# ----------------------------------------------------------------------------- pre-training
+
+
+def mlm_collator(tokenizer, mlm_probability: float = 0.15, seed: int | None = None):
+    """15% of the (non-special) tokens chosen; of those 80% -> [MASK], 10% -> random token, 10% kept."""
+    return DataCollatorForLanguageModeling(
+        tokenizer, mlm=True, mlm_probability=mlm_probability, mask_replace_prob=0.8, random_replace_prob=0.1, seed=seed
+    )
+
+
+def pretrain(cfg: PretrainConfig) -> dict:
+    """Tokenizer + MLM pre-training on the task's training text; returns the metrics dict."""
+    cfg.validate()
+    set_seed(cfg.seed)
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    data = load_task(cfg.task, cfg.data_dir)
+    if "train" not in data.splits:
+        raise ValueError(f"task {cfg.task} has no train split (it has {', '.join(data.splits)})")
+    train = data.splits["train"]  # the ONLY text used here: dev/test are never read below
+    if cfg.max_train_samples is not None and len(train) > cfg.max_train_samples:
+        train = train.shuffle(seed=cfg.seed).select(range(cfg.max_train_samples))
+    texts = list(train["text"])
+    if "text_pair" in train.column_names:
+        texts += list(train["text_pair"])
+    if cfg.lemmatize:
+        lem = lemmatizer(cfg.lemmatize)
+        texts = [lem(t) for t in texts]
+    t0 = time.time()
+    tok = train_tokenizer(texts, cfg.vocab_size)
+    model = new_mini(tok, kind=cfg.kind, layers=cfg.layers, heads=cfg.heads, dim=cfg.dim, spec=cfg.spec())
+    ds = Dataset.from_dict({"text": texts}).map(
+        lambda b: tok(b["text"], truncation=True, max_length=cfg.max_length), batched=True, remove_columns=["text"],
+        desc="tokenising",
+    )
+    args = TrainingArguments(
+        output_dir=str(out / "trainer"),
+        num_train_epochs=cfg.epochs,
+        per_device_train_batch_size=cfg.batch_size,
+        per_device_eval_batch_size=max(64, cfg.batch_size),
+        learning_rate=cfg.lr,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        eval_strategy="no",
+        save_strategy="no",
+        logging_steps=cfg.logging_steps,
+        report_to="none",
+        disable_tqdm=False,
+        dataloader_num_workers=0,
+        prediction_loss_only=True,  # the MLM evaluation needs the loss, never V-sized logits
+        use_cpu=not torch.cuda.is_available(),
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=mlm_collator(tok, cfg.mlm_probability),
+                      processing_class=tok)
+    result = trainer.train()
+    # MLM loss on the training text, re-masked with a fixed seed (no dev/test text is ever used)
+    trainer.data_collator = mlm_collator(tok, cfg.mlm_probability, seed=cfg.seed)
+    final = trainer.evaluate(ds, metric_key_prefix="mlm")
+    seconds = time.time() - t0
+    n_params = sum(p.numel() for p in model.parameters())
+    metrics = {
+        "task": cfg.task,
+        "kind": cfg.kind,
+        "attention": cfg.spec().to_dict(),
+        "shape": {"layers": cfg.layers, "heads": cfg.heads, "dim": cfg.dim},
+        "vocab_size": len(tok),
+        "train_texts": len(texts),
+        "mlm_loss": float(final["mlm_loss"]),
+        "train_loss": float(result.metrics.get("train_loss", float("nan"))),
+        "loss_history": [
+            {"epoch": h["epoch"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h
+        ],
+        "parameters": n_params,
+        "attention_parameters": attention_parameter_count(model),
+        "seconds": seconds,
+        "torch_threads": torch.get_num_threads(),
+    }
+    model_dir = save_checkpoint(model, out / "model", tok, extra={"task": cfg.task, "pretrained": "mlm", "kind": cfg.kind,
+                                                                     "lemmatize": cfg.lemmatize})
+    metrics["model_dir"] = str(model_dir)
+    shutil.rmtree(out / "trainer", ignore_errors=True)  # nothing kept there (save_strategy="no")
+    write_json_atomic(out / "run_config.json", asdict(cfg))
+    write_json_atomic(out / "metrics.json", metrics)
+    return metrics

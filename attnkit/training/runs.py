@@ -1,0 +1,199 @@
+"""What every training run shares: the run folder (resume, settings check, finished runs, damaged checkpoints),
+the Trainer's settings, and small helpers. Classification (:mod:`finetune`) and span QA (:mod:`span_qa`) both use it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
+
+from attnkit.runfiles import write_json_atomic
+from attnkit.models.build import check_max_length, check_weights_file, resolve_model
+from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
+
+log = logging.getLogger("attnkit")
+
+
+def subsample(ds, n: int | None, seed: int):
+    """A random subset of ``n`` rows of ``ds`` (all of it if ``n`` is None or not smaller)."""
+    if n is None or ds is None or len(ds) <= n:
+        return ds
+    return ds.shuffle(seed=seed).select(range(n))
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The newest ``checkpoint-N`` the Trainer finished writing (it writes trainer_state.json last).
+
+    A run killed while saving leaves a checkpoint without trainer_state.json, and a disk fault
+    may leave a garbled one; either is moved aside (``.incomplete-checkpoint-N``) with a message
+    and the previous one is used.
+    """
+    out = Path(output_dir)
+    if not out.is_dir():
+        return None
+    while True:
+        last = get_last_checkpoint(str(out))
+        if last is None:
+            return None
+        why = _checkpoint_damage(Path(last))
+        if why is None:
+            return last
+        aside = out / f".incomplete-{Path(last).name}"
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(last, aside)
+        log.warning("checkpoint %s is not usable (%s); moved aside to %s, resuming from the one before", last, why, aside)
+
+
+def _checkpoint_damage(ckpt: Path) -> str | None:
+    """Why a Trainer checkpoint folder cannot be resumed from, or None if it can."""
+    state = ckpt / "trainer_state.json"
+    if not state.is_file():
+        return "no trainer_state.json: it was not finished"
+    try:
+        json.loads(state.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        return f"trainer_state.json is garbled: {e}"
+    try:
+        check_weights_file(ckpt)
+    except OSError as e:
+        return str(e)
+    return None
+
+
+#: settings that may differ when a run is resumed: they do not change what is trained, or only how
+#: long (a run may be resumed to train for longer)
+_RESUME_FREE = ("output_dir", "resume", "logging_steps", "eval_batch_size", "keep_checkpoints", "epochs", "max_steps")
+
+
+def finished_metrics(cfg: TrainConfig) -> dict | None:
+    """The metrics of a finished run in ``cfg.output_dir`` made with the same settings (None if there is none).
+
+    A finished run has metrics.json, model/ and a run_config.json equal to ``cfg`` (but for where it is written
+    and what it logs); rerunning it changes nothing, unless ``cfg.resume`` is off.
+    """
+    out = Path(cfg.output_dir)
+    saved, metrics = out / "run_config.json", out / METRICS_FILE
+    if not cfg.resume or not (saved.is_file() and metrics.is_file() and (out / MODEL_DIR / "config.json").is_file()):
+        return None
+    free = ("output_dir", "resume", "logging_steps", "eval_batch_size", "keep_checkpoints")  # epochs and steps count here
+    old, new = _comparable(json.loads(saved.read_text()), free), _comparable(asdict(cfg), free)
+    if any(old.get(k) != v for k, v in new.items()):
+        return None
+    return json.loads(metrics.read_text())
+
+
+def finish_run(cfg: TrainConfig, out: Path) -> None:
+    """After a finished run: remove the checkpoint folders (optimizer state, a copy of model/) unless kept."""
+    if cfg.keep_checkpoints:
+        return
+    for c in out.glob("checkpoint-*"):
+        if c.is_dir():
+            shutil.rmtree(c, ignore_errors=True)
+
+
+def same_paths(d: dict) -> dict:
+    """``d`` with its data folder and model resolved: the same folder written two ways is the same setting."""
+    d = dict(d)
+    for k in ("data_dir", "model"):
+        if d.get(k) and Path(str(d[k])).expanduser().exists():
+            d[k] = str(Path(str(d[k])).expanduser().resolve())
+    return d
+
+
+def _comparable(cfg_dict: dict, free: tuple = _RESUME_FREE) -> dict:
+    return same_paths({k: v for k, v in cfg_dict.items() if k not in free and k in TrainConfig.__dataclass_fields__})
+
+
+def prepare_output(cfg: TrainConfig, out: Path) -> None:
+    """Check a run folder before training: resume only a run made with the same settings.
+
+    Checkpoints of a run with other settings stop the run with a message naming the differences;
+    ``cfg.resume = False`` moves earlier checkpoints aside (``.replaced-checkpoint-N``) and starts afresh.
+    """
+    ckpts = sorted(p for p in out.glob("checkpoint-*") if p.is_dir())
+    if ckpts and not cfg.resume:
+        for c in ckpts:
+            aside = out / f".replaced-{c.name}"
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(c, aside)
+        log.warning("--no-resume: %d earlier checkpoint(s) in %s moved aside (.replaced-checkpoint-N)", len(ckpts), out)
+    elif ckpts:
+        saved = out / "run_config.json"
+        if saved.is_file():
+            old, new = _comparable(json.loads(saved.read_text())), _comparable(asdict(cfg))
+            diffs = [f"{k}: {old[k]!r} there, {new[k]!r} now" for k in sorted(new) if k in old and old[k] != new[k]]
+        else:  # a run of an older attnkit: compare the attention its checkpoints were trained with
+            cfg_file = Path(get_last_checkpoint(str(out)) or ckpts[-1]) / "config.json"
+            stored = json.loads(cfg_file.read_text()).get("attnkit") if cfg_file.is_file() else None
+            now = cfg.spec().to_dict()
+            diffs = [] if stored is None else [f"{k}: {stored.get(k)!r} there, {now[k]!r} now" for k in now if stored.get(k, now[k]) != now[k]]
+        if diffs:
+            raise ValueError(
+                f"{out} holds checkpoints of a run with other settings ({'; '.join(diffs)}): rerun with the same "
+                "settings to resume it, add --no-resume to start afresh there, or pick another --output-dir"
+            )
+    if int(os.environ.get("RANK", "0")) == 0:
+        write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": cfg.spec().to_dict(), "head_spec": cfg.head().to_dict()})
+
+
+def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
+    """The Trainer settings every attnkit run shares; the best dev ``best_metric`` (higher is better) is kept."""
+    per_steps = cfg.max_steps > 0 or cfg.eval_steps is not None
+    every = cfg.eval_steps or (cfg.max_steps if cfg.max_steps > 0 else None)
+    return TrainingArguments(
+        output_dir=str(out),
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.batch_size,
+        per_device_eval_batch_size=cfg.eval_batch_size,
+        learning_rate=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        warmup_steps=cfg.warmup_ratio,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        eval_strategy="steps" if per_steps else "epoch",
+        save_strategy="steps" if per_steps else "epoch",
+        eval_steps=every,
+        save_steps=every,
+        save_total_limit=2,
+        load_best_model_at_end=True,
+        metric_for_best_model=best_metric,
+        greater_is_better=True,
+        logging_steps=cfg.logging_steps,
+        report_to="none",
+        disable_tqdm=False,
+        dataloader_num_workers=0,
+        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
+        use_cpu=not torch.cuda.is_available(),
+        # our losses are already means over the batch: averaging "tokens" across processes on top of that
+        # doubles the logged loss and the gradients before clipping under torchrun with 2 processes
+        average_tokens_across_devices=False,
+        **extra,
+    )
+
+
+def fit(trainer, cfg: TrainConfig):
+    """``trainer.train()``, resumed from the run folder's newest complete checkpoint unless ``cfg.resume`` is off."""
+    resume = last_complete_checkpoint(cfg.output_dir) if cfg.resume else None
+    if resume:
+        log.warning("resuming from %s", resume)
+    return trainer.train(resume_from_checkpoint=resume)
+
+
+def check_length(cfg: TrainConfig, model_path: str) -> None:
+    """--max-length must fit the model's position embeddings (longer inputs would crash inside the model)."""
+    path = resolve_model(model_path)
+    check_max_length(cfg.max_length, AutoConfig.from_pretrained(path), f"model {cfg.model}")
+
+
+def strip_prefix(d: dict, prefix: str) -> dict:
+    """``d`` with ``prefix`` removed from its keys (the Trainer's ``eval_accuracy`` -> ``accuracy``)."""
+    return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in d.items()}
