@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+SOURCE = "attnkit/attention/csrc/sparsemax_cpu.cpp"
 
 
 def build(src_text: str, name: str):
@@ -42,16 +43,21 @@ def fwd_bwd(ext, z, g, scale):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--base", required=True, help="git revision whose attnkit/csrc/sparsemax_cpu.cpp is A")
+    ap.add_argument("--base", required=True, help="git revision whose kernel source is A")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=41)
     ap.add_argument("--shapes", nargs="+", default=["32,12,64,64", "8,12,128,128", "4,12,256,256"])
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    old_src = subprocess.run(["git", "show", f"{a.base}:attnkit/csrc/sparsemax_cpu.cpp"], cwd=ROOT, check=True,
-                             capture_output=True, text=True).stdout
-    new_src = (ROOT / "attnkit/csrc/sparsemax_cpu.cpp").read_text()
+    for where in (SOURCE, "attnkit/csrc/sparsemax_cpu.cpp"):  # the kernel's place now, and before the package layers
+        shown = subprocess.run(["git", "show", f"{a.base}:{where}"], cwd=ROOT, capture_output=True, text=True)
+        if shown.returncode == 0:
+            old_src = shown.stdout
+            break
+    else:
+        raise SystemExit(f"{a.base} has no {SOURCE} (nor attnkit/csrc/sparsemax_cpu.cpp)")
+    new_src = (ROOT / SOURCE).read_text()
     A = build(old_src, f"attnkit_ab_a_{a.base[:7]}")
     B = build(new_src, "attnkit_ab_b_current")
     rows = []
@@ -77,7 +83,7 @@ def main():
             print(f"{shape:>14} lam {lam:>4g}: A {1e3 * ma:.3f} ms  B {1e3 * mb:.3f} ms  B/A {mb / ma:.3f}", flush=True)
     res = {
         "command": "python benchmarks/kernel_ab.py " + " ".join(f"--{k.replace('_', '-')} {v if not isinstance(v, list) else ' '.join(v)}" for k, v in vars(a).items() if v is not None),
-        "a": f"{a.base} attnkit/csrc/sparsemax_cpu.cpp", "b": "working tree", "what": "forward + backward, float32, median of rounds",
+        "a": f"{a.base} {where}", "b": "working tree", "what": "forward + backward, float32, median of rounds",
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads",
         "torch": torch.__version__, "rows": rows,
     }

@@ -127,3 +127,20 @@ def test_lam_warmup_callback_sets_lam_by_step(tiny_bert):
         assert spec_of(model.bert.encoder.layer[0].attention.self.config).lam == seen[-1]
     assert seen == [pytest.approx(warmup_lam(-6.0, s, 100)) for s in (0, 50, 100, 500)]
     assert seen[0] == pytest.approx(-27.0) and seen[-1] == -6.0
+
+
+def test_lam_lr_moves_lam_on_its_own_learning_rate(tiny_bert, tiny_task, tmp_path):
+    """--lam-lr: the lam parameters get their own learning rate. At lr 1e-7 the weights and lam stay put; with
+    lam_lr 5e-2 lam moves while the other weights still barely do."""
+    base = dict(task="csv", data_dir=str(tiny_task), model=str(tiny_bert), attention="sparsegen-lin", lam=-2.0, epochs=1,
+                batch_size=16, max_length=32, logging_steps=1, seed=3, learn_lam=True, lr=1e-7)
+    still = train(TrainConfig(**base, output_dir=str(tmp_path / "still")))
+    moved = train(TrainConfig(**base, lam_lr=5e-2, output_dir=str(tmp_path / "moved")))
+    drift = lambda m: max(abs(x + 2.0) for row in m["lam_learned"] for x in row)  # noqa: E731
+    assert drift(still) < 1e-4 < 1e-2 < drift(moved)
+    a, b = load_classifier(tmp_path / "still/model"), load_classifier(tmp_path / "moved/model")
+    w = "bert.encoder.layer.0.attention.self.query.weight"
+    assert torch.allclose(a.state_dict()[w], b.state_dict()[w], atol=1e-4)  # the others kept the tiny lr
+    for bad in (dict(lam_lr=1e-3, learn_lam=False), dict(lam_lr=0.0), dict(lam_lr=float("nan"))):
+        with pytest.raises(ValueError, match="--lam-lr"):
+            TrainConfig(**{**base, **bad}).spec()

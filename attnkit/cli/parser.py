@@ -65,6 +65,7 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--eval-steps", type=int, default=None, help="evaluate and checkpoint every N steps (default: every epoch)")
     t.add_argument("--logging-steps", type=int, default=d.logging_steps)
     t.add_argument("--learn-lam", action="store_true", help="sparsegen-lin: learn lam per layer and head, started at --lam (lam < 1 by construction)")
+    t.add_argument("--lam-lr", type=float, default=None, help="with --learn-lam: learning rate of the lam parameters (default: --lr; at 2e-5 lam barely moves)")
     t.add_argument("--lam-warmup", type=float, default=0.0, help="sparsegen-lin: start 4x denser and reach --lam after this fraction of the steps (< 1) or step count (default 0: off)")
     t.add_argument("--threads", type=int, default=None, help="torch threads (default: what torch picks, one per core); 1 leaves a core free")
     t.add_argument("--lemmatize", default=None, metavar="LANG", help="replace texts by their lemmas (simplemma: en, fr, de, ...); recorded with the model, applied at prediction too")

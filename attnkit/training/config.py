@@ -64,6 +64,7 @@ class TrainConfig:
     logging_steps: int = 50
     group_by_length: bool = False  # batches of similar length (less padding; same examples per epoch)
     learn_lam: bool = False  # sparsegen-lin: lam learned per layer and head, started at lam
+    lam_lr: float | None = None  # learn_lam: the learning rate of the lam parameters (None: lr, like every weight)
     lemmatize: str | None = None  # language: texts replaced by their lemmas (simplemma), recorded with the model
     keep_checkpoints: bool = False  # keep the Trainer's checkpoint-N folders (with optimizer state) after a finished run
     lam_warmup: float = 0.0  # sparsegen-lin: lam moves from a denser start to lam over this fraction of the steps (or count); 0: off
@@ -108,6 +109,8 @@ class TrainConfig:
         from attnkit.attention.spec import AttentionSpec  # torch: only when a run is set up, not for --help
 
         lam = self.lam if self.lam is not None else PAPER_LAM.get(self.task, 0.0)
+        if self.lam_lr is not None and not (self.learn_lam and isinstance(self.lam_lr, (int, float)) and math.isfinite(self.lam_lr) and self.lam_lr > 0):
+            raise ValueError(f"--lam-lr {self.lam_lr}: needs --learn-lam and a learning rate > 0")
         if self.lam_warmup and (self.attention != "sparsegen-lin" or not self.lam_warmup > 0):
             raise ValueError(f"--lam-warmup {self.lam_warmup}: needs --attention sparsegen-lin and a fraction of the steps (< 1) or a step count > 0")
         return AttentionSpec(self.attention, lam, blur=self.blur, blur_size=self.blur_size, blur_sigma=self.blur_sigma,

@@ -13,7 +13,7 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
-from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, set_seed
+from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
 
 from attnkit.analysis.explain import plot_learned_lam
 from attnkit.attention import kernels
@@ -26,7 +26,7 @@ from attnkit.tasks.lemmas import lemmatize_splits, lemmatizer
 from attnkit.tasks.metrics import MAIN_METRIC, predictions_of, task_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
 from attnkit.training.pretrain import init_mini_checkpoint
-from attnkit.training.runs import check_length, finish_run, finished_metrics, fit, prepare_output, strip_prefix, subsample, training_arguments
+from attnkit.training.runs import AttnkitTrainer, check_length, finish_run, finished_metrics, fit, prepare_output, strip_prefix, subsample, training_arguments
 from attnkit.training.span_qa import train_qa
 
 log = logging.getLogger("attnkit")
@@ -157,9 +157,10 @@ def train(cfg: TrainConfig) -> dict:
         frozen = freeze_parameters(model, cfg.freeze)
     args = training_arguments(cfg, out, MAIN_METRIC[data.metric])
     collator = DataCollatorWithPadding(tokenizer)
-    trainer = Trainer(
+    trainer = AttnkitTrainer(
         model=model,
         args=args,
+        lam_lr=cfg.lam_lr,
         train_dataset=train_ds,
         eval_dataset=dev_ds,
         data_collator=collator,

@@ -12,9 +12,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, TrainingArguments
+from transformers import AutoConfig, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
+from attnkit.attention.spec import LAM_PARAM
 from attnkit.runfiles import write_json_atomic
 from attnkit.models.build import check_max_length, check_weights_file, resolve_model
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
@@ -178,6 +179,27 @@ def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
         average_tokens_across_devices=False,
         **extra,
     )
+
+
+class AttnkitTrainer(Trainer):
+    """The Trainer, with a learned-lam model's lam parameters in an optimizer group of their own: learning rate
+    ``lam_lr`` (under the same schedule as the others), no weight decay. ``lam_lr=None``: the Trainer as it is."""
+
+    def __init__(self, *args, lam_lr: float | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lam_lr = lam_lr
+
+    def create_optimizer(self, model=None):
+        if self.optimizer is not None or self.lam_lr is None:
+            return super().create_optimizer(model)
+        opt = super().create_optimizer(model)
+        lam = [p for n, p in (model or self.model).named_parameters() if n.endswith(LAM_PARAM) and p.requires_grad]
+        mine = {id(p) for p in lam}
+        for group in opt.param_groups:
+            group["params"] = [p for p in group["params"] if id(p) not in mine]
+        if lam:
+            opt.add_param_group({"params": lam, "lr": self.lam_lr, "weight_decay": 0.0})
+        return opt
 
 
 def fit(trainer, cfg: TrainConfig):

@@ -7,13 +7,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-from transformers import DataCollatorWithPadding, Trainer, set_seed
+from transformers import DataCollatorWithPadding, set_seed
 
 from attnkit.runfiles import write_json_atomic
 from attnkit.models.build import build_qa_model, load_tokenizer, save_checkpoint
 from attnkit.tasks.squad import QA_TASKS, best_spans, featurize, load_squad, squad_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
-from attnkit.training.runs import check_length, finish_run, fit, prepare_output, strip_prefix, subsample, training_arguments
+from attnkit.training.runs import AttnkitTrainer, check_length, finish_run, fit, prepare_output, strip_prefix, subsample, training_arguments
 
 
 def train_qa(cfg: TrainConfig) -> dict:
@@ -49,7 +49,7 @@ def train_qa(cfg: TrainConfig) -> dict:
 
     model = build_qa_model(cfg.model, spec, from_scratch=cfg.from_scratch)
     args = training_arguments(cfg, out, "f1", label_names=["start_positions", "end_positions"])
-    trainer = Trainer(model=model, args=args, train_dataset=train_ds, eval_dataset=dev_ds,
+    trainer = AttnkitTrainer(model=model, args=args, lam_lr=cfg.lam_lr, train_dataset=train_ds, eval_dataset=dev_ds,
                       data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer, compute_metrics=compute)
     result = fit(trainer, cfg)
     dev = trainer.evaluate(dev_ds, metric_key_prefix="eval")

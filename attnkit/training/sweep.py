@@ -53,7 +53,7 @@ def sweep_cells(lams: list[float], seeds: list[int]) -> list[Cell]:
 
 def cell_config(base: TrainConfig, cell: Cell, out: Path) -> TrainConfig:
     if cell.lam is None:
-        return replace(base, attention="softmax", lam=None, learn_lam=False, lam_warmup=0.0, seed=cell.seed, output_dir=str(out / cell.name))
+        return replace(base, attention="softmax", lam=None, learn_lam=False, lam_lr=None, lam_warmup=0.0, seed=cell.seed, output_dir=str(out / cell.name))
     return replace(base, attention="sparsegen-lin", lam=cell.lam, seed=cell.seed, output_dir=str(out / cell.name))
 
 
@@ -90,7 +90,7 @@ def _dev_texts(cfg: TrainConfig):
 
 
 #: settings that differ between the cells of one sweep (or do not change what is trained)
-_CELL_FIELDS = ("attention", "lam", "seed", "output_dir", "resume", "logging_steps", "learn_lam", "lam_warmup")
+_CELL_FIELDS = ("attention", "lam", "seed", "output_dir", "resume", "logging_steps", "learn_lam", "lam_lr", "lam_warmup")
 
 
 def sweep_settings(base: TrainConfig) -> dict:
