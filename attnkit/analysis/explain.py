@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from attnkit.analysis.inference import encoded_batches
 from attnkit.attention.spec import spec_of
@@ -49,9 +50,6 @@ def view_sentence(texts: list[str]) -> int:
 
 def attention_maps(model, tokenizer, text: str, text_pair: str | None = None, max_length: int = 128) -> AttentionMaps:
     """Run ``model`` on one sentence and collect every layer's attention weights."""
-    import torch
-
-
     model.eval()
     enc = tokenizer(text, text_pair, truncation=True, max_length=max_length, return_tensors="pt")
     with torch.inference_mode():
@@ -124,9 +122,6 @@ def layer_weights(model, tokenizer, texts, pairs=None, *, batch_size: int = 32, 
     ``mix``: the softmax weights of the ``weighted`` strategy (fixed after training).
     Raises ValueError for a model with neither (plain last-layer BERT).
     """
-    import torch
-
-
     head = head_of(model.config)
     if not (head.se or head.pooling == "weighted"):
         raise ValueError(

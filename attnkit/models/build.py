@@ -12,8 +12,15 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
 import uuid
 from pathlib import Path
+from urllib.parse import urlparse
+
+from huggingface_hub import constants, try_to_load_from_cache
+from safetensors import safe_open
+from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoModelForSequenceClassification, AutoTokenizer
+from transformers.models.auto import modeling_auto
 
 from attnkit.attention.spec import (
     ATTN_IMPLEMENTATION, CONFIG_KEY, LAM_PARAM, AttentionSpec, add_lam_parameters, apply_spec, learned_lam, spec_of,
@@ -62,11 +69,6 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> str:
 def _check_hub_name(name: str) -> None:
     """Fail at once, naming the model, where a hub name can neither come from the cache nor the hub
     (huggingface_hub would otherwise retry an unreachable hub for a minute)."""
-    import socket
-    from urllib.parse import urlparse
-
-    from huggingface_hub import constants, try_to_load_from_cache
-
     try:
         if isinstance(try_to_load_from_cache(name, "config.json"), str):
             return
@@ -85,8 +87,6 @@ def _check_hub_name(name: str) -> None:
 
 
 def load_tokenizer(name_or_path: str | os.PathLike | None):
-    from transformers import AutoTokenizer
-
     register()  # also registers MiniBERT's config type, which AutoTokenizer reads from config.json
     path = resolve_model(name_or_path)
     try:
@@ -112,8 +112,6 @@ def build_classifier(
     the layer stack (SesameBERT's SE and extraction strategies); the default (last layer,
     no SE) is the model's own classification head.
     """
-    from transformers import AutoModelForSequenceClassification
-
     register()
     spec = spec or AttentionSpec()
     head = head or HeadSpec()
@@ -150,8 +148,6 @@ def build_classifier(
 
 
 def _base_config(path: str, **kwargs):
-    from transformers import AutoConfig
-
     try:
         return AutoConfig.from_pretrained(path, **kwargs)
     except OSError as e:  # hub name offline / unknown: transformers' message does not name the model
@@ -228,8 +224,6 @@ def check_weights_file(path: str | os.PathLike) -> None:
         if any(Path(path).glob("model*.safetensors")):
             return  # sharded: transformers checks the index
         raise OSError(f"{f} does not exist (an attnkit checkpoint folder holds its weights as model.safetensors)")
-    from safetensors import safe_open
-
     try:
         with safe_open(str(f), framework="pt") as sf:
             keys = list(sf.keys())
@@ -269,8 +263,6 @@ def load_model(path: str | os.PathLike):
     with :class:`UntrainedHeadError`; a damaged weights file with an OSError naming it. Checkpoints
     of earlier attnkit versions (the encoder's own model_type plus ``config.attnkit``) still load.
     """
-    from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoModelForSequenceClassification
-
     register()
     path = resolve_model(path)
     config = AutoConfig.from_pretrained(path)
@@ -365,8 +357,6 @@ def sparsify(model, attention: str = "sparsegen-lin", lam: float = -4.0, *, blur
     with an :class:`AttnkitConfig`, so ``save_pretrained`` writes a self-describing checkpoint that reloads
     with the same attention. Raises ValueError for an architecture with its own attention code (DeBERTa-v2, MPNet, ...).
     """
-    from transformers.models.auto import modeling_auto
-
     register()
     spec = AttentionSpec(attention, lam, blur=blur, blur_size=blur_size, blur_sigma=blur_sigma, learn_lam=learn_lam)
     name = type(model).__name__

@@ -37,7 +37,7 @@ import math
 
 import torch
 from torch import nn
-from transformers import PretrainedConfig, PreTrainedModel
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification, PretrainedConfig, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, SequenceClassifierOutput
 
@@ -330,8 +330,6 @@ def make_config(
 def register() -> None:
     """Register MiniBERT with AutoConfig / AutoModel / AutoModelForMaskedLM / AutoModelForSequenceClassification
     (and attnkit's attention implementation name, which configs made here carry)."""
-    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
-
     register_attention()
     try:
         AutoConfig.register(MODEL_TYPE, MiniBertConfig)

@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import PretrainedConfig, PreTrainedModel
+from transformers import AutoModel, PretrainedConfig, PreTrainedModel
+from transformers.modeling_outputs import SequenceClassifierOutput
 
 HEAD_KEY = "attnkit_head"
 
@@ -137,8 +138,6 @@ class PooledEncoderForSequenceClassification(PreTrainedModel):
 
     def __init__(self, config, encoder: nn.Module | None = None):
         super().__init__(config)
-        from transformers import AutoModel
-
         self.head_spec = head_of(config)
         self.encoder = encoder if encoder is not None else AutoModel.from_config(config)
         L = config.num_hidden_layers
@@ -184,8 +183,6 @@ class PooledEncoderForSequenceClassification(PreTrainedModel):
         return_dict=None,
         **kwargs,
     ):
-        from transformers.modeling_outputs import SequenceClassifierOutput
-
         enc_kwargs = {"attention_mask": attention_mask, "output_hidden_states": True, "output_attentions": output_attentions}
         if token_type_ids is not None:
             enc_kwargs["token_type_ids"] = token_type_ids

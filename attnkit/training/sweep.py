@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import torch
 
 from attnkit.analysis.explain import attention_maps, save_figure, view_sentence
 from attnkit.runfiles import write_json_atomic
@@ -60,8 +61,6 @@ def cell_config(base: TrainConfig, cell: Cell, out: Path) -> TrainConfig:
 def mean_support(model, tokenizer, texts: list[str], pairs: list[str] | None = None, *, max_length: int = 128, batch_size: int = 32) -> dict:
     """Mean number of non-zero weights per attention row over real (unpadded) query tokens:
     ``{"mean": float, "per_layer": [float, ...], "mean_length": float}``."""
-    import torch
-
     model.eval()
     nz = None
     rows = 0
