@@ -19,18 +19,17 @@ from attnkit.analysis.words import plot_words, rank_words, received_attention
 from attnkit.attention import kernels
 from attnkit.attention.spec import spec_of
 from attnkit.errors import DataFormatError, UserError
-from attnkit.runfiles import write_json_atomic
 from attnkit.models.build import MINI_MODEL_TYPE, check_max_length, checkpoint_dir, checkpoint_spec, is_qa_model, max_positions
 from attnkit.models.freeze import parse_groups
 from attnkit.models.pooling import head_of
+from attnkit.runfiles import write_json_atomic
 from attnkit.tasks import default_data_dir, is_qa_task, load_task
 from attnkit.tasks.glue import HANS_FILE, entailment_index, hans_report, hans_subset, read_hans, write_submission
 from attnkit.tasks.metrics import predictions_of
 from attnkit.tasks.readers import read_jsonl
 from attnkit.tasks.squad import evaluate_qa, load_squad, predict_answers
-from attnkit.training.config import DEFAULT_MINI_LR, METRICS_FILE, MODEL_DIR, PAPER_EPOCHS, TrainConfig, is_mini_alias
+from attnkit.training.config import DEFAULT_MINI_LR, METRICS_FILE, MODEL_DIR, PAPER_EPOCHS, PretrainConfig, TrainConfig, is_mini_alias
 from attnkit.training.finetune import train
-from attnkit.training.config import PretrainConfig
 from attnkit.training.pretrain import pretrain
 from attnkit.training.sweep import run_sweep
 

@@ -1,6 +1,4 @@
-"""The task registry: every dataset is a ``datasets.DatasetDict`` made by a registered loader.
-
-Sentence-classification datasets as ``datasets.DatasetDict`` objects.
+"""The task registry: every dataset is a ``datasets.DatasetDict`` made by a loader registered here by name.
 
 Every task gives splits among ``train``/``validation``/``test`` with the columns ``text``
 (str), optionally ``text_pair`` (str), and ``label`` (int ``0..n-1``; ``-1`` for an
@@ -9,11 +7,9 @@ unlabelled test row). Use :func:`load_task` with a name from :func:`list_tasks`.
 The loaders parse their files themselves (csv / json / a small PTB tree parser) so that a
 malformed file raises :class:`DataFormatError` naming the file, the 1-based line and what
 was expected; only then are the rows handed to ``datasets.Dataset.from_dict``.
-File formats and pitfalls follow ``../shared/data/SOURCES.md``: a UTF-8 BOM at the start
-of a file, U+FEFF inside every SenTube line, SemEval's quoted labels (and quotes inside
-tweets, so no csv quoting), SemEval's 5 -> 3 label mapping, PTB escapes in SST-5 trees.
+The families live in their own modules (:mod:`attnkit.tasks.sentiment`, ``files``, ``glue``, ``squad``);
+importing :mod:`attnkit.tasks` registers them all.
 """
-
 
 from __future__ import annotations
 
@@ -28,6 +24,7 @@ if TYPE_CHECKING:  # importing datasets takes a second; the CLI's `tasks` comman
 
 SPLIT_STEMS = {"train": "train", "validation": "dev", "test": "test"}  # split name -> file stem on disk
 UNLABELLED = -1
+
 
 @dataclass
 class TaskData:

@@ -18,9 +18,9 @@ from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
 from attnkit.analysis.explain import plot_learned_lam
 from attnkit.attention import kernels
 from attnkit.attention.spec import AttentionSpec, learned_lam, spec_of
-from attnkit.runfiles import RUN_INFO, write_json_atomic
 from attnkit.models.build import build_classifier, load_tokenizer, save_checkpoint, set_attention
 from attnkit.models.freeze import freeze_parameters
+from attnkit.runfiles import RUN_INFO, write_json_atomic
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.tasks.lemmas import lemmatize_splits, lemmatizer
 from attnkit.tasks.metrics import MAIN_METRIC, predictions_of, task_metrics

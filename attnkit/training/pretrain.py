@@ -25,9 +25,9 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast, Trainer, TrainingArguments, set_seed
 
 from attnkit.attention.spec import AttentionSpec
-from attnkit.runfiles import write_json_atomic
 from attnkit.models.build import save_checkpoint
 from attnkit.models.mini import MiniBertForMaskedLM, MiniBertModel, attention_parameter_count, make_config
+from attnkit.runfiles import write_json_atomic
 from attnkit.tasks import load_task
 from attnkit.tasks.lemmas import lemmatizer
 from attnkit.training.config import DEFAULT_VOCAB, MAX_POSITIONS, SPECIALS, PretrainConfig

@@ -16,8 +16,8 @@ from transformers import AutoConfig, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
 from attnkit.attention.spec import LAM_PARAM
-from attnkit.runfiles import write_json_atomic
 from attnkit.models.build import check_max_length, check_weights_file, resolve_model
+from attnkit.runfiles import write_json_atomic
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
 
 log = logging.getLogger("attnkit")

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 from transformers import DataCollatorWithPadding, set_seed
 
-from attnkit.runfiles import write_json_atomic
 from attnkit.models.build import build_qa_model, load_tokenizer, save_checkpoint
+from attnkit.runfiles import write_json_atomic
 from attnkit.tasks.squad import QA_TASKS, best_spans, featurize, load_squad, squad_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
 from attnkit.training.runs import AttnkitTrainer, check_length, finish_run, fit, prepare_output, strip_prefix, subsample, training_arguments

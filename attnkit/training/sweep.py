@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from attnkit.analysis.explain import attention_maps, save_figure, view_sentence
-from attnkit.runfiles import write_json_atomic
 from attnkit.models.build import MODEL_DIR, load_model, load_tokenizer
+from attnkit.runfiles import write_json_atomic
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.training.config import TrainConfig
 from attnkit.training.finetune import train
