@@ -1,0 +1,260 @@
+"""Why does SSAF trail softmax on a task? The diagnostics of issue 12, item 4, on the bundled MiniLM.
+
+On ``--sentences`` dev texts of ``--task`` it measures, per layer and head:
+
+* **before any training** (the pre-trained MiniLM, whose heads were trained under softmax): the attention
+  scores each head computes, the share of softmax's probability mass that falls on sparsegen-lin's support at
+  the task's lam ("mass kept"; 1 - mass kept is what the swap throws away), the support size, the total
+  variation between the two maps, and, over a range of lams, the same numbers for all heads together;
+* **what the swap does to the encoder**: cosine similarity per layer between the hidden states of the pre-trained
+  MiniLM under softmax and under sparsegen-lin (the representations the new classifier starts from);
+* **after fine-tuning** (the Table 2 SSAF runs in ``--runs``, one per seed, if their models are there): the support
+  size per layer and head, against the pre-trained one;
+* **training curves** of softmax and SSAF (train loss, dev accuracy per epoch) from ``ssaf_table2.json``.
+
+Writes ``OUT.json`` and ``OUT.png`` / ``OUT.svg``::
+
+    python benchmarks/ssaf_diagnose.py --task semeval2013 --data-dir ../shared/data --runs /work/runs \
+        --out benchmarks/results/ssaf_diagnose_semeval2013
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from attnkit.analysis.explain import save_figure
+from attnkit.attention.maps import sparsegen_lin
+from attnkit.attention.spec import NORMALISERS, AttentionSpec
+from attnkit.models.build import build_classifier, load_model, load_tokenizer
+from attnkit.tasks import load_task
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.ssaf_table2 import PAPER  # noqa: E402
+
+SCAN = (-12.0, -8.0, -6.0, -4.0, -3.0, -2.0, -1.0, 0.0)
+
+
+def encode(tok, texts, max_length):
+    return tok(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+
+
+def pretrained_scores(texts, max_length):
+    """Attention scores [B, H, L, L] (-inf on padded keys) of every layer of the pre-trained MiniLM, and its
+    hidden states, under softmax."""
+    seen: list[torch.Tensor] = []
+
+    def recording_softmax(scores, spec):
+        seen.append(scores.detach().float().clone())
+        return torch.softmax(scores, -1)
+
+    NORMALISERS["record"] = recording_softmax
+    try:
+        model = build_classifier("minilm", 2, AttentionSpec("record")).eval()
+        enc = encode(load_tokenizer("minilm"), texts, max_length)
+        with torch.inference_mode():
+            hidden = model(**enc, output_hidden_states=True).hidden_states
+    finally:
+        del NORMALISERS["record"]
+    return seen, hidden, enc["attention_mask"].bool()
+
+
+def row_mean(x: torch.Tensor, rows: torch.Tensor) -> np.ndarray:
+    """Mean of x [B, H, L] over real query rows -> [H]."""
+    m = rows[:, None, :].expand_as(x).float()
+    return ((x * m).sum((0, 2)) / m.sum((0, 2))).numpy()
+
+
+def compare_maps(scores: list[torch.Tensor], rows: torch.Tensor, lam: float) -> dict[str, np.ndarray]:
+    """Softmax against sparsegen-lin on the same scores, per layer and head: arrays [layers, heads]."""
+    out = {k: [] for k in ("mass_kept", "support", "support_share", "total_variation", "softmax_entropy", "score_std")}
+    length = rows.sum(-1).float()[:, None, None]  # real keys per sentence
+    for s in scores:
+        soft, sparse = torch.softmax(s, -1), sparsegen_lin(s, lam)
+        keep = sparse > 0
+        finite = torch.isfinite(s)
+        z = torch.where(finite, s, torch.nan)
+        out["mass_kept"].append(row_mean((soft * keep).sum(-1), rows))
+        out["support"].append(row_mean(keep.sum(-1).float(), rows))
+        out["support_share"].append(row_mean(keep.sum(-1).float() / length, rows))
+        out["total_variation"].append(row_mean(0.5 * (soft - sparse).abs().sum(-1), rows))
+        out["softmax_entropy"].append(row_mean(-(soft * torch.log(soft.clamp_min(1e-30))).sum(-1), rows))
+        mu = torch.nanmean(z, -1, keepdim=True)
+        out["score_std"].append(row_mean(torch.sqrt(torch.nanmean((z - mu) ** 2, -1)), rows))
+    return {k: np.stack(v) for k, v in out.items()}
+
+
+def support_of(model, tok, texts, max_length) -> np.ndarray:
+    """Mean non-zeros per attention row of a model, [layers, heads]."""
+    enc = encode(tok, texts, max_length)
+    rows = enc["attention_mask"].bool()
+    with torch.inference_mode():
+        att = model.eval()(**enc, output_attentions=True).attentions
+    return np.stack([row_mean((a.float() > 0).sum(-1).float(), rows) for a in att])
+
+
+def hidden_cosine(h_soft, h_sparse, rows) -> list[float]:
+    """Mean cosine similarity of each layer's token states (real tokens), softmax vs sparse, layers 1..N."""
+    out = []
+    for a, b in zip(h_soft[1:], h_sparse[1:]):
+        cos = torch.nn.functional.cosine_similarity(a, b, dim=-1)
+        out.append(float(cos[rows].mean()))
+    return out
+
+
+def curves(table: Path, task: str) -> dict:
+    """Per method (softmax, SSAF): mean dev-accuracy curve and train-loss curve over the seeds that have them."""
+    recs = json.loads(table.read_text()) if table.is_file() else []
+    out = {}
+    for method in ("softmax", "SSAF"):
+        got = [r for r in recs if r["task"] == task and r["method"] == method and r.get("dev_curve")]
+        if got:
+            n_dev = min(len(r["dev_curve"]) for r in got)
+            n_loss = min(len(r["train_loss_curve"]) for r in got)
+            out[method] = {"seeds": [r["seed"] for r in got],
+                           "dev_curve": np.mean([r["dev_curve"][:n_dev] for r in got], 0).round(4).tolist(),
+                           "train_loss_curve": np.mean([r["train_loss_curve"][:n_loss] for r in got], 0).round(4).tolist()}
+    return out
+
+
+def plot(res: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lam = res["lam"]
+    fig, ax = plt.subplots(2, 3, figsize=(15, 8.5))
+    pre = res["pretrained"]
+
+    def heat(a, data, title, vmin=None, vmax=None, cmap="viridis"):
+        im = a.imshow(np.array(data), aspect="auto", cmap=cmap, vmin=vmin, vmax=vmax)
+        a.set_xlabel("head")
+        a.set_ylabel("layer")
+        a.set_xticks(range(np.array(data).shape[1]))
+        a.set_yticks(range(np.array(data).shape[0]))
+        a.set_title(title, fontsize=10)
+        fig.colorbar(im, ax=a, fraction=0.046)
+
+    heat(ax[0, 0], pre["mass_kept"], f"pre-trained: softmax mass on sparsegen-lin's support (lam {lam:g})", 0, 1)
+    sup_max = max(np.max(pre["support_forward"]), np.max(res["trained"]["support_mean"]) if res["trained"] else 0)
+    heat(ax[0, 1], pre["support_forward"], "pre-trained under sparsegen-lin: keys per row", 1, sup_max)
+    if res["trained"]:
+        heat(ax[0, 2], res["trained"]["support_mean"],
+             f"after SSAF fine-tuning (seeds {','.join(map(str, res['trained']['seeds']))}): keys per row", 1, sup_max)
+    else:
+        ax[0, 2].axis("off")
+    scan = res["lam_scan"]
+    xs = [r["lam"] for r in scan]
+    a = ax[1, 0]
+    a.plot(xs, [r["mass_kept"] for r in scan], "o-", label="softmax mass kept")
+    a.plot(xs, [r["total_variation"] for r in scan], "s-", label="total variation")
+    a.plot(xs, [r["support_share"] for r in scan], "^-", label="support / length")
+    for t, (tl, _) in PAPER.items():
+        a.axvline(tl, color="grey", ls=":", lw=0.8)
+    a.axvline(lam, color="red", ls="--", lw=1, label=f"{res['task']} lam")
+    a.set_xlabel("lam")
+    a.set_title("pre-trained MiniLM, all heads: what sparsegen-lin changes", fontsize=10)
+    a.set_ylim(0, 1)
+    a.legend(fontsize=8)
+    a = ax[1, 1]
+    layers = range(1, len(res["hidden_cosine"]) + 1)
+    a.plot(layers, res["hidden_cosine"], "o-")
+    a.set_xlabel("layer")
+    a.set_ylabel("cosine")
+    a.set_title(f"token states, softmax vs sparsegen-lin (lam {lam:g}), pre-trained", fontsize=10)
+    a = ax[1, 2]
+    cur = res["curves"]
+    if cur:
+        for m, c in cur.items():
+            steps = np.linspace(0, 1, len(c["train_loss_curve"]))
+            a.plot(steps, c["train_loss_curve"], label=f"{m} train loss")
+        a2 = a.twinx()
+        for m, c in cur.items():
+            ep = np.arange(1, len(c["dev_curve"]) + 1) / len(c["dev_curve"])
+            a2.plot(ep, c["dev_curve"], "o--", label=f"{m} dev acc")
+        a2.set_ylabel("dev accuracy")
+        a2.legend(fontsize=8, loc="upper right")
+        a.legend(fontsize=8, loc="lower left")
+        a.set_xlabel("share of training")
+        a.set_title(f"curves ({res['curves_task']}, mean over seeds)", fontsize=10)
+    else:
+        a.axis("off")
+    fig.suptitle(f"SSAF diagnostics on {res['task']} ({res['sentences']} dev texts, bundled MiniLM, head size 32)")
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--task", default="semeval2013", choices=sorted(PAPER))
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--runs", default="runs", help="folder of the Table 2 run folders (TASK__SSAF__sN/model)")
+    ap.add_argument("--table", default="benchmarks/results/ssaf_table2.json")
+    ap.add_argument("--sentences", type=int, default=128)
+    ap.add_argument("--max-length", type=int, default=128)
+    ap.add_argument("--out", default=None, help="output stem (default benchmarks/results/ssaf_diagnose_TASK)")
+    a = ap.parse_args()
+    out = Path(a.out or f"benchmarks/results/ssaf_diagnose_{a.task}")
+    lam = PAPER[a.task][0]
+    texts = list(load_task(a.task, a.data_dir).splits["validation"]["text"])[: a.sentences]
+
+    scores, h_soft, rows = pretrained_scores(texts, a.max_length)
+    pre = {k: v.round(4).tolist() for k, v in compare_maps(scores, rows, lam).items()}
+    scan = []
+    for x in SCAN:
+        c = compare_maps(scores, rows, x)
+        scan.append({"lam": x, **{k: round(float(v.mean()), 4) for k, v in c.items()}})
+    sparse = build_classifier("minilm", 2, AttentionSpec("sparsegen-lin", lam)).eval()
+    tok = load_tokenizer("minilm")
+    enc = encode(tok, texts, a.max_length)
+    with torch.inference_mode():
+        out_sparse = sparse(**enc, output_hidden_states=True, output_attentions=True)
+    pre["support_forward"] = np.stack([row_mean((x > 0).sum(-1).float(), rows) for x in out_sparse.attentions]).round(3).tolist()
+    cosine = [round(c, 4) for c in hidden_cosine(h_soft, out_sparse.hidden_states, rows)]
+
+    trained, seeds = [], []
+    for d in sorted(Path(a.runs).glob(f"{a.task}__SSAF__s*/model")):
+        trained.append(support_of(load_model(d), load_tokenizer(d), texts, a.max_length))
+        seeds.append(int(d.parent.name.rsplit("__s", 1)[1]))
+    cur = curves(Path(a.table), a.task)
+    cur_task = a.task
+    if not cur:  # runs recorded before the curves were kept: show sentube-auto's
+        cur, cur_task = curves(Path(a.table), "sentube-auto"), "sentube-auto"
+    res = {
+        "task": a.task, "lam": lam, "sentences": len(texts),
+        "mean_length": round(float(rows.sum(-1).float().mean()), 2),
+        "pretrained": pre,
+        "pretrained_means": {k: round(float(np.mean(v)), 4) for k, v in pre.items()},
+        "lam_scan": scan,
+        "hidden_cosine": cosine,
+        "trained": {"seeds": seeds, "support_per_seed": [t.round(3).tolist() for t in trained],
+                    "support_mean": np.mean(trained, 0).round(3).tolist(),
+                    "support_mean_all": round(float(np.mean(trained)), 3)} if trained else None,
+        "curves": cur, "curves_task": cur_task,
+        "command": "python benchmarks/ssaf_diagnose.py " + " ".join(sys.argv[1:]),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
+    plot(res, out.with_suffix(".png"))
+    pm = res["pretrained_means"]
+    print(f"{a.task}: lam {lam:g}, {len(texts)} dev texts, mean length {res['mean_length']} tokens")
+    print(f"pre-trained, all heads: softmax mass kept {pm['mass_kept']:.3f}, support {pm['support']:.2f} "
+          f"({pm['support_share']:.1%} of the row), total variation {pm['total_variation']:.3f}, "
+          f"score std {pm['score_std']:.2f}")
+    print("per layer mass kept:", [round(float(np.mean(x)), 3) for x in pre["mass_kept"]])
+    print("hidden-state cosine per layer:", cosine)
+    if trained:
+        print("support per layer, pre-trained forward:", [round(float(np.mean(x)), 2) for x in pre["support_forward"]])
+        print("support per layer, after fine-tuning:  ", [round(float(np.mean(x)), 2) for x in res["trained"]["support_mean"]])
+    for r in scan:
+        print(f"lam {r['lam']:>5g}: mass kept {r['mass_kept']:.3f}, support share {r['support_share']:.3f}, TV {r['total_variation']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
