@@ -2,3 +2,6 @@
 
 #: the normalisers of :data:`attnkit.attention.NORMALISERS` (a test keeps the two equal)
 NORMALISER_NAMES = ("softmax", "taylor", "sparsemax", "sparsegen-lin")
+
+#: MiniBERT's attention kinds (METHODS.md §3): MiniSA, MiniSSA, MiniNTA
+KINDS = ("sa", "ssa", "nta")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from attnkit.attention.names import NORMALISER_NAMES
-from attnkit.training.config import DEFAULT_MINI_LR, DEFAULT_VOCAB, KINDS, PretrainConfig, TrainConfig
+from attnkit.attention.names import KINDS, NORMALISER_NAMES
+from attnkit.training.config import DEFAULT_MINI_LR, DEFAULT_VOCAB, PretrainConfig, TrainConfig
 
 PRETRAIN_DOC = """MiniBERT on a task's own text.
 

@@ -41,11 +41,11 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelF
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, SequenceClassifierOutput
 
+from attnkit.attention.names import KINDS
 from attnkit.attention.spec import AttentionSpec, apply_spec, spec_of
 from attnkit.attention.spec import register as register_attention
 
 MODEL_TYPE = "attnkit-mini"
-KINDS = ("sa", "ssa", "nta")
 
 
 class MiniBertConfig(PretrainedConfig):

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from attnkit.attention.names import KINDS
 from attnkit.runfiles import METRICS_FILE, MODEL_DIR  # noqa: F401  (re-exported: where a run keeps what)
 from attnkit.tasks.lemmas import lemmatizer
 
@@ -125,7 +126,6 @@ class TrainConfig:
 # ----------------------------------------------------------------------------- MiniBERT pre-training
 
 MINI_ALIASES = ("mini", "minibert")
-KINDS = ("sa", "ssa", "nta")
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 MAX_POSITIONS = 512
 DEFAULT_MINI_LR = 1e-2  # a tiny model trained from (nearly) scratch: AdamW at 1e-2 (best of 1e-3, 3e-3, 1e-2 on SemEval-2013), not BERT's 2e-5
