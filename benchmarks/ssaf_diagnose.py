@@ -10,6 +10,8 @@ On ``--sentences`` dev texts of ``--task`` it measures, per layer and head:
   MiniLM under softmax and under sparsegen-lin (the representations the new classifier starts from);
 * **after fine-tuning** (the Table 2 SSAF runs in ``--runs``, one per seed, if their models are there): the support
   size per layer and head, against the pre-trained one;
+* **head size**: how the spread of the scaled scores grows with the dimensions of a head (half of MiniLM's 32
+  against all of them), extrapolated to BERT-base's 64;
 * **training curves** of softmax and SSAF (train loss, dev accuracy per epoch) from ``ssaf_table2.json``.
 
 Writes ``OUT.json`` and ``OUT.png`` / ``OUT.svg``::
@@ -45,9 +47,10 @@ def encode(tok, texts, max_length):
 
 
 def pretrained_scores(texts, max_length):
-    """Attention scores [B, H, L, L] (-inf on padded keys) of every layer of the pre-trained MiniLM, and its
-    hidden states, under softmax."""
+    """Attention scores [B, H, L, L] (-inf on padded keys) of every layer of the pre-trained MiniLM, its hidden
+    states under softmax, the padding mask, and each layer's queries and keys [B, L, H * d_head]."""
     seen: list[torch.Tensor] = []
+    qk: dict[str, torch.Tensor] = {}
 
     def recording_softmax(scores, spec):
         seen.append(scores.detach().float().clone())
@@ -56,12 +59,51 @@ def pretrained_scores(texts, max_length):
     NORMALISERS["record"] = recording_softmax
     try:
         model = build_classifier("minilm", 2, AttentionSpec("record")).eval()
+        for name, mod in model.named_modules():
+            if name.endswith(("attention.self.query", "attention.self.key")):
+                mod.register_forward_hook(lambda m, i, o, name=name: qk.__setitem__(name, o.detach().float()))
         enc = encode(load_tokenizer("minilm"), texts, max_length)
         with torch.inference_mode():
             hidden = model(**enc, output_hidden_states=True).hidden_states
     finally:
         del NORMALISERS["record"]
-    return seen, hidden, enc["attention_mask"].bool()
+    layers = sorted({n.rsplit(".", 1)[0] for n in qk}, key=lambda n: int(n.split(".layer.")[1].split(".")[0]))
+    pairs = [(qk[n + ".query"], qk[n + ".key"]) for n in layers]
+    return seen, hidden, enc["attention_mask"].bool(), pairs, model.config.num_attention_heads
+
+
+def head_size_scaling(pairs, rows, heads: int, trials: int = 8, seed: int = 0) -> dict:
+    """How the spread of the scaled scores q.k / sqrt(d) grows with the head size d, inside MiniLM.
+
+    For each layer: the within-row standard deviation of the scores computed on a random half of each head's
+    dimensions (scaled by sqrt(d/2)) over that of the full head (scaled by sqrt(d)). A ratio of 1 means the spread
+    does not depend on d (independent dimensions: what the 1/sqrt(d) scaling assumes); 1/sqrt(2) = 0.71 means it grows
+    as sqrt(d) (dimensions that agree). Extrapolated to d = 64 (BERT-base) with the same per-dimension statistics, the
+    spread is std_32 / ratio, and sparsegen-lin's lam on a 64-dim head matches MiniLM's lam' = 1 - ratio (1 - lam).
+    """
+    g = torch.Generator().manual_seed(seed)
+    key_ok = rows[:, None, None, :]
+    q_ok = rows[:, None, :]
+
+    def spread(q, k, dims):
+        z = torch.einsum("bhld,bhmd->bhlm", q[..., dims], k[..., dims]) / len(dims) ** 0.5
+        z = torch.where(key_ok, z, torch.nan)
+        mu = torch.nanmean(z, -1, keepdim=True)
+        sd = torch.sqrt(torch.nanmean((z - mu) ** 2, -1))
+        return float(sd[q_ok.expand_as(sd)].mean())
+
+    ratios, full = [], []
+    for q, k in pairs:
+        b, n, hd = q.shape
+        d = hd // heads
+        q, k = (x.view(b, n, heads, d).transpose(1, 2) for x in (q, k))  # [B, H, L, d]
+        s_full = spread(q, k, torch.arange(d))
+        halves = [spread(q, k, torch.randperm(d, generator=g)[: d // 2]) for _ in range(trials)]
+        full.append(round(s_full, 4))
+        ratios.append(round(float(np.mean(halves)) / s_full, 4))
+    r = float(np.mean(ratios))
+    return {"head_size": d, "score_std_per_layer": full, "half_over_full_per_layer": ratios, "half_over_full": round(r, 4),
+            "paper_lam_on_64_dims_as_minilm_lam": {str(lam): round(1 - r * (1 - lam), 2) for lam, _ in PAPER.values()}}
 
 
 def row_mean(x: torch.Tensor, rows: torch.Tensor) -> np.ndarray:
@@ -204,7 +246,8 @@ def main():
     lam = PAPER[a.task][0]
     texts = list(load_task(a.task, a.data_dir).splits["validation"]["text"])[: a.sentences]
 
-    scores, h_soft, rows = pretrained_scores(texts, a.max_length)
+    scores, h_soft, rows, pairs, heads = pretrained_scores(texts, a.max_length)
+    scaling = head_size_scaling(pairs, rows, heads)
     pre = {k: v.round(4).tolist() for k, v in compare_maps(scores, rows, lam).items()}
     scan = []
     for x in SCAN:
@@ -233,6 +276,7 @@ def main():
         "pretrained_means": {k: round(float(np.mean(v)), 4) for k, v in pre.items()},
         "lam_scan": scan,
         "hidden_cosine": cosine,
+        "head_size_scaling": scaling,
         "trained": {"seeds": seeds, "support_per_seed": [t.round(3).tolist() for t in trained],
                     "support_mean": np.mean(trained, 0).round(3).tolist(),
                     "support_mean_all": round(float(np.mean(trained)), 3)} if trained else None,
@@ -249,6 +293,8 @@ def main():
           f"score std {pm['score_std']:.2f}")
     print("per layer mass kept:", [round(float(np.mean(x)), 3) for x in pre["mass_kept"]])
     print("hidden-state cosine per layer:", cosine)
+    print("head size: score std (half the dims) / (all 32), per layer:", scaling["half_over_full_per_layer"],
+          "-> the paper's lams on 64-dim heads act like MiniLM lams", scaling["paper_lam_on_64_dims_as_minilm_lam"])
     if trained:
         print("support per layer, pre-trained forward:", [round(float(np.mean(x)), 2) for x in pre["support_forward"]])
         print("support per layer, after fine-tuning:  ", [round(float(np.mean(x)), 2) for x in res["trained"]["support_mean"]])
