@@ -14,7 +14,7 @@ On ``--sentences`` dev texts of ``--task`` it measures, per layer and head:
   against all of them), extrapolated to BERT-base's 64;
 * **training curves** of softmax and SSAF (train loss, dev accuracy per epoch) from ``ssaf_table2.json``.
 
-Writes ``OUT.json`` and ``OUT.png`` / ``OUT.svg``::
+Writes ``OUT.json`` and ``OUT.png``::
 
     python benchmarks/ssaf_diagnose.py --task semeval2013 --data-dir ../shared/data --runs /work/runs \
         --out benchmarks/results/ssaf_diagnose_semeval2013
