@@ -104,11 +104,15 @@ def truncated_share(task: str, data_dir: str | None, max_length: int) -> float:
 
 
 def curves(run_dir: Path) -> dict:
-    """Dev accuracy and mean training loss per epoch, from the newest checkpoint's trainer_state.json."""
-    states = sorted(run_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
-    if not states:
-        return {}
-    hist = json.loads(states[-1].read_text())["log_history"]
+    """Dev accuracy per epoch and the logged training losses: from metrics.json's log_history, else (runs of an
+    older attnkit) from the newest checkpoint's trainer_state.json."""
+    metrics = run_dir / "metrics.json"
+    hist = json.loads(metrics.read_text()).get("log_history") if metrics.is_file() else None
+    if hist is None:
+        states = sorted(run_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
+        if not states:
+            return {}
+        hist = json.loads(states[-1].read_text())["log_history"]
     dev = [round(h["eval_accuracy"], 4) for h in hist if "eval_accuracy" in h]
     loss = [round(h["loss"], 4) for h in hist if "loss" in h]
     return {"dev_curve": dev, "train_loss_curve": loss}

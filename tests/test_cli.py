@@ -39,6 +39,10 @@ def test_train_writes_metrics_model_and_heatmap(trained, capsys):
     assert 0.0 <= metrics["validation"]["accuracy"] <= 1.0
     assert "train_loss" in metrics["train"]
     assert metrics["best_checkpoint"] and "checkpoint-" in metrics["best_checkpoint"]
+    # the training log survives the checkpoints (removed after the run): one dev evaluation per epoch, and losses
+    evals = [h for h in metrics["log_history"] if "eval_accuracy" in h]
+    assert [round(h["epoch"]) for h in evals] == list(range(1, 13))
+    assert not list(out.glob("checkpoint-*"))
     model = out / "model"
     assert (model / "model.safetensors").is_file()
     assert json.loads((model / "config.json").read_text())["attnkit"]["lam"] == -2.0

@@ -171,6 +171,7 @@ def train(cfg: TrainConfig) -> dict:
     if spec.is_sparse:  # a first run compiles the CPU kernel here (and says so), not inside the first step's ETA
         kernels.cpu_kernel()
     train_result = fit(trainer, cfg)
+    history = list(trainer.state.log_history)  # every logged loss and per-epoch dev metric (checkpoints go at the end)
 
     metrics: dict = {"train": dict(train_result.metrics)}
     metrics["validation"] = strip_prefix(trainer.evaluate(dev_ds, metric_key_prefix="eval"), "eval_")
@@ -188,6 +189,7 @@ def train(cfg: TrainConfig) -> dict:
         metrics["lam_learned"] = lams
     if frozen is not None:
         metrics["frozen"] = {k: v for k, v in frozen.items() if k != "names"}
+    metrics["log_history"] = history
 
     if trainer.is_world_process_zero():
         model_dir = save_checkpoint(

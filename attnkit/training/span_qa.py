@@ -52,6 +52,7 @@ def train_qa(cfg: TrainConfig) -> dict:
     trainer = AttnkitTrainer(model=model, args=args, lam_lr=cfg.lam_lr, train_dataset=train_ds, eval_dataset=dev_ds,
                       data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer, compute_metrics=compute)
     result = fit(trainer, cfg)
+    history = list(trainer.state.log_history)  # every logged loss and per-epoch dev metric
     dev = trainer.evaluate(dev_ds, metric_key_prefix="eval")
     metrics: dict = {
         "train": dict(result.metrics),
@@ -61,6 +62,7 @@ def train_qa(cfg: TrainConfig) -> dict:
         "train_size": len(train_rows), "train_windows": len(train_ds), "validation_size": len(dev_rows),
         "max_length": cfg.max_length, "doc_stride": stride,
         "parameters": sum(p.numel() for p in model.parameters()),
+        "log_history": history,
     }
     if trainer.is_world_process_zero():
         model_dir = save_checkpoint(trainer.model, out / MODEL_DIR, tokenizer,
