@@ -118,6 +118,32 @@ def curves(run_dir: Path) -> dict:
     return {"dev_curve": dev, "train_loss_curve": loss}
 
 
+def fill_from_runs(path: Path, work_dir: Path) -> list[str]:
+    """Add what older records lack (test macro-F1, curves) from their run folders where those are still there."""
+    filled = []
+    with locked(path):
+        recs = read_records(path)
+        for r in recs:
+            run = work_dir / f"{r['task']}__{r['method']}__s{r['seed']}"
+            metrics = run / "metrics.json"
+            if not metrics.is_file():
+                continue
+            m = json.loads(metrics.read_text())
+            if abs(m["test"]["accuracy"] - r["test_accuracy"]) > 1e-9:  # another run in that folder now
+                continue
+            before = dict(r)
+            if r.get("test_macro_f1") is None and "macro_f1" in m["test"]:
+                r["test_macro_f1"] = m["test"]["macro_f1"]
+            if not r.get("dev_curve"):
+                r.update(curves(run))
+            if r != before:
+                filled.append(run.name)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(recs, indent=1) + "\n")
+        os.replace(tmp, path)
+    return filled
+
+
 def run_cell(task: str, method: str, seed: int, a) -> dict:
     from attnkit.training.config import TrainConfig
     from attnkit.training.finetune import train
@@ -279,11 +305,15 @@ def main():
     ap.add_argument("--json", default=str(ROOT / "benchmarks/results/ssaf_table2.json"))
     ap.add_argument("--md", default=str(ROOT / "benchmarks/results/ssaf_table2.md"))
     ap.add_argument("--render-only", action="store_true")
+    ap.add_argument("--fill-from-runs", action="store_true",
+                    help="add test macro-F1 and curves that records lack from their run folders in --work-dir, then render")
     a = ap.parse_args()
     path, md = Path(a.json), Path(a.md)
     trunc_path = path.with_name("ssaf_table2_truncation.json")
     trunc = json.loads(trunc_path.read_text()) if trunc_path.is_file() else {}
-    if a.render_only:
+    if a.fill_from_runs:
+        print("filled:", ", ".join(fill_from_runs(path, Path(a.work_dir))) or "nothing")
+    if a.render_only or a.fill_from_runs:
         md.write_text(render(read_records(path), trunc))
         print(md.read_text())
         return
