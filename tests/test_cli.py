@@ -43,6 +43,7 @@ def test_train_writes_metrics_model_and_heatmap(trained, capsys):
     evals = [h for h in metrics["log_history"] if "eval_accuracy" in h]
     assert [round(h["epoch"]) for h in evals] == list(range(1, 13))
     assert not list(out.glob("checkpoint-*"))
+    assert (out / "curves.png").stat().st_size > 1000 and (out / "curves.svg").read_text().lstrip().startswith("<?xml")
     model = out / "model"
     assert (model / "model.safetensors").is_file()
     assert json.loads((model / "config.json").read_text())["attnkit"]["lam"] == -2.0

@@ -147,6 +147,7 @@ def test_cli_train_evaluate_predict_squad(tiny_bert, tiny_squad, tmp_path, capsy
     assert metrics["train_size"] == 48 and metrics["validation_size"] == 12 and metrics["train_windows"] > 48
     dev = metrics["validation"]
     assert 0 <= dev["exact_match"] <= dev["f1"] <= 100
+    assert isinstance(metrics["log_history"], list) and (out / "curves.png").stat().st_size > 1000
 
     model = load_model(out / "model")
     assert type(model).__name__.endswith("ForQuestionAnswering")

@@ -198,6 +198,33 @@ def plot_learned_lam(lams: list[list[float]], path: str | Path, start: float | N
     return save_figure(fig, path)
 
 
+def plot_curves(history: list[dict], path: str | Path, metric: str = "accuracy", title: str = "") -> Path:
+    """A run's training loss (each logging step) and dev ``metric`` (each evaluation) against the epoch, from the
+    Trainer's ``log_history`` (kept in metrics.json), as PNG or SVG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise ValueError(f"plot file must end in .png or .svg, got {path.name!r}")
+    loss = [(h["epoch"], h["loss"]) for h in history if "loss" in h and "epoch" in h]
+    dev = [(h["epoch"], h[f"eval_{metric}"]) for h in history if f"eval_{metric}" in h and "epoch" in h]
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    if loss:
+        ax.plot(*zip(*loss), color="C0", lw=1)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("training loss", color="C0")
+    if dev:
+        ax2 = ax.twinx()
+        ax2.plot(*zip(*dev), "o--", color="C1")
+        ax2.set_ylabel(f"dev {metric}", color="C1")
+    if title:
+        ax.set_title(title, fontsize=9)
+    return save_figure(fig, path)
+
+
 def save_figure(fig, path: str | Path) -> Path:
     """Lay out, write (PNG or SVG, by the suffix; folders made) and close a matplotlib figure."""
     import matplotlib.pyplot as plt

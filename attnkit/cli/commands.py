@@ -119,6 +119,8 @@ def cmd_train(a) -> int:
             print(f"[attnkit] {name} {main_metric} {metrics[name][main_metric]:.4f}")
     print(f"[attnkit] model written to {metrics['model_dir']}")
     print(f"[attnkit] metrics written to {out / METRICS_FILE}")
+    if (out / "curves.png").is_file():
+        print(f"[attnkit] training curves (loss, dev metric per epoch) in {out / 'curves.png'}")
     if not a.no_heatmap and not qa:  # a QA window is ~max-length tokens: too long to read as a heatmap
 
         _, model, tok = load_for_inference(str(out))
