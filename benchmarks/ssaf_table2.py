@@ -89,9 +89,14 @@ def add_record(path: Path, rec: dict) -> None:
         recs = [r for r in read_records(path) if (r["task"], r["method"], r["seed"]) != (rec["task"], rec["method"], rec["seed"])]
         recs.append(rec)
         recs.sort(key=lambda r: (r["task"], r["method"], r["seed"]))
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(recs, indent=1) + "\n")
-        os.replace(tmp, path)
+        write_records(path, recs)
+
+
+def write_records(path: Path, recs: list[dict]) -> None:
+    """Replace the records file atomically (call with the lock held)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(recs, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 def truncated_share(task: str, data_dir: str | None, max_length: int) -> float:
@@ -138,9 +143,8 @@ def fill_from_runs(path: Path, work_dir: Path) -> list[str]:
                 r.update(curves(run))
             if r != before:
                 filled.append(run.name)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(recs, indent=1) + "\n")
-        os.replace(tmp, path)
+        if filled:
+            write_records(path, recs)
     return filled
 
 
