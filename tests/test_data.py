@@ -14,7 +14,7 @@ import pytest
 import attnkit.tasks.sentiment as data
 from attnkit.tasks import DataFormatError, TaskData, default_data_dir, list_tasks, load_task, parse_ptb
 
-ALL_TASKS = sorted(["csv", "jsonl", "rotten-tomatoes", "scitail", "semeval2013", "sentube-auto", "sentube-tablets", "sst2", "sst5", "sst5-phrases", "tsv",
+ALL_TASKS = sorted(["csv", "jsonl", "rotten-tomatoes", "scitail", "semeval2013", "sentube-auto", "sentube-tablets", "sst2", "sst2-ptb", "sst5", "sst5-phrases", "tsv",
                     "cola", "mrpc", "stsb", "qnli", "rte", "wnli", "qqp", "mnli", "mnli-devsplit"])
 
 
@@ -193,6 +193,17 @@ def test_sst5_phrases(tmp_path):
     assert rows(t, "validation") == [("bad It is", 1)]  # dev/test stay sentence level
     assert rows(t, "test") == [(TREE_TEXT, 3)]
     assert "phrase" in t.description
+
+
+def test_sst2_from_trees_drops_neutral_and_labels_test(tmp_path):
+    neutral = "(2 (2 It) (2 is))"
+    very_negative = "(0 (0 awful) (2 film))"
+    t = load_task("sst2-ptb", sst5_dir(tmp_path, TREE + "\n" + neutral + "\n" + TREE2 + "\n",
+                                       dev=neutral + "\n" + very_negative + "\n"))
+    assert t.label_names == ["negative", "positive"]
+    assert rows(t, "train") == [(TREE_TEXT, 1), ("bad It is", 0)]  # sentences only, the neutral one left out
+    assert rows(t, "validation") == [("awful film", 0)]
+    assert rows(t, "test") == [(TREE_TEXT, 1)]  # labelled, unlike GLUE's test
 
 
 def test_sst5_bad_tree_names_file_and_line(tmp_path):
@@ -465,6 +476,7 @@ def sizes(t: TaskData) -> tuple[int, ...]:
         ("semeval2013", (6021, 890, 2376)),
         ("sst5", (8544, 1101, 2210)),
         ("sst2", (67349, 872, 1821)),
+        ("sst2-ptb", (6920, 872, 1821)),
     ],
 )
 def test_real_sizes_and_clean_text(task, expected):
@@ -491,6 +503,17 @@ def test_real_label_counts():
     sst2 = real("sst2")
     assert collections.Counter(sst2.splits["train"]["label"]) == {0: 29780, 1: 37569}
     assert set(sst2.splits["test"]["label"]) == {-1}
+
+
+@pytest.mark.shared_data
+def test_real_sst2_from_trees_is_glue_sst2_with_test_labels():
+    trees, glue = real("sst2-ptb"), real("sst2")
+    # GLUE's dev is the same 872 sentences with the same labels (GLUE lower-cases them)
+    glue_dev = {t.lower(): y for t, y in rows(glue, "validation")}
+    assert {t.lower(): y for t, y in rows(trees, "validation")} == glue_dev
+    assert collections.Counter(trees.splits["test"]["label"]) == {0: 912, 1: 909}
+    glue_test = {t.lower() for t in glue.splits["test"]["text"]}
+    assert sum(t.lower() in glue_test for t in trees.splits["test"]["text"]) >= 1815  # 6 differ in PTB escapes
 
 
 @pytest.mark.shared_data

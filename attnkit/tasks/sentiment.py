@@ -172,8 +172,16 @@ def parse_ptb(s: str, max_label: int = 4) -> PTBNode:
         raise ValueError("tree nested too deeply") from None
 
 
-def _read_ptb_file(path: Path, phrases: bool) -> list[Example]:
-    """One tree a line -> sentences (root label), or every labelled node deduplicated by text."""
+def _binary(label: int) -> int | None:
+    """SST-5 label -> SST-2 label: 0/1 negative, 3/4 positive, neutral (2) dropped."""
+    return None if label == 2 else int(label > 2)
+
+
+def _read_ptb_file(path: Path, phrases: bool, binary: bool = False) -> list[Example]:
+    """One tree a line -> sentences (root label), or every labelled node deduplicated by text.
+
+    ``binary``: the SST-2 view (labels through ``_binary``, neutral sentences and phrases left out).
+    """
     rows: list[Example] = []
     seen: set[str] = set()
     for line, s in read_lines(path):
@@ -183,13 +191,14 @@ def _read_ptb_file(path: Path, phrases: bool) -> list[Example]:
             tree = parse_ptb(s.strip())
         except ValueError as e:
             raise DataFormatError(path, line, f"bad PTB tree: {e}") from None
-        if not phrases:
-            rows.append(Example(tree.text(), tree.label))
-            continue
-        for label, text in tree.phrases():
-            if text not in seen:
-                seen.add(text)
-                rows.append(Example(text, label))
+        nodes = tree.phrases() if phrases else [(tree.label, tree.text())]
+        for label, text in nodes:
+            if binary and (label := _binary(label)) is None:
+                continue
+            if phrases and text in seen:
+                continue
+            seen.add(text)
+            rows.append(Example(text, label))
     return rows
 
 
@@ -219,6 +228,20 @@ def load_sst5(data_dir: Path | None) -> TaskData:
 def load_sst5_phrases(data_dir: Path | None) -> TaskData:
     """SST-5 with phrase-level training (as Cui et al.): train holds every labelled node, dev/test sentences."""
     return _load_sst5(data_dir, "sst5-phrases", phrase_train=True)
+
+
+@register_task("sst2-ptb", "sst5_ptb")
+def load_sst2_ptb(data_dir: Path | None) -> TaskData:
+    """SST-2 from the PTB trees: the binary sentence-level view with labelled dev *and test* (GLUE's test has none).
+
+    Root labels 0/1 are negative, 3/4 positive, neutral sentences are left out: 6,920 / 872 / 1,821 sentences, the
+    standard SST-2 sizes (GLUE's dev and test are the same sentences; GLUE's train adds 67k phrases, not used here).
+    """
+    folder = require_dir(data_dir, "sst5_ptb", "sst2-ptb")
+    splits = {split: _read_ptb_file(require_file(folder / f"{stem}.txt", "sst2-ptb"), phrases=False, binary=True)
+              for split, stem in SPLIT_STEMS.items()}
+    desc = "SST-2 from the PTB trees in sst5_ptb/: sentences, root 0/1 negative, 3/4 positive, neutral left out"
+    return TaskData("sst2-ptb", to_splits(splits), list(BINARY_SENTIMENT), desc)
 
 
 # ----------------------------------------------------------------------------- SemEval-2013 task 2B

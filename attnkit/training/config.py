@@ -27,6 +27,7 @@ PAPER_LAM = {
     "sst5-phrases": -3.0,
     "semeval2013": -3.0,
     "sst2": -4.0,
+    "sst2-ptb": -4.0,
     "sentube-tablets": -4.0,
     "sentube-auto": -6.0,
     "rotten-tomatoes": -4.0,
@@ -34,7 +35,7 @@ PAPER_LAM = {
     "scitail": -6.0,
 }
 #: epochs used by the SSAF paper for each dataset
-PAPER_EPOCHS = {"sst5": 4, "sst5-phrases": 4, "sst2": 4, "sentube-auto": 5, "sentube-tablets": 6, "semeval2013": 8, "squad": 2, "scitail": 3}
+PAPER_EPOCHS = {"sst5": 4, "sst5-phrases": 4, "sst2": 4, "sst2-ptb": 4, "sentube-auto": 5, "sentube-tablets": 6, "semeval2013": 8, "squad": 2, "scitail": 3}
 
 
 @dataclass
