@@ -30,14 +30,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnkit.analysis.explain import save_figure
+from attnkit.analysis.explain import pyplot, save_figure
 from attnkit.attention.maps import sparsegen_lin
-from attnkit.attention.spec import NORMALISERS, AttentionSpec
+from attnkit.attention.spec import AttentionSpec
 from attnkit.models.build import build_classifier, load_model, load_tokenizer
 from attnkit.tasks import load_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.ssaf_table2 import PAPER  # noqa: E402
+from benchmarks.support import recorded_scores  # noqa: E402
 
 SCAN = (-12.0, -8.0, -6.0, -4.0, -3.0, -2.0, -1.0, 0.0)
 
@@ -49,15 +50,8 @@ def encode(tok, texts, max_length):
 def pretrained_scores(texts, max_length):
     """Attention scores [B, H, L, L] (-inf on padded keys) of every layer of the pre-trained MiniLM, its hidden
     states under softmax, the padding mask, and each layer's queries and keys [B, L, H * d_head]."""
-    seen: list[torch.Tensor] = []
     qk: dict[str, torch.Tensor] = {}
-
-    def recording_softmax(scores, spec):
-        seen.append(scores.detach().float().clone())
-        return torch.softmax(scores, -1)
-
-    NORMALISERS["record"] = recording_softmax
-    try:
+    with recorded_scores() as seen:
         model = build_classifier("minilm", 2, AttentionSpec("record")).eval()
         for name, mod in model.named_modules():
             if name.endswith(("attention.self.query", "attention.self.key")):
@@ -65,8 +59,6 @@ def pretrained_scores(texts, max_length):
         enc = encode(load_tokenizer("minilm"), texts, max_length)
         with torch.inference_mode():
             hidden = model(**enc, output_hidden_states=True).hidden_states
-    finally:
-        del NORMALISERS["record"]
     layers = sorted({n.rsplit(".", 1)[0] for n in qk}, key=lambda n: int(n.split(".layer.")[1].split(".")[0]))
     pairs = [(qk[n + ".query"], qk[n + ".key"]) for n in layers]
     return seen, hidden, enc["attention_mask"].bool(), pairs, model.config.num_attention_heads
@@ -149,7 +141,7 @@ def hidden_cosine(h_soft, h_sparse, rows) -> list[float]:
     return out
 
 
-def curves(table: Path, task: str) -> dict:
+def mean_curves(table: Path, task: str) -> dict:
     """Per method (softmax, SSAF): mean dev-accuracy curve and train-loss curve over the seeds that have them."""
     recs = json.loads(table.read_text()) if table.is_file() else []
     out = {}
@@ -165,10 +157,7 @@ def curves(table: Path, task: str) -> dict:
 
 
 def plot(res: dict, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     lam = res["lam"]
     fig, ax = plt.subplots(2, 3, figsize=(15, 8.5))
@@ -265,10 +254,10 @@ def main():
     for d in sorted(Path(a.runs).glob(f"{a.task}__SSAF__s*/model")):
         trained.append(support_of(load_model(d), load_tokenizer(d), texts, a.max_length))
         seeds.append(int(d.parent.name.rsplit("__s", 1)[1]))
-    cur = curves(Path(a.table), a.task)
+    cur = mean_curves(Path(a.table), a.task)
     cur_task = a.task
     if not cur:  # runs recorded before the curves were kept: show sentube-auto's
-        cur, cur_task = curves(Path(a.table), "sentube-auto"), "sentube-auto"
+        cur, cur_task = mean_curves(Path(a.table), "sentube-auto"), "sentube-auto"
     res = {
         "task": a.task, "lam": lam, "sentences": len(texts),
         "mean_length": round(float(rows.sum(-1).float().mean()), 2),

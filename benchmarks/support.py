@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -33,21 +34,30 @@ def reference_sparsegen(z: torch.Tensor, lam: float) -> torch.Tensor:
     return (z - tau).clamp(min=0)
 
 
-def record_scores(n_sentences: int, data_dir: str | None) -> list[torch.Tensor]:
-    """Masked attention scores [B, H, L, L] of each layer of the pre-trained MiniLM."""
+@contextmanager
+def recorded_scores():
+    """Registers the normaliser ``"record"`` (softmax that keeps a float32 copy of every call's masked scores
+    [B, H, L, L], -inf on padded keys) and yields the list the copies go to, one per layer in order."""
     seen: list[torch.Tensor] = []
 
     def recording_softmax(scores, spec):
-        seen.append(scores.detach().clone())
+        seen.append(scores.detach().float().clone())
         return torch.softmax(scores, -1)
 
     NORMALISERS["record"] = recording_softmax
-    model = build_classifier("minilm", 2, AttentionSpec("record")).eval()
-    tok = load_tokenizer("minilm")
+    try:
+        yield seen
+    finally:
+        del NORMALISERS["record"]
+
+
+def record_scores(n_sentences: int, data_dir: str | None) -> list[torch.Tensor]:
+    """Masked attention scores [B, H, L, L] of each layer of the pre-trained MiniLM on Rotten Tomatoes dev texts."""
     texts = list(load_task("rotten-tomatoes", data_dir).splits["validation"]["text"])[:n_sentences]
-    with torch.inference_mode():
+    with recorded_scores() as seen, torch.inference_mode():
+        model = build_classifier("minilm", 2, AttentionSpec("record")).eval()
+        tok = load_tokenizer("minilm")
         model(**tok(texts, padding=True, truncation=True, max_length=128, return_tensors="pt"))
-    del NORMALISERS["record"]
     return seen
 
 

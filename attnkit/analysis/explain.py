@@ -68,14 +68,8 @@ def plot_attention(maps: AttentionMaps, path: str | Path, layer: int | None = No
     on the right. ``layer`` only: all heads of that layer. Neither: a grid of every
     layer x head. Exact zeros are drawn white.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    if path.suffix.lower() not in (".png", ".svg"):
-        raise ValueError(f"heatmap file must end in .png or .svg, got {path.name!r}")
+    plt = pyplot()
+    path = figure_path(path, "heatmap")
     n_layers, n_heads, L, _ = maps.weights.shape
     for name, v, n in (("layer", layer, n_layers), ("head", head, n_heads)):
         if v is not None and not 0 <= v < n:
@@ -149,14 +143,8 @@ def layer_weights(model, tokenizer, texts, pairs=None, *, batch_size: int = 32, 
 
 def plot_layer_weights(weights: dict, path: str | Path, title: str = "") -> Path:
     """Bar chart of the layer weights per layer (PNG or SVG), like SesameBERT's Figure 4."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    if path.suffix.lower() not in (".png", ".svg"):
-        raise ValueError(f"plot file must end in .png or .svg, got {path.name!r}")
+    plt = pyplot()
+    path = figure_path(path, "plot")
     series = [(k, weights[k]) for k in ("se_mean", "mix") if k in weights]
     L = weights["layers"]
     x = np.arange(1, L + 1)
@@ -175,14 +163,8 @@ def plot_layer_weights(weights: dict, path: str | Path, title: str = "") -> Path
 
 def plot_learned_lam(lams: list[list[float]], path: str | Path, start: float | None = None, title: str = "") -> Path:
     """Layer x head chart of a learned-lam model's lam (PNG or SVG), each cell labelled with its value."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    if path.suffix.lower() not in (".png", ".svg"):
-        raise ValueError(f"plot file must end in .png or .svg, got {path.name!r}")
+    plt = pyplot()
+    path = figure_path(path, "plot")
     a = np.asarray(lams, dtype=float)  # [layers, heads]
     fig, ax = plt.subplots(figsize=(0.55 * a.shape[1] + 2.2, 0.45 * a.shape[0] + 1.4))
     im = ax.imshow(a, cmap="viridis", aspect="auto")
@@ -201,14 +183,8 @@ def plot_learned_lam(lams: list[list[float]], path: str | Path, start: float | N
 def plot_curves(history: list[dict], path: str | Path, metric: str = "accuracy", title: str = "") -> Path:
     """A run's training loss (each logging step) and dev ``metric`` (each evaluation) against the epoch, from the
     Trainer's ``log_history`` (kept in metrics.json), as PNG or SVG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    if path.suffix.lower() not in (".png", ".svg"):
-        raise ValueError(f"plot file must end in .png or .svg, got {path.name!r}")
+    plt = pyplot()
+    path = figure_path(path, "plot")
     loss = [(h["epoch"], h["loss"]) for h in history if "loss" in h and "epoch" in h]
     dev = [(h["epoch"], h[f"eval_{metric}"]) for h in history if f"eval_{metric}" in h and "epoch" in h]
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
@@ -225,6 +201,27 @@ def plot_curves(history: list[dict], path: str | Path, metric: str = "accuracy",
     return save_figure(fig, path)
 
 
+FIGURE_SUFFIXES = (".png", ".svg")
+
+
+def figure_path(path: str | Path, what: str = "plot") -> Path:
+    """``path`` as a Path, if it names a PNG or SVG file (checked before any drawing)."""
+    path = Path(path)
+    if path.suffix.lower() not in FIGURE_SUFFIXES:
+        raise ValueError(f"{what} file must end in .png or .svg, got {path.name!r}")
+    return path
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend: figures are written to files, no display is needed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def save_figure(fig, path: str | Path) -> Path:
     """Lay out, write (PNG or SVG, by the suffix; folders made) and close a matplotlib figure."""
     import matplotlib.pyplot as plt
@@ -239,10 +236,7 @@ def save_figure(fig, path: str | Path) -> Path:
 
 def plot_hans(report: dict[str, Any], path: str | Path, title: str = "") -> Path:
     """Grouped bars like SesameBERT's Figure 3: accuracy per heuristic, entailment vs non-entailment."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     heur = list(report["heuristic"])
     x = np.arange(len(heur))

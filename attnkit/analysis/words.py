@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from attnkit.analysis.explain import figure_path, pyplot, save_figure
 from attnkit.analysis.inference import encoded_batches
 
 
@@ -80,12 +81,8 @@ def rank_words(readings, label_names, *, top: int = 20, min_count: int = 3) -> d
 
 def plot_words(ranking: dict, path, title: str = "") -> Path:
     """One horizontal bar chart per class (PNG or SVG by extension)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
+    plt = pyplot()
+    path = figure_path(path)
     names = list(ranking)
     k = max([len(ranking[n]["words"]) for n in names] + [1])
     fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names) + 0.5, 0.28 * k + 1.6), squeeze=False)
@@ -97,8 +94,4 @@ def plot_words(ranking: dict, path, title: str = "") -> Path:
         ax.set_xlabel("mean attention received", fontsize=8)
         ax.set_title(f"predicted {name} (n={ranking[name]['predicted_sentences']})", fontsize=9)
     fig.suptitle(title or "most-attended words per predicted class (occurrences in brackets)", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

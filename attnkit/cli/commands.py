@@ -10,7 +10,9 @@ import os
 import sys
 from pathlib import Path
 
-from attnkit.analysis.explain import attention_maps, layer_weights, plot_attention, plot_hans, plot_layer_weights, view_sentence
+from attnkit.analysis.explain import (
+    FIGURE_SUFFIXES, attention_maps, layer_weights, plot_attention, plot_hans, plot_layer_weights, view_sentence,
+)
 from attnkit.analysis.html_view import write_html
 from attnkit.analysis.inference import (
     label_names_of, load_for_inference, model_dir, predict_logits, predict_texts, read_text_file, run_info, evaluate_split,
@@ -316,7 +318,7 @@ def cmd_predict(a) -> int:
 
 
 def cmd_explain(a) -> int:
-    if Path(a.output).suffix.lower() not in (".png", ".svg"):
+    if Path(a.output).suffix.lower() not in FIGURE_SUFFIXES:
         raise UserError(f"--output {a.output}: the heatmap file must end in .png or .svg")
     if a.html and Path(a.html).suffix.lower() not in (".html", ".htm"):
         raise UserError(f"--html {a.html}: the page file must end in .html")
@@ -344,7 +346,7 @@ def cmd_explain(a) -> int:
 
 
 def cmd_layer_weights(a) -> int:
-    if Path(a.output).suffix.lower() not in (".png", ".svg"):
+    if Path(a.output).suffix.lower() not in FIGURE_SUFFIXES:
         raise UserError(f"--output {a.output}: the chart file must end in .png or .svg")
     d, model, tok, task, data, ds = _model_and_split(a)
     ds = ds.select(range(min(a.max_samples, len(ds))))
@@ -379,7 +381,7 @@ def cmd_pretrain(a) -> int:
 
 
 def cmd_words(a) -> int:
-    if Path(a.output).suffix.lower() not in (".png", ".svg"):
+    if Path(a.output).suffix.lower() not in FIGURE_SUFFIXES:
         raise UserError(f"--output {a.output}: the chart file must end in .png or .svg")
     if a.top < 1 or a.min_count < 1:
         raise UserError(f"--top and --min-count must be positive (got {a.top}, {a.min_count})")

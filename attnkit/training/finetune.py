@@ -15,7 +15,7 @@ from pathlib import Path
 
 from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
 
-from attnkit.analysis.explain import plot_curves, plot_learned_lam
+from attnkit.analysis.explain import plot_learned_lam
 from attnkit.attention import kernels
 from attnkit.attention.spec import AttentionSpec, learned_lam, spec_of
 from attnkit.models.build import build_classifier, load_tokenizer, save_checkpoint, set_attention
@@ -200,9 +200,7 @@ def train(cfg: TrainConfig) -> dict:
         metrics["model_dir"] = str(model_dir)
         write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict(), "head_spec": head.to_dict()})
         write_json_atomic(out / METRICS_FILE, metrics)
-        finish_run(cfg, out)
-        for ext in ("png", "svg"):
-            plot_curves(history, out / f"curves.{ext}", MAIN_METRIC[data.metric], title=f"{cfg.task}: {spec.describe()}")
+        finish_run(cfg, out, history, MAIN_METRIC[data.metric], title=f"{cfg.task}: {spec.describe()}")
         if lams is not None:
             for ext in ("png", "svg"):
                 plot_learned_lam(lams, out / f"lam_learned.{ext}", start=spec.lam, title=f"{cfg.task}: learned lam")

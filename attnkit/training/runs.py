@@ -91,8 +91,13 @@ def finished_metrics(cfg: TrainConfig) -> dict | None:
     return json.loads(metrics.read_text())
 
 
-def finish_run(cfg: TrainConfig, out: Path) -> None:
-    """After a finished run: remove the checkpoint folders (optimizer state, a copy of model/) unless kept."""
+def finish_run(cfg: TrainConfig, out: Path, history: list[dict], metric: str, title: str) -> None:
+    """After a finished run: draw ``curves.{png,svg}`` (training loss and dev ``metric`` from the Trainer's
+    ``history``) and remove the checkpoint folders (optimizer state, a copy of model/) unless kept."""
+    from attnkit.analysis.explain import plot_curves
+
+    for ext in ("png", "svg"):
+        plot_curves(history, out / f"curves.{ext}", metric, title=title)
     if cfg.keep_checkpoints:
         return
     for c in out.glob("checkpoint-*"):

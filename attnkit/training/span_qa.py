@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 from transformers import DataCollatorWithPadding, set_seed
 
-from attnkit.analysis.explain import plot_curves
 from attnkit.models.build import build_qa_model, load_tokenizer, save_checkpoint
 from attnkit.runfiles import write_json_atomic
 from attnkit.tasks.squad import QA_TASKS, best_spans, featurize, load_squad, squad_metrics
@@ -72,7 +71,5 @@ def train_qa(cfg: TrainConfig) -> dict:
         metrics["model_dir"] = str(model_dir)
         write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict()})
         write_json_atomic(out / METRICS_FILE, metrics)
-        finish_run(cfg, out)
-        for ext in ("png", "svg"):
-            plot_curves(history, out / f"curves.{ext}", "f1", title=f"{cfg.task}: {spec.describe()}")
+        finish_run(cfg, out, history, "f1", title=f"{cfg.task}: {spec.describe()}")
     return metrics

@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from attnkit.analysis.explain import attention_maps, save_figure, view_sentence
+from attnkit.analysis.explain import attention_maps, figure_path, pyplot, save_figure, view_sentence
 from attnkit.models.build import MODEL_DIR, load_model, load_tokenizer
 from attnkit.runfiles import write_json_atomic
 from attnkit.tasks import is_qa_task, load_task
@@ -179,12 +179,8 @@ def _by_lam(records: list[dict], field: str) -> tuple[list[float], list[float], 
 
 def plot_sweep(records: list[dict], path: str | Path, title: str = "") -> Path:
     """Main metric against lam, error bars over seeds, softmax dashed; mean support on a second axis."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
+    plt = pyplot()
+    path = figure_path(path)
     field = "test" if all(r["test"] is not None for r in records) else "dev"
     metric = records[0]["metric"] if records else "accuracy"
     fig, ax = plt.subplots(figsize=(6, 3.8))
@@ -216,10 +212,7 @@ def plot_sweep(records: list[dict], path: str | Path, title: str = "") -> Path:
 
 def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Path, *, layer: int | None = None, head: int = 0) -> Path | None:
     """One dev sentence's attention at ``layer``/``head`` for softmax and each lam (first seed), side by side."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     if not records:
         return None
