@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from attnkit.cli import main
-from attnkit.training.sweep import Cell, sweep_cells
+from attnkit.training.sweep import Cell, seeds_note, sweep_cells
 
 pytestmark = pytest.mark.slow
 
@@ -76,3 +76,13 @@ def test_sweep_refuses_to_mix_cells_trained_with_other_settings(tiny_bert, tmp_p
     assert main(base + ["--epochs", "2"]) == 2
     err = capsys.readouterr().err
     assert "epochs: 1.0 there, 2.0 now" in err and "--output-dir" in err
+
+
+def test_seeds_note_names_points_with_fewer_seeds():
+    rec = lambda lam, seed: {"lam": lam, "seed": seed}  # noqa: E731
+    full = [rec(lam, s) for s in (1, 2) for lam in ("softmax", -6.0, 0.0)]
+    assert seeds_note(full) == "mean ± std over seeds 1, 2"
+    part = full[:3] + [rec("softmax", 2), rec(-6.0, 2)]  # seed 2 has not reached lam 0 yet
+    assert seeds_note(part) == "mean ± std over seeds 1, 2 (lam 0: seed 1 only)"
+    three = part + [rec("softmax", 3)]
+    assert seeds_note(three) == "mean ± std over seeds 1, 2, 3 (lam -6: seeds 1, 2 only; lam 0: seed 1 only)"

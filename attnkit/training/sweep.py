@@ -177,6 +177,18 @@ def _by_lam(records: list[dict], field: str) -> tuple[list[float], list[float], 
     return lams, mean, sd
 
 
+def seeds_note(records: list[dict]) -> str:
+    """"mean ± std over seeds 1, 2", naming the points that have fewer seeds (a sweep still running, or cut short)."""
+    seeds = sorted({r["seed"] for r in records})
+    short: dict[str, list[str]] = {}
+    for lam in ["softmax"] + sorted({r["lam"] for r in records if r["lam"] != "softmax"}):
+        have = sorted(r["seed"] for r in records if r["lam"] == lam)
+        if have and len(have) < len(seeds):
+            short.setdefault(", ".join(map(str, have)), []).append(lam if lam == "softmax" else f"lam {lam:g}")
+    fewer = "; ".join(f"{', '.join(names)}: seed{'s' * (',' in k)} {k} only" for k, names in short.items())
+    return f"mean ± std over seeds {', '.join(map(str, seeds))}" + (f" ({fewer})" if fewer else "")
+
+
 def plot_sweep(records: list[dict], path: str | Path, title: str = "") -> Path:
     """Main metric against lam, error bars over seeds, softmax dashed; mean support on a second axis."""
     plt = pyplot()
@@ -197,8 +209,7 @@ def plot_sweep(records: list[dict], path: str | Path, title: str = "") -> Path:
             ax.axhspan(m - s, m + s, color="#c44e52", alpha=0.08)
     ax.set_xlabel("lam (sparsegen-lin)")
     ax.set_ylabel(f"{field} {metric} (%)")
-    seeds = sorted({r["seed"] for r in records})
-    ax.set_title((title + "\n" if title else "") + f"mean ± std over seeds {', '.join(map(str, seeds))}", fontsize=9)
+    ax.set_title((title + "\n" if title else "") + seeds_note(records), fontsize=9)
     if lams:
         ax2 = ax.twinx()
         _, sup, _ = _by_lam(records, "mean_support")
