@@ -19,9 +19,14 @@ METRICS_FILE = "metrics.json"
 RUN_INFO = "attnkit_run.json"
 
 
-def write_json_atomic(path: str | os.PathLike, obj) -> None:
-    """``obj`` as indented JSON at ``path``, through a temporary file and ``os.replace``."""
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """``text`` at ``path``, through a temporary file and ``os.replace``."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: str | os.PathLike, obj) -> None:
+    """``obj`` as indented JSON at ``path``, through a temporary file and ``os.replace``."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")

@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from attnkit.runfiles import write_text_atomic
+
 ROOT = Path(__file__).resolve().parent.parent
 PAPER = {  # task: (lam, epochs) — METHODS.md §1 / the SSAF paper's Table 2 settings
     "sentube-auto": (-6.0, 5),
@@ -95,9 +97,7 @@ def add_record(path: Path, rec: dict) -> None:
 
 def write_records(path: Path, recs: list[dict]) -> None:
     """Replace the records file atomically (call with the lock held)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(recs, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(recs, indent=1) + "\n")
 
 
 def truncated_share(task: str, data_dir: str | None, max_length: int) -> float:
@@ -266,6 +266,17 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
             ptxt = f"{p[0]} → {p[1]} (+{p[1] - p[0]:.1f})" if p else "—"
             won = sum(x > 0 for x in d)
             lines.append(f"| {t} | {meth} − softmax | {ptxt} | {_ms(d)} | {won}/{len(d)} | {verdict(d, p[1] - p[0] if p else 0)} |")
+    pooled, pooled_tasks = [], []  # SSAF − softmax over every (set, seed) pair: the toolkit's one-line answer
+    for t in tasks:
+        soft, cell = by.get((t, "softmax"), {}), by.get((t, "SSAF"), {})
+        seeds = sorted(set(soft) & set(cell))
+        if seeds:
+            pooled += [100 * (cell[s]["test_accuracy"] - soft[s]["test_accuracy"]) for s in seeds]
+            pooled_tasks.append(t)
+    if len(pooled_tasks) > 1:
+        gains = [PAPER_TABLE[t][1] - PAPER_TABLE[t][0] for t in pooled_tasks]
+        lines.append(f"| all {len(pooled_tasks)} sets pooled ({len(pooled)} pairs) | SSAF − softmax | mean +{statistics.mean(gains):.1f} "
+                     f"| {_ms(pooled)} | {sum(x > 0 for x in pooled)}/{len(pooled)} | {verdict(pooled, 1)} |")
     remedy_rows = []
     for t in tasks:
         base = by.get((t, "SSAF"), {})

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from attnkit.cli import main
-from attnkit.training.sweep import Cell, seeds_note, sweep_cells
+from attnkit.training.sweep import Cell, seeds_note, sweep_cells, sweep_table
 
 pytestmark = pytest.mark.slow
 
@@ -40,6 +40,12 @@ def test_sweep_trains_every_cell_writes_records_and_figures_and_reuses(tiny_bert
     assert all(s["mean_support"] < f["mean_support"] for s, f in zip(sparse, soft))  # sparser than softmax
     for f in ("sweep.png", "sweep.svg", "sweep_attention.png"):
         assert (out / f).stat().st_size > 1000, f
+    table = (out / "sweep.md").read_text().splitlines()
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in table if line.startswith("| ") and "---" not in line}
+    assert list(rows) == ["lam", "softmax", "-2", "0.9"]
+    assert rows["-2"][1] == "1, 2"
+    d = [100 * (r["test"] - s["test"]) for r, s in zip([r for r in recs if r["lam"] == 0.9], soft)]
+    assert rows["0.9"][4] == f"{sum(d) / 2:.1f} ± {abs(d[0] - d[1]) / 2 ** 0.5:.1f}"  # paired by seed
     assert json.loads((out / "softmax_seed1/metrics.json").read_text())["attention"]["attention"] == "softmax"
     assert json.loads((out / "lam-2_seed2/metrics.json").read_text())["attention"]["lam"] == -2.0
     # rerun: every cell reused, nothing retrained
@@ -86,3 +92,11 @@ def test_seeds_note_names_points_with_fewer_seeds():
     assert seeds_note(part) == "mean ± std over seeds 1, 2 (lam 0: seed 1 only)"
     three = part + [rec("softmax", 3)]
     assert seeds_note(three) == "mean ± std over seeds 1, 2, 3 (lam -6: seeds 1, 2 only; lam 0: seed 1 only)"
+
+
+def test_sweep_table_pairs_by_seed_and_marks_missing_softmax():
+    rec = lambda lam, seed, test: {"lam": lam, "seed": seed, "dev": 0.5, "test": test, "metric": "accuracy", "mean_support": 3.0}  # noqa: E731
+    recs = [rec("softmax", 1, 0.70), rec(-6.0, 1, 0.72), rec("softmax", 2, 0.60), rec(-6.0, 2, 0.59), rec(-6.0, 3, 0.9)]
+    rows = [line.split(" | ") for line in sweep_table(recs).splitlines() if line.startswith("| -6")]
+    # seed 3 has no softmax baseline: it counts in the mean test, not in the paired difference
+    assert rows == [["| -6", "1, 2, 3", "50.0 ± 0.0", "73.7 ± 15.6", "0.5 ± 2.1", "1/2", "3.0 |"]]

@@ -9,6 +9,8 @@ is run again, an unfinished one resumes from its checkpoints. Written after ever
                                 mean non-zeros per attention row on dev (and per layer)
     <out>/sweep.png, .svg       main metric against lam (mean ± std over seeds), softmax dashed,
                                 mean support size on a second axis
+    <out>/sweep.md              the same as a table: per lam, dev and test (mean ± std over seeds), the paired
+                                difference to softmax on the same seeds, and the mean support
     <out>/sweep_attention.png   one dev sentence's attention at one layer and head, for each lam and softmax
 """
 
@@ -25,7 +27,7 @@ import torch
 
 from attnkit.analysis.explain import attention_maps, figure_path, pyplot, save_figure, view_sentence
 from attnkit.models.build import MODEL_DIR, load_model, load_tokenizer
-from attnkit.runfiles import write_json_atomic
+from attnkit.runfiles import write_json_atomic, write_text_atomic
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.training.config import TrainConfig
 from attnkit.training.finetune import train
@@ -161,6 +163,7 @@ def run_sweep(base: TrainConfig, lams: list[float], seeds: list[int], out_dir: s
         summary = f"dev {rec['metric']} {rec['dev']:.4f}" + ("" if rec["test"] is None else f", test {rec['test']:.4f}")
         log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): {summary}, mean support {rec['mean_support']:.2f}")
         write_json_atomic(out / "sweep.json", records)
+        write_text_atomic(out / "sweep.md", sweep_table(records, title=f"{base.task}: sparsegen-lin against lam"))
         for ext in ("png", "svg"):
             plot_sweep(records, out / f"sweep.{ext}", title=f"{base.task}: sparsegen-lin against lam")
     plot_sweep_attention(base, records, out / "sweep_attention.png", layer=view_layer, head=view_head)
@@ -175,6 +178,33 @@ def _by_lam(records: list[dict], field: str) -> tuple[list[float], list[float], 
         mean.append(statistics.mean(xs) if xs else float("nan"))
         sd.append(statistics.stdev(xs) if len(xs) > 1 else 0.0)
     return lams, mean, sd
+
+
+def _ms(xs: list[float]) -> str:
+    if not xs:
+        return "—"
+    return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs) if len(xs) > 1 else 0.0:.1f}"
+
+
+def sweep_table(records: list[dict], title: str = "") -> str:
+    """Markdown: one row per lam (softmax first) with its seeds, dev and test metric in % (mean ± std), the test
+    difference to softmax paired by seed, and the mean non-zeros per attention row on dev."""
+    metric = records[0]["metric"] if records else "accuracy"
+    soft = {r["seed"]: r for r in records if r["lam"] == "softmax"}
+    lines = [f"# {title}" if title else "# attnkit sweep", "",
+             f"{metric} in % (mean ± std over seeds); paired: test minus softmax's on the same seed, in points.", "",
+             "| lam | seeds | dev | test | paired test − softmax | seeds above softmax | mean support |",
+             "|---|---|---|---|---|---|---|"]
+    for lam in ["softmax"] + sorted({r["lam"] for r in records if r["lam"] != "softmax"}):
+        rs = sorted((r for r in records if r["lam"] == lam), key=lambda r: r["seed"])
+        tests = [100 * r["test"] for r in rs if r["test"] is not None]
+        paired = [100 * (r["test"] - soft[r["seed"]]["test"]) for r in rs
+                  if lam != "softmax" and r["seed"] in soft and r["test"] is not None and soft[r["seed"]]["test"] is not None]
+        name = lam if lam == "softmax" else f"{lam:g}"
+        lines.append(f"| {name} | {', '.join(str(r['seed']) for r in rs)} | {_ms([100 * r['dev'] for r in rs])} | {_ms(tests)} "
+                     f"| {_ms(paired) if lam != 'softmax' else '—'} | {f'{sum(d > 0 for d in paired)}/{len(paired)}' if paired else '—'} "
+                     f"| {statistics.mean(r['mean_support'] for r in rs):.1f} |")
+    return "\n".join(lines) + "\n"
 
 
 def seeds_note(records: list[dict]) -> str:
