@@ -97,6 +97,17 @@ def test_missing_data_folder_is_named(tiny_bert, tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_an_empty_split_is_named_not_a_sampler_error(tiny_bert, tmp_path, capsys):
+    d = tmp_path / "sst5_ptb"
+    d.mkdir()
+    (d / "train.txt").write_text("(2 (2 a) (2 film))\n")  # neutral only: the SST-2 view keeps nothing
+    for split in ("dev", "test"):
+        (d / f"{split}.txt").write_text("(3 (2 a) (4 good))\n")
+    assert main(["train", "--task", "sst2-ptb", "--data-dir", str(tmp_path), "--model", str(tiny_bert),
+                 "--output-dir", str(tmp_path / "o")]) == 2
+    assert f"task sst2-ptb: the train split has no examples in {tmp_path}" in capsys.readouterr().err
+
+
 def test_an_unknown_model_name_fails_at_once_naming_it(tmp_path, capsys, monkeypatch):
     t0 = time.time()
     assert main(["train", "--model", "not-a-model", "--output-dir", str(tmp_path / "o")]) == 2  # offline (conftest)

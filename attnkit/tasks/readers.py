@@ -125,9 +125,6 @@ def to_splits(splits: dict[str, list[Example]], with_pair: bool = False) -> data
     return datasets.DatasetDict({name: to_dataset(rows, with_pair) for name, rows in splits.items()})
 
 
-# ----------------------------------------------------------------------------- SST-2 (GLUE)
-
-
 # ----------------------------------------------------------------------------- helpers: tables
 
 def read_table(path: Path, fmt: str, required: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -129,6 +129,10 @@ def train(cfg: TrainConfig) -> dict:
             f"task {cfg.task} needs a train and a validation split; only {', '.join(splits)} found"
             f"{' in ' + str(cfg.data_dir) if cfg.data_dir else ''} (is its train file missing?)"
         )
+    empty = [name for name in ("train", "validation") if len(splits[name]) == 0]
+    if empty:  # e.g. a file of headers or blank lines only, or SST-2 from trees whose sentences are all neutral
+        raise ValueError(f"task {cfg.task}: the {' and '.join(empty)} split{'s' * (len(empty) > 1)} "
+                         f"{'have' if len(empty) > 1 else 'has'} no examples{' in ' + str(cfg.data_dir) if cfg.data_dir else ''}")
     model_path = cfg.model
     lang = model_lemmatize(cfg)
     if lang:
