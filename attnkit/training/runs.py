@@ -15,6 +15,7 @@ import torch
 from transformers import AutoConfig, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
+from attnkit.analysis.explain import plot_curves
 from attnkit.attention.spec import LAM_PARAM
 from attnkit.models.build import check_max_length, check_weights_file, resolve_model
 from attnkit.runfiles import write_json_atomic
@@ -94,8 +95,6 @@ def finished_metrics(cfg: TrainConfig) -> dict | None:
 def finish_run(cfg: TrainConfig, out: Path, history: list[dict], metric: str, title: str) -> None:
     """After a finished run: draw ``curves.{png,svg}`` (training loss and dev ``metric`` from the Trainer's
     ``history``) and remove the checkpoint folders (optimizer state, a copy of model/) unless kept."""
-    from attnkit.analysis.explain import plot_curves
-
     for ext in ("png", "svg"):
         plot_curves(history, out / f"curves.{ext}", metric, title=title)
     if cfg.keep_checkpoints:
