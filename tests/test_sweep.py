@@ -44,7 +44,8 @@ def test_sweep_trains_every_cell_writes_records_and_figures_and_reuses(tiny_bert
     rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in table if line.startswith("| ") and "---" not in line}
     assert list(rows) == ["lam", "softmax", "-2", "0.9"]
     assert rows["-2"][1] == "1, 2"
-    d = [100 * (r["test"] - s["test"]) for r, s in zip([r for r in recs if r["lam"] == 0.9], soft)]
+    soft_by_seed = {s["seed"]: s for s in soft}
+    d = [100 * (r["test"] - soft_by_seed[r["seed"]]["test"]) for r in recs if r["lam"] == 0.9]
     assert rows["0.9"][4] == f"{sum(d) / 2:.1f} ± {abs(d[0] - d[1]) / 2 ** 0.5:.1f}"  # paired by seed
     assert json.loads((out / "softmax_seed1/metrics.json").read_text())["attention"]["attention"] == "softmax"
     assert json.loads((out / "lam-2_seed2/metrics.json").read_text())["attention"]["lam"] == -2.0
@@ -53,6 +54,27 @@ def test_sweep_trains_every_cell_writes_records_and_figures_and_reuses(tiny_bert
     assert main(args) == 0
     assert capsys.readouterr().out.count("finished before, reused") == 6
     assert (out / "lam-2_seed1/metrics.json").stat().st_mtime == mtime
+    # --report-only with a lam never trained: reports the finished cells, trains nothing
+    (out / "sweep.json").unlink()  # as if another process's partial sweep.json had overwritten it: the cells' files count
+    assert main(args[:2] + ["-4"] + args[2:] + ["--report-only"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("not finished, left out (--report-only)") == 2 and text.count("finished before, reused") == 6
+    assert not (out / "lam-4_seed1").exists()
+    assert [(r["lam"], r["seed"]) for r in json.loads((out / "sweep.json").read_text())] == [
+        ("softmax", 1), (-2.0, 1), (0.9, 1), ("softmax", 2), (-2.0, 2), (0.9, 2)]
+    assert "| -4 |" not in (out / "sweep.md").read_text()
+
+
+def test_sweep_report_only_with_no_finished_cell_says_so(tiny_bert, tmp_path, capsys):
+    from conftest import write_tiny_sentiment
+
+    data = write_tiny_sentiment(tmp_path / "data")
+    rc = main(["sweep", "--lams", "-2", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert),
+               "--output-dir", str(tmp_path / "s"), "--report-only"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--report-only: no cell of this sweep has finished in" in err and str(tmp_path / "s") in err
+    assert not (tmp_path / "s/softmax_seed1").exists()
 
 
 def test_sweep_refuses_a_bad_lam_before_training(tiny_bert, tmp_path, capsys):
@@ -100,3 +122,7 @@ def test_sweep_table_pairs_by_seed_and_marks_missing_softmax():
     rows = [line.split(" | ") for line in sweep_table(recs).splitlines() if line.startswith("| -6")]
     # seed 3 has no softmax baseline: it counts in the mean test, not in the paired difference
     assert rows == [["| -6", "1, 2, 3", "50.0 ± 0.0", "73.7 ± 15.6", "0.5 ± 2.1", "1/2", "3.0 |"]]
+    # no softmax cell at all (a sweep cut short, reported with --report-only): lam rows only, no paired column
+    table = sweep_table([rec(-6.0, 1, 0.72)]).splitlines()
+    assert not any(line.startswith("| softmax") for line in table)
+    assert [line.split(" | ") for line in table if line.startswith("| -6")] == [["| -6", "1", "50.0 ± 0.0", "72.0 ± 0.0", "—", "—", "3.0 |"]]

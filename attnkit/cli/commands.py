@@ -143,7 +143,7 @@ def cmd_sweep(a) -> int:
     base = train_config(a)
     base.validate()
     out = Path(a.output_dir)
-    records = run_sweep(base, a.lams, a.seeds, out, view_layer=a.view_layer, view_head=a.view_head)
+    records = run_sweep(base, a.lams, a.seeds, out, view_layer=a.view_layer, view_head=a.view_head, report_only=a.report_only)
     print(f"[attnkit] {len(records)} cells; records in {out / 'sweep.json'}; figures {out / 'sweep.png'}, {out / 'sweep.svg'}, "
           f"{out / 'sweep_attention.png'}")
     return 0

@@ -174,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--seeds", nargs="+", type=int, default=[1, 2], help="seeds (default 1 2)")
     w.add_argument("--view-layer", type=int, default=None, help="layer of the side-by-side attention figure (default the last)")
     w.add_argument("--view-head", type=int, default=0, help="head of the side-by-side attention figure (default 0)")
+    w.add_argument("--report-only", action="store_true",
+                   help="train nothing: write sweep.json/.md and the figures from the cells finished so far in --output-dir")
     add_train_options(w)
     w.set_defaults(output_dir="runs/sweep")
     add_pretrain_parser(sub)

@@ -3,7 +3,9 @@
 Every (lam, seed) cell is a sparsegen-lin fine-tuning run, and every seed also gets a softmax
 baseline trained with the same options. A cell's run folder is ``<out>/lam<lam>_seed<seed>``
 (``<out>/softmax_seed<seed>``); a finished cell (its ``sweep_cell.json``) is reused when the sweep
-is run again, an unfinished one resumes from its checkpoints. Written after every cell:
+is run again, an unfinished one resumes from its checkpoints; ``report_only`` (``--report-only``) trains nothing
+and writes the files below from the cells finished so far (a sweep cut short, or run as several processes, one
+per seed, into the same folder). Written after every cell:
 
     <out>/sweep.json            a record per cell: lam (or "softmax"), seed, dev and test main metric,
                                 mean non-zeros per attention row on dev (and per layer)
@@ -134,8 +136,10 @@ def run_cell(base: TrainConfig, cell: Cell, out: Path) -> dict:
 
 
 def run_sweep(base: TrainConfig, lams: list[float], seeds: list[int], out_dir: str | Path, *,
-              view_layer: int | None = None, view_head: int = 0, log: Callable[[str], None] = print) -> list[dict]:
-    """Train (or reuse) every cell, writing sweep.json and the figures after each; returns the records."""
+              view_layer: int | None = None, view_head: int = 0, report_only: bool = False,
+              log: Callable[[str], None] = print) -> list[dict]:
+    """Train (or reuse) every cell, writing sweep.json and the figures after each; returns the records.
+    ``report_only``: train nothing, report the finished cells (an error if there are none)."""
     if is_qa_task(base.task):
         raise ValueError(f"attnkit sweep takes a classification task; {base.task} is span QA")
     if not lams or not seeds:
@@ -155,19 +159,34 @@ def run_sweep(base: TrainConfig, lams: list[float], seeds: list[int], out_dir: s
             rec = json.loads(done.read_text()) if done.is_file() else earlier[key]
             _check_same(rec, base, f"sweep cell {cell.name} in {out}")
             log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): finished before, reused")
+        elif report_only:
+            log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): not finished, left out (--report-only)")
+            continue
         else:
             log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): training in {out / cell.name}")
             rec = run_cell(base, cell, out)
             write_json_atomic(done, rec)
         records.append(rec)
+        if not report_only:
+            _write_reports(base, records, out)
         summary = f"dev {rec['metric']} {rec['dev']:.4f}" + ("" if rec["test"] is None else f", test {rec['test']:.4f}")
         log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): {summary}, mean support {rec['mean_support']:.2f}")
-        write_json_atomic(out / "sweep.json", records)
-        write_text_atomic(out / "sweep.md", sweep_table(records, title=f"{base.task}: sparsegen-lin against lam"))
-        for ext in ("png", "svg"):
-            plot_sweep(records, out / f"sweep.{ext}", title=f"{base.task}: sparsegen-lin against lam")
+    if not records:
+        raise ValueError(f"--report-only: no cell of this sweep has finished in {out} (a finished cell has its "
+                         "sweep_cell.json, or a record in sweep.json)")
+    if report_only:
+        _write_reports(base, records, out)
     plot_sweep_attention(base, records, out / "sweep_attention.png", layer=view_layer, head=view_head)
     return records
+
+
+def _write_reports(base: TrainConfig, records: list[dict], out: Path) -> None:
+    """sweep.json, sweep.md and sweep.{png,svg} of the records so far."""
+    title = f"{base.task}: sparsegen-lin against lam"
+    write_json_atomic(out / "sweep.json", records)
+    write_text_atomic(out / "sweep.md", sweep_table(records, title=title))
+    for ext in ("png", "svg"):
+        plot_sweep(records, out / f"sweep.{ext}", title=title)
 
 
 def _by_lam(records: list[dict], field: str) -> tuple[list[float], list[float], list[float]]:
@@ -197,6 +216,8 @@ def sweep_table(records: list[dict], title: str = "") -> str:
              "|---|---|---|---|---|---|---|"]
     for lam in ["softmax"] + sorted({r["lam"] for r in records if r["lam"] != "softmax"}):
         rs = sorted((r for r in records if r["lam"] == lam), key=lambda r: r["seed"])
+        if not rs:  # no softmax cell finished yet (--report-only on a sweep cut short)
+            continue
         tests = [100 * r["test"] for r in rs if r["test"] is not None]
         paired = [100 * (r["test"] - soft[r["seed"]]["test"]) for r in rs
                   if lam != "softmax" and r["seed"] in soft and r["test"] is not None and soft[r["seed"]]["test"] is not None]
