@@ -33,15 +33,12 @@ import time
 from pathlib import Path
 
 from attnkit.runfiles import write_text_atomic
+from attnkit.training.config import PAPER_EPOCHS, PAPER_LAM
 
 ROOT = Path(__file__).resolve().parent.parent
-PAPER = {  # task: (lam, epochs) — METHODS.md §1 / the SSAF paper's Table 2 settings
-    "sentube-auto": (-6.0, 5),
-    "sentube-tablets": (-4.0, 6),
-    "semeval2013": (-3.0, 8),
-    "sst2-ptb": (-4.0, 4),  # GLUE's sst2 has no test labels: the same sentences from the SST trees have them
-    "sst5-phrases": (-3.0, 4),
-}
+#: Table 2's sets in its order; each runs at the paper's lam and epochs (config.PAPER_LAM, PAPER_EPOCHS: METHODS.md §1).
+#: sst2-ptb: GLUE's sst2 has no test labels, the same sentences from the SST trees have them
+TASKS = ("sentube-auto", "sentube-tablets", "semeval2013", "sst2-ptb", "sst5-phrases")
 #: the SSAF paper's reported accuracy (BERT-base), softmax -> SSAF, as restated in ../shared/METHODS.md §1
 PAPER_TABLE = {"sentube-auto": (70.3, 72.4), "sentube-tablets": (73.3, 75.0), "semeval2013": (76.2, 77.3),
                "sst2-ptb": (93.5, 94.7), "sst5-phrases": (55.2, 56.2)}
@@ -56,7 +53,7 @@ PAPER_NP = {"sentube-auto": (66.8, 68.1), "sst2-ptb": (85.2, 86.4)}
 
 def method_settings(method: str, task: str, a) -> dict:
     """TrainConfig fields of one method on one task."""
-    lam, epochs = PAPER[task]
+    lam, epochs = PAPER_LAM[task], PAPER_EPOCHS[task]
     scratch = "Np" in method
     base = dict(attention="softmax" if method in ("softmax", "Np") else "sparsegen-lin", lam=lam,
                 from_scratch=scratch, epochs=a.np_epochs if scratch else epochs, lr=a.np_lr if scratch else a.lr,
@@ -191,8 +188,8 @@ def _ms(xs: list[float]) -> str:
     return f"{statistics.mean(xs):.1f} ± {sd:.1f}"
 
 
-def verdict(diffs: list[float], paper_diff: float) -> str:
-    """Against the paper's claim that SSAF beats softmax (paper_diff > 0)."""
+def verdict(diffs: list[float]) -> str:
+    """Against the paper's claim that SSAF beats softmax: the sign of the mean paired difference against 2 standard errors."""
     if len(diffs) < 2:
         return "too few seeds"
     mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
@@ -208,7 +205,7 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
     by = {}
     for r in recs:
         by.setdefault((r["task"], r["method"]), {})[r["seed"]] = r
-    tasks = [t for t in PAPER if any(k[0] == t for k in by)]
+    tasks = [t for t in TASKS if any(k[0] == t for k in by)]
     methods_order = ["softmax", "SSAF", "SSAF+learned-lam", "SSAF+learned-lam-fast", "SSAF+lam-warmup", "Np", "SSAF(Np)"]
     sparse = [m for m in methods_order if m.startswith("SSAF") and "Np" not in m]
     lines = [
@@ -250,6 +247,7 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
         "Test accuracy of a method minus softmax's on the same seed (same data order and head initialisation), in points;",
         "verdict against the paper's claim that SSAF beats softmax: **holds** if the mean difference is positive and more than",
         "two standard errors from zero, **reversed** if it is negative by more than two standard errors, else **within noise**.",
+        "The pooled row is a simple pool: every (set, seed) pair of the sets above as one sample, each pair weighing the same.",
         "",
         "| task | method | paper (BERT-base, METHODS.md): softmax → SSAF | paired diff (test) | seeds won | verdict |",
         "|---|---|---|---|---|---|",
@@ -263,9 +261,9 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
                 continue
             d = [100 * (cell[s]["test_accuracy"] - soft[s]["test_accuracy"]) for s in seeds]
             p = PAPER_TABLE.get(t)
-            ptxt = f"{p[0]} → {p[1]} (+{p[1] - p[0]:.1f})" if p else "—"
+            ptxt = f"{p[0]} → {p[1]} ({p[1] - p[0]:+.1f})" if p else "—"
             won = sum(x > 0 for x in d)
-            lines.append(f"| {t} | {meth} − softmax | {ptxt} | {_ms(d)} | {won}/{len(d)} | {verdict(d, p[1] - p[0] if p else 0)} |")
+            lines.append(f"| {t} | {meth} − softmax | {ptxt} | {_ms(d)} | {won}/{len(d)} | {verdict(d)} |")
     pooled, pooled_tasks = [], []  # SSAF − softmax over every (set, seed) pair: the toolkit's one-line answer
     for t in tasks:
         soft, cell = by.get((t, "softmax"), {}), by.get((t, "SSAF"), {})
@@ -275,8 +273,8 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
             pooled_tasks.append(t)
     if len(pooled_tasks) > 1:
         gains = [PAPER_TABLE[t][1] - PAPER_TABLE[t][0] for t in pooled_tasks]
-        lines.append(f"| all {len(pooled_tasks)} sets pooled ({len(pooled)} pairs) | SSAF − softmax | mean +{statistics.mean(gains):.1f} "
-                     f"| {_ms(pooled)} | {sum(x > 0 for x in pooled)}/{len(pooled)} | {verdict(pooled, 1)} |")
+        lines.append(f"| all {len(pooled_tasks)} sets pooled ({len(pooled)} pairs) | SSAF − softmax | mean {statistics.mean(gains):+.1f} "
+                     f"| {_ms(pooled)} | {sum(x > 0 for x in pooled)}/{len(pooled)} | {verdict(pooled)} |")
     remedy_rows = []
     for t in tasks:
         base = by.get((t, "SSAF"), {})
@@ -291,7 +289,7 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
     if seeds:
         d = [100 * (np_ssaf[s]["test_accuracy"] - np_soft[s]["test_accuracy"]) for s in seeds]
         p = PAPER_NP["sentube-auto"]
-        lines.append(f"| sentube-auto | SSAF(Np) − Np | {p[0]} → {p[1]} (+{p[1] - p[0]:.1f}) | {_ms(d)} | {sum(x > 0 for x in d)}/{len(d)} | {verdict(d, 1)} |")
+        lines.append(f"| sentube-auto | SSAF(Np) − Np | {p[0]} → {p[1]} ({p[1] - p[0]:+.1f}) | {_ms(d)} | {sum(x > 0 for x in d)}/{len(d)} | {verdict(d)} |")
     if remedy_rows:
         lines += ["", "## Remedies against plain SSAF", "",
                   "Does a remedy close the gap? Test accuracy of the remedy minus plain SSAF's on the same seed, in points.", "",
@@ -304,7 +302,7 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasks", nargs="+", default=["sentube-auto", "sentube-tablets", "semeval2013"], choices=list(PAPER))
+    ap.add_argument("--tasks", nargs="+", default=["sentube-auto", "sentube-tablets", "semeval2013"], choices=TASKS)
     ap.add_argument("--methods", nargs="+", default=["softmax", "SSAF"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     ap.add_argument("--model", default="minilm")
@@ -331,7 +329,7 @@ def main():
     if a.fill_from_runs:
         print("filled:", ", ".join(fill_from_runs(path, Path(a.work_dir))) or "nothing")
     if a.render_only or a.fill_from_runs:
-        md.write_text(render(read_records(path), trunc))
+        write_text_atomic(md, render(read_records(path), trunc))
         print(md.read_text())
         return
     for task in a.tasks:
@@ -339,7 +337,7 @@ def main():
             with locked(trunc_path):
                 cur = json.loads(trunc_path.read_text()) if trunc_path.is_file() else {}
                 cur[task] = round(truncated_share(task, a.data_dir, a.max_length), 4)
-                trunc_path.write_text(json.dumps(cur, indent=1) + "\n")
+                write_text_atomic(trunc_path, json.dumps(cur, indent=1) + "\n")
                 trunc = cur
         for seed in a.seeds:  # seed-major: a paired comparison is ready after each seed
             for method in a.methods:
@@ -350,7 +348,7 @@ def main():
                 rec = run_cell(task, method, seed, a)
                 add_record(path, rec)
                 with locked(path):
-                    md.write_text(render(read_records(path), trunc))
+                    write_text_atomic(md, render(read_records(path), trunc))
                 print(f"[table2] {task} {method} seed {seed}: dev {rec['dev_accuracy']:.4f} test {rec['test_accuracy']:.4f} "
                       f"({rec['train_seconds'] / 60:.1f} min)", flush=True)
     print(md.read_text() if md.is_file() else "")

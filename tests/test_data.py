@@ -198,11 +198,12 @@ def test_sst5_phrases(tmp_path):
 def test_sst2_from_trees_drops_neutral_and_labels_test(tmp_path):
     neutral = "(2 (2 It) (2 is))"
     very_negative = "(0 (0 awful) (2 film))"
+    very_positive = "(4 (4 superb) (2 film))"
     t = load_task("sst2-ptb", sst5_dir(tmp_path, TREE + "\n" + neutral + "\n" + TREE2 + "\n",
-                                       dev=neutral + "\n" + very_negative + "\n"))
+                                       dev=neutral + "\n" + very_negative + "\n" + very_positive + "\n"))
     assert t.label_names == ["negative", "positive"]
     assert rows(t, "train") == [(TREE_TEXT, 1), ("bad It is", 0)]  # sentences only, the neutral one left out
-    assert rows(t, "validation") == [("awful film", 0)]
+    assert rows(t, "validation") == [("awful film", 0), ("superb film", 1)]  # 0/1 -> negative, 3/4 -> positive
     assert rows(t, "test") == [(TREE_TEXT, 1)]  # labelled, unlike GLUE's test
 
 
@@ -513,7 +514,7 @@ def test_real_sst2_from_trees_is_glue_sst2_with_test_labels():
     assert {t.lower(): y for t, y in rows(trees, "validation")} == glue_dev
     assert collections.Counter(trees.splits["test"]["label"]) == {0: 912, 1: 909}
     glue_test = {t.lower() for t in glue.splits["test"]["text"]}
-    assert sum(t.lower() in glue_test for t in trees.splits["test"]["text"]) >= 1815  # 6 differ in PTB escapes
+    assert sum(t.lower() in glue_test for t in trees.splits["test"]["text"]) == 1815  # 6 differ in PTB escapes
 
 
 @pytest.mark.shared_data

@@ -103,9 +103,11 @@ def test_an_empty_split_is_named_not_a_sampler_error(tiny_bert, tmp_path, capsys
     (d / "train.txt").write_text("(2 (2 a) (2 film))\n")  # neutral only: the SST-2 view keeps nothing
     for split in ("dev", "test"):
         (d / f"{split}.txt").write_text("(3 (2 a) (4 good))\n")
+    (tmp_path / "o/checkpoint-5").mkdir(parents=True)  # an earlier run's checkpoint: --no-resume must not move it aside
     assert main(["train", "--task", "sst2-ptb", "--data-dir", str(tmp_path), "--model", str(tiny_bert),
-                 "--output-dir", str(tmp_path / "o")]) == 2
+                 "--output-dir", str(tmp_path / "o"), "--no-resume"]) == 2
     assert f"task sst2-ptb: the train split has no examples in {tmp_path}" in capsys.readouterr().err
+    assert (tmp_path / "o/checkpoint-5").is_dir() and not (tmp_path / "o/.replaced-checkpoint-5").exists()
 
 
 def test_an_unknown_model_name_fails_at_once_naming_it(tmp_path, capsys, monkeypatch):
@@ -196,3 +198,36 @@ def test_threads_option(tiny_bert, data, tmp_path, capsys, monkeypatch):
     assert seen == [1]
     assert main(["predict", "--model", str(tmp_path / "o"), "--threads", "0", "x"]) == 2
     assert "--threads 0" in capsys.readouterr().err
+
+
+def test_a_figure_that_cannot_be_drawn_does_not_fail_a_finished_run(tmp_path, monkeypatch, caplog):
+    import attnkit.training.runs as runs
+    from attnkit.training.config import TrainConfig
+
+    def broken(*a, **k):
+        raise RuntimeError("no backend")
+
+    monkeypatch.setattr(runs, "plot_curves", broken)
+    (tmp_path / "checkpoint-4").mkdir()
+    with caplog.at_level("WARNING", logger="attnkit"):
+        runs.finish_run(TrainConfig(output_dir=str(tmp_path)), tmp_path, [], "accuracy", title="t")
+    assert not (tmp_path / "checkpoint-4").exists()  # the checkpoints go all the same
+    assert f"could not draw {tmp_path / 'curves.png'}: RuntimeError: no backend" in caplog.text
+
+
+@pytest.mark.parametrize("cmd", [["explain", "a film"], ["layer-weights"], ["words"]])
+def test_a_figure_output_that_is_not_png_or_svg_is_refused_before_the_model_loads(cmd, tiny_bert, tmp_path, capsys):
+    # a bare encoder, which these commands would refuse once loaded: the output's suffix is checked first
+    assert main([*cmd, "--model", str(tiny_bert), "--output", str(tmp_path / "a.pdf")]) == 2
+    err = capsys.readouterr().err
+    assert f"--output {tmp_path / 'a.pdf'}: the" in err and "file must end in .png or .svg" in err
+
+
+def test_plot_hans_refuses_a_file_that_is_not_png_or_svg(tmp_path):
+    from attnkit.analysis.explain import plot_hans
+
+    report = {"n": 2, "accuracy": 0.5, "heuristic": {"lexical_overlap": {"entailment": 1.0, "non-entailment": 0.0}}}
+    with pytest.raises(ValueError, match=r"HANS plot file must end in \.png or \.svg, got 'h\.pdf'"):
+        plot_hans(report, tmp_path / "h.pdf")
+    assert not (tmp_path / "h.pdf").exists()
+    assert plot_hans(report, tmp_path / "h.svg").stat().st_size > 0

@@ -237,7 +237,7 @@ def save_figure(fig, path: str | Path) -> Path:
 def plot_hans(report: dict[str, Any], path: str | Path, title: str = "") -> Path:
     """Grouped bars like SesameBERT's Figure 3: accuracy per heuristic, entailment vs non-entailment."""
     plt = pyplot()
-
+    path = figure_path(path, "HANS plot")
     heur = list(report["heuristic"])
     x = np.arange(len(heur))
     fig, ax = plt.subplots(figsize=(6, 3.5))

@@ -39,6 +39,12 @@ from attnkit.training.sweep import run_sweep
 # ----------------------------------------------------------------------------- settings from arguments
 
 
+def _figure_output(value: str, what: str) -> None:
+    """Refuse an --output that is not a PNG or SVG file before any model is loaded."""
+    if Path(value).suffix.lower() not in FIGURE_SUFFIXES:
+        raise UserError(f"--output {value}: the {what} file must end in .png or .svg")
+
+
 def train_config(a) -> TrainConfig:
     """The TrainConfig of ``attnkit train``'s (or ``sweep``'s) arguments."""
     return TrainConfig(
@@ -318,8 +324,7 @@ def cmd_predict(a) -> int:
 
 
 def cmd_explain(a) -> int:
-    if Path(a.output).suffix.lower() not in FIGURE_SUFFIXES:
-        raise UserError(f"--output {a.output}: the heatmap file must end in .png or .svg")
+    _figure_output(a.output, "heatmap")
     if a.html and Path(a.html).suffix.lower() not in (".html", ".htm"):
         raise UserError(f"--html {a.html}: the page file must end in .html")
     _, model, tok = load_for_inference(a.model, qa_ok=True)
@@ -346,8 +351,7 @@ def cmd_explain(a) -> int:
 
 
 def cmd_layer_weights(a) -> int:
-    if Path(a.output).suffix.lower() not in FIGURE_SUFFIXES:
-        raise UserError(f"--output {a.output}: the chart file must end in .png or .svg")
+    _figure_output(a.output, "chart")
     d, model, tok, task, data, ds = _model_and_split(a)
     ds = ds.select(range(min(a.max_samples, len(ds))))
     pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
@@ -381,8 +385,7 @@ def cmd_pretrain(a) -> int:
 
 
 def cmd_words(a) -> int:
-    if Path(a.output).suffix.lower() not in FIGURE_SUFFIXES:
-        raise UserError(f"--output {a.output}: the chart file must end in .png or .svg")
+    _figure_output(a.output, "chart")
     if a.top < 1 or a.min_count < 1:
         raise UserError(f"--top and --min-count must be positive (got {a.top}, {a.min_count})")
     d, model, tok, task, data, ds = _model_and_split(a)

@@ -122,7 +122,6 @@ def train(cfg: TrainConfig) -> dict:
     spec = cfg.spec()
     head = cfg.head()
     data = load_task(cfg.task, cfg.data_dir)
-    prepare_output(cfg, out)  # after the data: a missing file is the first thing to hear about
     splits = data.splits
     if "train" not in splits or "validation" not in splits:
         raise FileNotFoundError(
@@ -133,6 +132,7 @@ def train(cfg: TrainConfig) -> dict:
     if empty:  # e.g. a file of headers or blank lines only, or SST-2 from trees whose sentences are all neutral
         raise ValueError(f"task {cfg.task}: the {' and '.join(empty)} split{'s' * (len(empty) > 1)} "
                          f"{'have' if len(empty) > 1 else 'has'} no examples{' in ' + str(cfg.data_dir) if cfg.data_dir else ''}")
+    prepare_output(cfg, out)  # after the data checks: a run that cannot start leaves an earlier run's folder as it was
     model_path = cfg.model
     lang = model_lemmatize(cfg)
     if lang:

@@ -94,14 +94,17 @@ def finished_metrics(cfg: TrainConfig) -> dict | None:
 
 def finish_run(cfg: TrainConfig, out: Path, history: list[dict], metric: str, title: str) -> None:
     """After a finished run: draw ``curves.{png,svg}`` (training loss and dev ``metric`` from the Trainer's
-    ``history``) and remove the checkpoint folders (optimizer state, a copy of model/) unless kept."""
+    ``history``) and remove the checkpoint folders (optimizer state, a copy of model/) unless kept. The model and
+    metrics are saved by then: a figure that cannot be drawn is a warning, not a failed run."""
+    if not cfg.keep_checkpoints:
+        for c in out.glob("checkpoint-*"):
+            if c.is_dir():
+                shutil.rmtree(c, ignore_errors=True)
     for ext in ("png", "svg"):
-        plot_curves(history, out / f"curves.{ext}", metric, title=title)
-    if cfg.keep_checkpoints:
-        return
-    for c in out.glob("checkpoint-*"):
-        if c.is_dir():
-            shutil.rmtree(c, ignore_errors=True)
+        try:
+            plot_curves(history, out / f"curves.{ext}", metric, title=title)
+        except Exception as e:  # noqa: BLE001 - a plotting backend's error must not undo a finished run
+            log.warning("could not draw %s: %s: %s (the model and metrics.json are saved)", out / f"curves.{ext}", type(e).__name__, e)
 
 
 def same_paths(d: dict) -> dict:
