@@ -89,9 +89,12 @@ def main():
                 key = m.get("main_metric", "accuracy")
                 print(f"[bench] {task} {method} seed {seed}: dev {key} {m['validation'][key]:.4f} test {m.get('test', {}).get(key, float('nan')):.4f}", flush=True)
 
+    small = a.max_train_samples is not None or (a.epochs is not None and any(a.epochs < PAPER_EPOCHS.get(t, 0) for t in a.tasks))
     lines = [
         f"# SSAF vs softmax fine-tuning ({a.model})",
         "",
+        *(["**A small budget, not the SSAF paper's** (fewer epochs or training examples than the paper's; the paper's "
+           "budget: `benchmarks/ssaf_table2.py`, `benchmarks/results/ssaf_table2.md`).", ""] if small else []),
         f"Command: `python benchmarks/accuracy.py {' '.join(sys.argv[1:])}`  ",
         f"Date: {dt.date.today().isoformat()}; machine: {platform.machine()}, {torch.get_num_threads()} threads; "
         f"torch {torch.__version__}, transformers {transformers.__version__}.  ",
