@@ -231,3 +231,18 @@ def test_plot_hans_refuses_a_file_that_is_not_png_or_svg(tmp_path):
         plot_hans(report, tmp_path / "h.pdf")
     assert not (tmp_path / "h.pdf").exists()
     assert plot_hans(report, tmp_path / "h.svg").stat().st_size > 0
+
+
+@pytest.mark.parametrize("attention", [["--attention", "softmax"], ["--attention", "sparsegen-lin", "--lam", "-2"]])
+def test_the_same_seed_trains_the_same_model_bit_for_bit(attention, tiny_bert, data, tmp_path):
+    from safetensors.torch import load_file
+
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for out in runs:
+        assert main(args(tiny_bert, data, out, "--max-steps", "6", "--eval-steps", "3", "--seed", "3", *attention)) == 0
+    a, b = (load_file(str(out / "model/model.safetensors")) for out in runs)
+    assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+    ma, mb = (json.loads((out / "metrics.json").read_text()) for out in runs)
+    untimed = lambda d: {k: v for k, v in d.items() if "runtime" not in k and "per_second" not in k}  # noqa: E731
+    assert untimed(ma["validation"]) == untimed(mb["validation"])
+    assert [untimed(h) for h in ma["log_history"]] == [untimed(h) for h in mb["log_history"]]
