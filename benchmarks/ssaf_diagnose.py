@@ -37,7 +37,8 @@ from attnkit.models.build import build_classifier, load_model, load_tokenizer
 from attnkit.tasks import load_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.ssaf_table2 import PAPER  # noqa: E402
+from attnkit.training.config import PAPER_LAM  # noqa: E402
+from benchmarks.ssaf_table2 import TASKS  # noqa: E402
 from benchmarks.support import recorded_scores  # noqa: E402
 
 SCAN = (-12.0, -8.0, -6.0, -4.0, -3.0, -2.0, -1.0, 0.0)
@@ -95,7 +96,7 @@ def head_size_scaling(pairs, rows, heads: int, trials: int = 8, seed: int = 0) -
         ratios.append(round(float(np.mean(halves)) / s_full, 4))
     r = float(np.mean(ratios))
     return {"head_size": d, "score_std_per_layer": full, "half_over_full_per_layer": ratios, "half_over_full": round(r, 4),
-            "paper_lam_on_64_dims_as_minilm_lam": {str(lam): round(1 - r * (1 - lam), 2) for lam, _ in PAPER.values()}}
+            "paper_lam_on_64_dims_as_minilm_lam": {str(lam): round(1 - r * (1 - lam), 2) for lam in (PAPER_LAM[t] for t in TASKS)}}
 
 
 def row_mean(x: torch.Tensor, rows: torch.Tensor) -> np.ndarray:
@@ -186,7 +187,7 @@ def plot(res: dict, path: Path) -> Path:
     a.plot(xs, [r["mass_kept"] for r in scan], "o-", label="softmax mass kept")
     a.plot(xs, [r["total_variation"] for r in scan], "s-", label="total variation")
     a.plot(xs, [r["support_share"] for r in scan], "^-", label="support / length")
-    for t, (tl, _) in PAPER.items():
+    for tl in {PAPER_LAM[t] for t in TASKS}:
         a.axvline(tl, color="grey", ls=":", lw=0.8)
     a.axvline(lam, color="red", ls="--", lw=1, label=f"{res['task']} lam")
     a.set_xlabel("lam")
@@ -223,7 +224,7 @@ def plot(res: dict, path: Path) -> Path:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--task", default="semeval2013", choices=sorted(PAPER))
+    ap.add_argument("--task", default="semeval2013", choices=sorted(TASKS))
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--runs", default="runs", help="folder of the Table 2 run folders (TASK__SSAF__sN/model)")
     ap.add_argument("--table", default="benchmarks/results/ssaf_table2.json")
@@ -232,7 +233,7 @@ def main():
     ap.add_argument("--out", default=None, help="output stem (default benchmarks/results/ssaf_diagnose_TASK)")
     a = ap.parse_args()
     out = Path(a.out or f"benchmarks/results/ssaf_diagnose_{a.task}")
-    lam = PAPER[a.task][0]
+    lam = PAPER_LAM[a.task]
     texts = list(load_task(a.task, a.data_dir).splits["validation"]["text"])[: a.sentences]
 
     scores, h_soft, rows, pairs, heads = pretrained_scores(texts, a.max_length)
