@@ -246,3 +246,12 @@ def test_the_same_seed_trains_the_same_model_bit_for_bit(attention, tiny_bert, d
     untimed = lambda d: {k: v for k, v in d.items() if "runtime" not in k and "per_second" not in k}  # noqa: E731
     assert untimed(ma["validation"]) == untimed(mb["validation"])
     assert [untimed(h) for h in ma["log_history"]] == [untimed(h) for h in mb["log_history"]]
+
+
+def test_no_resume_moves_checkpoints_aside_only_once_training_can_start(tiny_bert, data, tmp_path, capsys):
+    out = tmp_path / "o"
+    (out / "checkpoint-5").mkdir(parents=True)  # an earlier run's checkpoint
+    # --max-length beyond the model's positions fails after the data and resume checks, before training
+    assert main(args(tiny_bert, data, out, "--max-steps", "2", "--no-resume", "--max-length", "100000")) == 2
+    assert "100000" in capsys.readouterr().err
+    assert (out / "checkpoint-5").is_dir() and not (out / ".replaced-checkpoint-5").exists()

@@ -26,7 +26,7 @@ from attnkit.tasks.lemmas import lemmatize_splits, lemmatizer
 from attnkit.tasks.metrics import MAIN_METRIC, predictions_of, task_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
 from attnkit.training.pretrain import init_mini_checkpoint
-from attnkit.training.runs import AttnkitTrainer, check_length, finish_run, finished_metrics, fit, prepare_output, strip_prefix, subsample, training_arguments
+from attnkit.training.runs import AttnkitTrainer, check_length, check_resume, finish_run, finished_metrics, fit, prepare_output, strip_prefix, subsample, training_arguments
 from attnkit.training.span_qa import train_qa
 
 log = logging.getLogger("attnkit")
@@ -132,7 +132,7 @@ def train(cfg: TrainConfig) -> dict:
     if empty:  # e.g. a file of headers or blank lines only, or SST-2 from trees whose sentences are all neutral
         raise ValueError(f"task {cfg.task}: the {' and '.join(empty)} split{'s' * (len(empty) > 1)} "
                          f"{'have' if len(empty) > 1 else 'has'} no examples{' in ' + str(cfg.data_dir) if cfg.data_dir else ''}")
-    prepare_output(cfg, out)  # after the data checks: a run that cannot start leaves an earlier run's folder as it was
+    check_resume(cfg, out)  # checkpoints of other settings stop the run now; the folder changes only when training starts
     model_path = cfg.model
     lang = model_lemmatize(cfg)
     if lang:
@@ -174,6 +174,7 @@ def train(cfg: TrainConfig) -> dict:
     )
     if spec.is_sparse:  # a first run compiles the CPU kernel here (and says so), not inside the first step's ETA
         kernels.cpu_kernel()
+    prepare_output(cfg, out)  # everything before training worked: only now --no-resume moves checkpoints aside
     train_result = fit(trainer, cfg)
     history = list(trainer.state.log_history)  # every logged loss and per-epoch dev metric (checkpoints go at the end)
 

@@ -120,12 +120,33 @@ def _comparable(cfg_dict: dict, free: tuple = _RESUME_FREE) -> dict:
     return same_paths({k: v for k, v in cfg_dict.items() if k not in free and k in TrainConfig.__dataclass_fields__})
 
 
-def prepare_output(cfg: TrainConfig, out: Path) -> None:
-    """Check a run folder before training: resume only a run made with the same settings.
+def check_resume(cfg: TrainConfig, out: Path) -> None:
+    """Stop before any work if ``out`` holds checkpoints of a run with other settings (unless ``cfg.resume`` is off):
+    the message names the differences. Changes nothing in ``out``."""
+    ckpts = sorted(p for p in out.glob("checkpoint-*") if p.is_dir())
+    if not ckpts or not cfg.resume:
+        return
+    saved = out / "run_config.json"
+    if saved.is_file():
+        old, new = _comparable(json.loads(saved.read_text())), _comparable(asdict(cfg))
+        diffs = [f"{k}: {old[k]!r} there, {new[k]!r} now" for k in sorted(new) if k in old and old[k] != new[k]]
+    else:  # a run of an older attnkit: compare the attention its checkpoints were trained with
+        cfg_file = Path(get_last_checkpoint(str(out)) or ckpts[-1]) / "config.json"
+        stored = json.loads(cfg_file.read_text()).get("attnkit") if cfg_file.is_file() else None
+        now = cfg.spec().to_dict()
+        diffs = [] if stored is None else [f"{k}: {stored.get(k)!r} there, {now[k]!r} now" for k in now if stored.get(k, now[k]) != now[k]]
+    if diffs:
+        raise ValueError(
+            f"{out} holds checkpoints of a run with other settings ({'; '.join(diffs)}): rerun with the same "
+            "settings to resume it, add --no-resume to start afresh there, or pick another --output-dir"
+        )
 
-    Checkpoints of a run with other settings stop the run with a message naming the differences;
-    ``cfg.resume = False`` moves earlier checkpoints aside (``.replaced-checkpoint-N``) and starts afresh.
-    """
+
+def prepare_output(cfg: TrainConfig, out: Path) -> None:
+    """Make a run folder ready, once everything before training has worked: resume only a run made with the same
+    settings (``check_resume``); ``cfg.resume = False`` moves earlier checkpoints aside (``.replaced-checkpoint-N``)
+    and starts afresh; writes ``run_config.json``."""
+    check_resume(cfg, out)
     ckpts = sorted(p for p in out.glob("checkpoint-*") if p.is_dir())
     if ckpts and not cfg.resume:
         for c in ckpts:
@@ -133,21 +154,6 @@ def prepare_output(cfg: TrainConfig, out: Path) -> None:
             shutil.rmtree(aside, ignore_errors=True)
             os.replace(c, aside)
         log.warning("--no-resume: %d earlier checkpoint(s) in %s moved aside (.replaced-checkpoint-N)", len(ckpts), out)
-    elif ckpts:
-        saved = out / "run_config.json"
-        if saved.is_file():
-            old, new = _comparable(json.loads(saved.read_text())), _comparable(asdict(cfg))
-            diffs = [f"{k}: {old[k]!r} there, {new[k]!r} now" for k in sorted(new) if k in old and old[k] != new[k]]
-        else:  # a run of an older attnkit: compare the attention its checkpoints were trained with
-            cfg_file = Path(get_last_checkpoint(str(out)) or ckpts[-1]) / "config.json"
-            stored = json.loads(cfg_file.read_text()).get("attnkit") if cfg_file.is_file() else None
-            now = cfg.spec().to_dict()
-            diffs = [] if stored is None else [f"{k}: {stored.get(k)!r} there, {now[k]!r} now" for k in now if stored.get(k, now[k]) != now[k]]
-        if diffs:
-            raise ValueError(
-                f"{out} holds checkpoints of a run with other settings ({'; '.join(diffs)}): rerun with the same "
-                "settings to resume it, add --no-resume to start afresh there, or pick another --output-dir"
-            )
     if int(os.environ.get("RANK", "0")) == 0:
         write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": cfg.spec().to_dict(), "head_spec": cfg.head().to_dict()})
 

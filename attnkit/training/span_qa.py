@@ -13,7 +13,7 @@ from attnkit.models.build import build_qa_model, load_tokenizer, save_checkpoint
 from attnkit.runfiles import write_json_atomic
 from attnkit.tasks.squad import QA_TASKS, best_spans, featurize, load_squad, squad_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
-from attnkit.training.runs import AttnkitTrainer, check_length, finish_run, fit, prepare_output, strip_prefix, subsample, training_arguments
+from attnkit.training.runs import AttnkitTrainer, check_length, check_resume, finish_run, fit, prepare_output, strip_prefix, subsample, training_arguments
 
 
 def train_qa(cfg: TrainConfig) -> dict:
@@ -25,9 +25,9 @@ def train_qa(cfg: TrainConfig) -> dict:
     spec = cfg.spec()
     stride = cfg.max_length // 3 if cfg.doc_stride is None else cfg.doc_stride
     splits = load_squad(cfg.data_dir)
-    prepare_output(cfg, out)  # after the data: a missing file is the first thing to hear about
     if "train" not in splits or "validation" not in splits:
         raise FileNotFoundError(f"task {cfg.task} needs a train and a validation file; found {', '.join(splits)}")
+    check_resume(cfg, out)  # checkpoints of other settings stop the run now; the folder changes only when training starts
     tokenizer = load_tokenizer(cfg.model)
     check_length(cfg, cfg.model)
     tokenizer.padding_side = "right"  # labels are token positions counted from the left
@@ -51,6 +51,7 @@ def train_qa(cfg: TrainConfig) -> dict:
     args = training_arguments(cfg, out, "f1", label_names=["start_positions", "end_positions"])
     trainer = AttnkitTrainer(model=model, args=args, lam_lr=cfg.lam_lr, train_dataset=train_ds, eval_dataset=dev_ds,
                       data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer, compute_metrics=compute)
+    prepare_output(cfg, out)  # everything before training worked: only now --no-resume moves checkpoints aside
     result = fit(trainer, cfg)
     history = list(trainer.state.log_history)  # every logged loss and per-epoch dev metric
     dev = trainer.evaluate(dev_ds, metric_key_prefix="eval")
