@@ -215,12 +215,13 @@ def test_a_figure_that_cannot_be_drawn_does_not_fail_a_finished_run(tmp_path, mo
     assert f"could not draw {tmp_path / 'curves.png'}: RuntimeError: no backend" in caplog.text
 
 
-@pytest.mark.parametrize("cmd", [["explain", "a film"], ["layer-weights"], ["words"]])
-def test_a_figure_output_that_is_not_png_or_svg_is_refused_before_the_model_loads(cmd, tiny_bert, tmp_path, capsys):
-    # a bare encoder, which these commands would refuse once loaded: the output's suffix is checked first
-    assert main([*cmd, "--model", str(tiny_bert), "--output", str(tmp_path / "a.pdf")]) == 2
+@pytest.mark.parametrize("cmd,flag", [(["explain", "a film"], "--output"), (["layer-weights"], "--output"),
+                                      (["words"], "--output"), (["evaluate", "--task", "hans"], "--plot")])
+def test_a_figure_output_that_is_not_png_or_svg_is_refused_before_the_model_loads(cmd, flag, tiny_bert, tmp_path, capsys):
+    # a bare encoder, which these commands would refuse once loaded: the figure's suffix is checked first
+    assert main([*cmd, "--model", str(tiny_bert), flag, str(tmp_path / "a.pdf")]) == 2
     err = capsys.readouterr().err
-    assert f"--output {tmp_path / 'a.pdf'}: the" in err and "file must end in .png or .svg" in err
+    assert f"{flag} {tmp_path / 'a.pdf'}: the" in err and "file must end in .png or .svg" in err
 
 
 def test_plot_hans_refuses_a_file_that_is_not_png_or_svg(tmp_path):
@@ -234,12 +235,16 @@ def test_plot_hans_refuses_a_file_that_is_not_png_or_svg(tmp_path):
 
 
 @pytest.mark.parametrize("attention", [["--attention", "softmax"], ["--attention", "sparsegen-lin", "--lam", "-2"]])
-def test_the_same_seed_trains_the_same_model_bit_for_bit(attention, tiny_bert, data, tmp_path):
+def test_the_same_seed_trains_the_same_model_bit_for_bit(attention, tiny_bert, data, tmp_path, capsys):
     from safetensors.torch import load_file
+
+    from attnkit.attention import kernels
 
     runs = [tmp_path / "a", tmp_path / "b"]
     for out in runs:
         assert main(args(tiny_bert, data, out, "--max-steps", "6", "--eval-steps", "3", "--seed", "3", *attention)) == 0
+    if "sparsegen-lin" in attention:  # the compiled kernel where this machine builds it, else the torch path
+        assert f"sparse maps ran on the {kernels.backend()} path" in capsys.readouterr().out
     a, b = (load_file(str(out / "model/model.safetensors")) for out in runs)
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
     ma, mb = (json.loads((out / "metrics.json").read_text()) for out in runs)

@@ -39,10 +39,10 @@ from attnkit.training.sweep import run_sweep
 # ----------------------------------------------------------------------------- settings from arguments
 
 
-def _figure_output(value: str, what: str) -> None:
-    """Refuse an --output that is not a PNG or SVG file before any model is loaded."""
+def _figure_output(value: str, what: str, flag: str = "--output") -> None:
+    """Refuse a figure file that is not PNG or SVG before any model is loaded."""
     if Path(value).suffix.lower() not in FIGURE_SUFFIXES:
-        raise UserError(f"--output {value}: the {what} file must end in .png or .svg")
+        raise UserError(f"{flag} {value}: the {what} file must end in .png or .svg")
 
 
 def train_config(a) -> TrainConfig:
@@ -168,6 +168,8 @@ def _model_and_split(a):
 
 
 def cmd_evaluate(a) -> int:
+    if a.plot:
+        _figure_output(a.plot, "HANS chart", "--plot")
     d, model, tok = load_for_inference(a.model, qa_ok=True)
     task = a.task or run_info(d).get("task")
     if not task:
