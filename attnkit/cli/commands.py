@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from attnkit.analysis.explain import (
-    FIGURE_SUFFIXES, attention_maps, layer_weights, plot_attention, plot_hans, plot_layer_weights, view_sentence,
+    attention_maps, figure_path, layer_weights, plot_attention, plot_hans, plot_layer_weights, view_sentence,
 )
 from attnkit.analysis.html_view import write_html
 from attnkit.analysis.inference import (
@@ -37,12 +37,6 @@ from attnkit.training.sweep import run_sweep
 
 
 # ----------------------------------------------------------------------------- settings from arguments
-
-
-def _figure_output(value: str, what: str, flag: str = "--output") -> None:
-    """Refuse a figure file that is not PNG or SVG before any model is loaded."""
-    if Path(value).suffix.lower() not in FIGURE_SUFFIXES:
-        raise UserError(f"{flag} {value}: the {what} file must end in .png or .svg")
 
 
 def train_config(a) -> TrainConfig:
@@ -169,7 +163,7 @@ def _model_and_split(a):
 
 def cmd_evaluate(a) -> int:
     if a.plot:
-        _figure_output(a.plot, "HANS chart", "--plot")
+        figure_path(a.plot, f"--plot {a.plot}: the HANS chart")  # before the model loads
     d, model, tok = load_for_inference(a.model, qa_ok=True)
     task = a.task or run_info(d).get("task")
     if not task:
@@ -326,7 +320,7 @@ def cmd_predict(a) -> int:
 
 
 def cmd_explain(a) -> int:
-    _figure_output(a.output, "heatmap")
+    figure_path(a.output, f"--output {a.output}: the heatmap")
     if a.html and Path(a.html).suffix.lower() not in (".html", ".htm"):
         raise UserError(f"--html {a.html}: the page file must end in .html")
     _, model, tok = load_for_inference(a.model, qa_ok=True)
@@ -353,7 +347,7 @@ def cmd_explain(a) -> int:
 
 
 def cmd_layer_weights(a) -> int:
-    _figure_output(a.output, "chart")
+    figure_path(a.output, f"--output {a.output}: the chart")
     d, model, tok, task, data, ds = _model_and_split(a)
     ds = ds.select(range(min(a.max_samples, len(ds))))
     pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
@@ -387,7 +381,7 @@ def cmd_pretrain(a) -> int:
 
 
 def cmd_words(a) -> int:
-    _figure_output(a.output, "chart")
+    figure_path(a.output, f"--output {a.output}: the chart")
     if a.top < 1 or a.min_count < 1:
         raise UserError(f"--top and --min-count must be positive (got {a.top}, {a.min_count})")
     d, model, tok, task, data, ds = _model_and_split(a)

@@ -97,9 +97,8 @@ def finish_run(cfg: TrainConfig, out: Path, history: list[dict], metric: str, ti
     ``history``) and remove the checkpoint folders (optimizer state, a copy of model/) unless kept. The model and
     metrics are saved by then: a figure that cannot be drawn is a warning, not a failed run."""
     if not cfg.keep_checkpoints:
-        for c in out.glob("checkpoint-*"):
-            if c.is_dir():
-                shutil.rmtree(c, ignore_errors=True)
+        for c in _checkpoint_dirs(out):
+            shutil.rmtree(c, ignore_errors=True)
     for ext in ("png", "svg"):
         try:
             plot_curves(history, out / f"curves.{ext}", metric, title=title)
@@ -120,10 +119,15 @@ def _comparable(cfg_dict: dict, free: tuple = _RESUME_FREE) -> dict:
     return same_paths({k: v for k, v in cfg_dict.items() if k not in free and k in TrainConfig.__dataclass_fields__})
 
 
+def _checkpoint_dirs(out: Path) -> list[Path]:
+    """The Trainer's ``checkpoint-N`` folders in a run folder."""
+    return sorted(p for p in out.glob("checkpoint-*") if p.is_dir())
+
+
 def check_resume(cfg: TrainConfig, out: Path) -> None:
     """Stop before any work if ``out`` holds checkpoints of a run with other settings (unless ``cfg.resume`` is off):
     the message names the differences. Changes nothing in ``out``."""
-    ckpts = sorted(p for p in out.glob("checkpoint-*") if p.is_dir())
+    ckpts = _checkpoint_dirs(out)
     if not ckpts or not cfg.resume:
         return
     saved = out / "run_config.json"
@@ -143,11 +147,10 @@ def check_resume(cfg: TrainConfig, out: Path) -> None:
 
 
 def prepare_output(cfg: TrainConfig, out: Path) -> None:
-    """Make a run folder ready, once everything before training has worked: resume only a run made with the same
-    settings (``check_resume``); ``cfg.resume = False`` moves earlier checkpoints aside (``.replaced-checkpoint-N``)
-    and starts afresh; writes ``run_config.json``."""
-    check_resume(cfg, out)
-    ckpts = sorted(p for p in out.glob("checkpoint-*") if p.is_dir())
+    """Make a run folder ready once everything before training has worked (its settings were checked by
+    ``check_resume`` first): ``cfg.resume = False`` moves earlier checkpoints aside (``.replaced-checkpoint-N``) and
+    starts afresh; writes ``run_config.json``."""
+    ckpts = _checkpoint_dirs(out)
     if ckpts and not cfg.resume:
         for c in ckpts:
             aside = out / f".replaced-{c.name}"
