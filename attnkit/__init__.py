@@ -1,6 +1,7 @@
 """attnkit: sparse, local and minimal self-attention for transformer encoders.
 
-``import attnkit`` is light (no torch): ``attnkit.sparsemax``, ``attnkit.sparsegen_lin`` and ``attnkit.sparsify``
+``import attnkit`` is light (no torch): ``attnkit.sparsemax``, ``attnkit.sparsegen_lin``, ``attnkit.entmax15``,
+``attnkit.entmax_bisect`` and ``attnkit.sparsify``
 load their modules on first use, and attnkit's model type and attention are registered with transformers as soon as
 transformers itself is imported (at once if it already is), so the Auto classes and ``pipeline`` know attnkit's
 checkpoints with no further call.
@@ -15,9 +16,10 @@ import sys
 
 __version__ = "0.1.0"
 
-__all__ = ["sparsemax", "sparsegen_lin", "sparsify", "__version__"]
+__all__ = ["sparsemax", "sparsegen_lin", "entmax15", "entmax_bisect", "sparsify", "__version__"]
 
-_LAZY = {"sparsemax": "attnkit.attention.maps", "sparsegen_lin": "attnkit.attention.maps", "sparsify": "attnkit.models.build"}
+_LAZY = {"sparsemax": "attnkit.attention.maps", "sparsegen_lin": "attnkit.attention.maps", "entmax15": "attnkit.attention.entmax",
+         "entmax_bisect": "attnkit.attention.entmax", "sparsify": "attnkit.models.build"}
 
 
 def __getattr__(name: str):

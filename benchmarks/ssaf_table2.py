@@ -44,6 +44,12 @@ PAPER_TABLE = {"sentube-auto": (70.3, 72.4), "sentube-tablets": (73.3, 75.0), "s
                "sst2-ptb": (93.5, 94.7), "sst5-phrases": (55.2, 56.2)}
 #: --lam-lr of SSAF+learned-lam-fast: at the weights' 2e-5 lam moved at most 0.016 from its start in 5 epochs
 LAM_LR = 1e-3
+#: the entmax methods (issue 24) and their normaliser; entmax15+alpha-warmup starts at softmax (alpha 1) and
+#: reaches 1.5 after the first ALPHA_WARMUP of the steps; alpha-entmax-learned learns alpha per layer and head from 1.5
+ENTMAX_METHODS = {"entmax15": "entmax15", "entmax15+alpha-warmup": "entmax15", "alpha-entmax-learned": "entmax-alpha"}
+ALPHA_WARMUP = 0.1
+#: dev texts the mean non-zeros per attention row are measured on (as attnkit sweep does)
+SUPPORT_TEXTS = 256
 #: SST-1 trains on a random subset (drawn with the run's seed) of its 159k phrases that fits a 2-core machine at
 #: 4 epochs; SST-2 (sst2-ptb: 6,920 sentences) takes the whole split
 SUBSET = {"sst5-phrases": 5000}
@@ -55,7 +61,8 @@ def method_settings(method: str, task: str, a) -> dict:
     """TrainConfig fields of one method on one task."""
     lam, epochs = PAPER_LAM[task], PAPER_EPOCHS[task]
     scratch = "Np" in method
-    base = dict(attention="softmax" if method in ("softmax", "Np") else "sparsegen-lin", lam=lam,
+    attention = "softmax" if method in ("softmax", "Np") else ENTMAX_METHODS.get(method, "sparsegen-lin")
+    base = dict(attention=attention, lam=lam,
                 from_scratch=scratch, epochs=a.np_epochs if scratch else epochs, lr=a.np_lr if scratch else a.lr,
                 warmup_ratio=a.np_warmup if scratch else 0.0)
     if method == "SSAF+learned-lam":
@@ -64,7 +71,11 @@ def method_settings(method: str, task: str, a) -> dict:
         base.update(learn_lam=True, lam_lr=LAM_LR)
     elif method == "SSAF+lam-warmup":
         base.update(lam_warmup=0.1)
-    elif method not in ("softmax", "SSAF", "Np", "SSAF(Np)"):
+    elif method == "entmax15+alpha-warmup":
+        base.update(alpha_warmup=ALPHA_WARMUP)
+    elif method == "alpha-entmax-learned":
+        base.update(learn_alpha=True, alpha=1.5)
+    elif method not in ("softmax", "SSAF", "Np", "SSAF(Np)", "entmax15"):
         raise SystemExit(f"unknown method {method!r}")
     return base
 
@@ -172,10 +183,35 @@ def run_cell(task: str, method: str, seed: int, a) -> dict:
     }
     if "lam_learned" in m:
         rec["lam_learned"] = m["lam_learned"]
+    for key in ("alpha_learned",):
+        if key in m:
+            rec[key] = m[key]
+    if cfg.attention != "sparsegen-lin" or cfg.alpha_warmup:
+        rec["attention"] = cfg.attention
+    if cfg.alpha_warmup:
+        rec["alpha_warmup"] = cfg.alpha_warmup
+    rec.update(dev_support(out, task, a.data_dir, cfg.max_length))
     if cfg.lam_lr is not None:
         rec["lam_lr"] = cfg.lam_lr
     rec.update(curves(out))
     return rec
+
+
+def dev_support(run_dir: Path, task: str, data_dir: str | None, max_length: int) -> dict:
+    """Mean non-zeros per attention row (every layer and head, real tokens) of the run's saved model on the first
+    SUPPORT_TEXTS dev texts: accuracy and sparsity side by side."""
+    from attnkit.models.build import load_model, load_tokenizer
+    from attnkit.tasks import load_task
+    from attnkit.training.sweep import mean_support
+
+    dev = load_task(task, data_dir).splits["validation"]
+    n = min(SUPPORT_TEXTS, len(dev))
+    texts = list(dev["text"][:n])
+    pairs = list(dev["text_pair"][:n]) if "text_pair" in dev.column_names else None
+    model_dir = run_dir / "model"
+    sup = mean_support(load_model(model_dir), load_tokenizer(model_dir), texts, pairs, max_length=max_length)
+    return {"dev_nonzeros_per_row": round(sup["mean"], 3), "dev_nonzeros_per_layer": [round(x, 3) for x in sup["per_layer"]],
+            "dev_mean_length": round(sup["mean_length"], 2), "support_texts": n}
 
 
 # ----------------------------------------------------------------------------- rendering

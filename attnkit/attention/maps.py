@@ -29,7 +29,7 @@ import torch
 
 from .kernels import cpu_kernel  # relative: this file also runs as a checkpoint's remote code
 
-__all__ = ["sparsemax", "sparsegen_lin", "sparsemax_threshold", "TOPK"]
+__all__ = ["sparsemax", "sparsegen_lin", "sparsemax_threshold", "rowwise", "TOPK"]
 
 # How many of the largest scores the fast path looks at before falling back to a
 # full sort. Measured supports on MiniLM attention are a handful of entries.
@@ -146,23 +146,38 @@ class _SparsemaxFunction(torch.autograd.Function):
         return grad, None, None
 
 
-def _apply(z: torch.Tensor, scale: float, dim: int, topk: int) -> torch.Tensor:
-    if not isinstance(z, torch.Tensor):
-        raise TypeError(f"scores must be a torch.Tensor, got {type(z).__name__}")
-    if not z.is_floating_point():
-        raise TypeError(f"scores must be a floating-point tensor, got dtype {z.dtype}")
-    if z.dim() == 0:
+def rowwise(fn, scores: torch.Tensor, dim: int, *, pass_dim: bool = False) -> torch.Tensor:
+    """Run a row-wise map ``fn`` (on contiguous rows along the last dim) along ``dim`` of ``scores``.
+
+    Checks the input (a floating-point tensor), computes fp16/bf16 in float32 with autocast off and returns the
+    input's dtype; an empty tensor gives an empty tensor (as softmax). ``pass_dim``: ``fn(work, dim)`` also gets
+    ``dim`` made non-negative (for per-row arguments shaped like ``scores``).
+    """
+    if not isinstance(scores, torch.Tensor):
+        raise TypeError(f"scores must be a torch.Tensor, got {type(scores).__name__}")
+    if not scores.is_floating_point():
+        raise TypeError(f"scores must be a floating-point tensor, got dtype {scores.dtype}")
+    if scores.dim() == 0:
         raise ValueError("scores must have at least one dimension")
-    dtype = z.dtype
-    work = z.float() if dtype in (torch.float16, torch.bfloat16) else z
-    moved = dim not in (-1, z.dim() - 1)
+    if not -scores.dim() <= dim < scores.dim():
+        raise IndexError(f"dim {dim} is out of range for scores of {scores.dim()} dimensions")
+    dim = dim % scores.dim()
+    if scores.numel() == 0:
+        return scores.clone()
+    dtype = scores.dtype
+    work = scores.float() if dtype in (torch.float16, torch.bfloat16) else scores
+    moved = dim != scores.dim() - 1
     if moved:
         work = work.movedim(dim, -1)
     with torch.autocast(device_type=work.device.type, enabled=False):
-        p = _SparsemaxFunction.apply(work.contiguous(), scale, topk)
+        p = fn(work.contiguous(), dim) if pass_dim else fn(work.contiguous())
     if moved:
         p = p.movedim(-1, dim)
     return p.to(dtype) if p.dtype != dtype else p
+
+
+def _apply(z: torch.Tensor, scale: float, dim: int, topk: int) -> torch.Tensor:
+    return rowwise(lambda work: _SparsemaxFunction.apply(work, scale, topk), z, dim)
 
 
 def sparsemax(scores: torch.Tensor, dim: int = -1, *, topk: int = TOPK) -> torch.Tensor:

@@ -26,7 +26,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from .maps import check_lam, sparsegen_lin, sparsemax  # relative: this file also runs as a checkpoint's remote code
+from .entmax import check_alpha, entmax15, entmax_bisect  # relative: this file also runs as a checkpoint's remote code
+from .maps import check_lam, sparsegen_lin, sparsemax
 
 ATTN_IMPLEMENTATION = "attnkit"
 CONFIG_KEY = "attnkit"
@@ -63,12 +64,24 @@ def _sparsegen_lin(scores: torch.Tensor, spec: "AttentionSpec") -> torch.Tensor:
     return sparsegen_lin(scores, spec.lam, dim=-1)
 
 
+def _entmax15(scores: torch.Tensor, spec: "AttentionSpec") -> torch.Tensor:
+    if spec.alpha_mix != 1.0:  # softmax-to-sparse warm-up: alpha between 1 and 1.5, by bisection
+        return entmax_bisect(scores, spec.effective_alpha(1.5), dim=-1)
+    return entmax15(scores, dim=-1)
+
+
+def _entmax_alpha(scores: torch.Tensor, spec: "AttentionSpec") -> torch.Tensor:
+    return entmax_bisect(scores, spec.effective_alpha(spec.alpha), dim=-1)
+
+
 #: name -> fn(scores [..., Lk], spec) -> weights [..., Lk]; each row sums to 1 (or is all 0 if fully masked)
 NORMALISERS: dict[str, Callable[[torch.Tensor, "AttentionSpec"], torch.Tensor]] = {
     "softmax": _softmax,
     "taylor": _taylor,
     "sparsemax": _sparsemax,
     "sparsegen-lin": _sparsegen_lin,
+    "entmax15": _entmax15,
+    "entmax-alpha": _entmax_alpha,
 }
 
 
@@ -130,6 +143,9 @@ class AttentionSpec:
     blur_size: int = 3
     blur_sigma: float = 0.3
     learn_lam: bool = False
+    alpha: float = 1.5  # entmax-alpha: 1 is softmax, 2 sparsemax
+    learn_alpha: bool = False  # entmax-alpha: alpha_h = 1 + sigmoid(a_h) per layer and head, started at alpha
+    alpha_mix: float = 1.0  # entmax maps: the way from softmax (0) to the target alpha (1); a warm-up moves it
 
     def __post_init__(self):
         name = str(self.attention).lower().replace("_", "-")
@@ -155,6 +171,20 @@ class AttentionSpec:
             raise ValueError(f"learn_lam={self.learn_lam!r}: expected true or false")
         if self.learn_lam and name != "sparsegen-lin":
             raise ValueError(f"learn_lam needs attention sparsegen-lin (lam learned per layer and head), not {name}")
+        alpha = check_alpha(self.alpha)
+        if alpha > 2:
+            raise ValueError(f"alpha={self.alpha!r}: expected a number in [1, 2] (1: softmax, 1.5: 1.5-entmax, 2: sparsemax)")
+        object.__setattr__(self, "alpha", alpha)
+        if not isinstance(self.learn_alpha, bool):
+            raise ValueError(f"learn_alpha={self.learn_alpha!r}: expected true or false")
+        if self.learn_alpha and name != "entmax-alpha":
+            raise ValueError(f"learn_alpha needs attention entmax-alpha (alpha learned per layer and head), not {name}")
+        if self.learn_alpha and not 1 < alpha < 2:
+            raise ValueError(f"learn_alpha: alpha={alpha:g} must lie strictly between 1 and 2 (alpha_h = 1 + sigmoid(a_h))")
+        mix = float(self.alpha_mix)
+        if not 0 <= mix <= 1:
+            raise ValueError(f"alpha_mix={self.alpha_mix!r}: expected a number in [0, 1]")
+        object.__setattr__(self, "alpha_mix", mix)
 
     def kernel(self, dtype=torch.float32, device=None) -> torch.Tensor:
         return _cached_kernel(self.blur_size, self.blur_sigma, dtype, None if device is None else torch.device(device))
@@ -167,10 +197,18 @@ class AttentionSpec:
         """Attention weights from masked scores, along the last dim."""
         return NORMALISERS[self.attention](scores, self)
 
+    def effective_alpha(self, target):
+        """alpha at the current point of a softmax-to-sparse warm-up: ``1 + alpha_mix * (target - 1)``."""
+        return 1 + self.alpha_mix * (target - 1)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        if not self.learn_lam:  # written only when set: configs of fixed-lam models stay as older attnkit wrote them
-            del d["learn_lam"]
+        # written only when they matter: configs of earlier models stay as older attnkit wrote them
+        for key, default in (("learn_lam", False), ("learn_alpha", False), ("alpha_mix", 1.0)):
+            if d[key] == default:
+                del d[key]
+        if self.attention != "entmax-alpha":
+            del d["alpha"]
         return d
 
     @classmethod
@@ -188,6 +226,10 @@ class AttentionSpec:
         s = f"sparsegen-lin (lam={self.lam:g})" if self.attention == "sparsegen-lin" else self.attention
         if self.learn_lam:
             s = f"sparsegen-lin (lam learned per layer and head, from {self.lam:g})"
+        if self.attention == "entmax-alpha":
+            s = f"alpha-entmax ({'learned per layer and head, from ' if self.learn_alpha else ''}alpha={self.alpha:g})"
+        elif self.attention == "entmax15":
+            s = "1.5-entmax"
         if self.blur != "none":
             s += f" + Gaussian blur on {'values' if self.blur == 'value' else 'context'} (k={self.blur_size}, sigma={self.blur_sigma:g})"
         return s

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from attnkit.attention.names import KINDS
+from attnkit.attention.names import ENTMAX_NAMES, KINDS
 from attnkit.runfiles import METRICS_FILE, MODEL_DIR  # noqa: F401  (re-exported: where a run keeps what)
 from attnkit.tasks.lemmas import lemmatizer
 
@@ -70,6 +70,10 @@ class TrainConfig:
     lemmatize: str | None = None  # language: texts replaced by their lemmas (simplemma), recorded with the model
     keep_checkpoints: bool = False  # keep the Trainer's checkpoint-N folders (with optimizer state) after a finished run
     lam_warmup: float = 0.0  # sparsegen-lin: lam moves from a denser start to lam over this fraction of the steps (or count); 0: off
+    alpha: float = 1.5  # entmax-alpha: 1 is softmax, 1.5 1.5-entmax, 2 sparsemax
+    learn_alpha: bool = False  # entmax-alpha: alpha learned per layer and head, started at alpha
+    alpha_lr: float | None = None  # learn_alpha: the learning rate of the alpha parameters (None: lr)
+    alpha_warmup: float = 0.0  # entmax maps: alpha moves from 1 (softmax) to its target over this fraction of the steps (or count); 0: off
     # SesameBERT: locality step and layer pooling
     blur: str = "none"  # none | context | value
     blur_size: int = 3
@@ -115,8 +119,19 @@ class TrainConfig:
             raise ValueError(f"--lam-lr {self.lam_lr}: needs --learn-lam and a learning rate > 0")
         if self.lam_warmup and (self.attention != "sparsegen-lin" or not self.lam_warmup > 0):
             raise ValueError(f"--lam-warmup {self.lam_warmup}: needs --attention sparsegen-lin and a fraction of the steps (< 1) or a step count > 0")
-        return AttentionSpec(self.attention, lam, blur=self.blur, blur_size=self.blur_size, blur_sigma=self.blur_sigma,
-                             learn_lam=self.learn_lam)
+        if self.alpha_lr is not None and not (self.learn_alpha and isinstance(self.alpha_lr, (int, float)) and math.isfinite(self.alpha_lr) and self.alpha_lr > 0):
+            raise ValueError(f"--alpha-lr {self.alpha_lr}: needs --learn-alpha and a learning rate > 0")
+        if self.alpha_warmup and (self.attention not in ENTMAX_NAMES or not (math.isfinite(self.alpha_warmup) and self.alpha_warmup > 0)):
+            raise ValueError(f"--alpha-warmup {self.alpha_warmup}: needs --attention {' or '.join(ENTMAX_NAMES)} and a fraction of the steps (< 1) or a step count > 0")
+        if self.learn_alpha:  # the per-head alpha parameters are not built yet: refuse rather than train a fixed alpha
+            raise ValueError("--learn-alpha: alpha learned per layer and head is not available in this version; use a fixed --alpha")
+        if (self.alpha != 1.5 or self.learn_alpha) and self.attention != "entmax-alpha":
+            raise ValueError(f"--alpha/--learn-alpha: need --attention entmax-alpha, not {self.attention}")
+        try:
+            return AttentionSpec(self.attention, lam, blur=self.blur, blur_size=self.blur_size, blur_sigma=self.blur_sigma,
+                                 learn_lam=self.learn_lam, alpha=self.alpha, learn_alpha=self.learn_alpha)
+        except ValueError as e:
+            raise ValueError(f"--alpha {self.alpha}: {e}" if "alpha" in str(e) and "learn_lam" not in str(e) else str(e)) from None
 
     def head(self) -> HeadSpec:
         from attnkit.models.pooling import HeadSpec  # torch: only when a run is set up, not for --help

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
@@ -80,6 +80,32 @@ def lam_warmup_callback(target: float, warmup: float):
             self._set(args, state, model)  # the target lam, whatever step training stopped at
 
     return LamWarmup()
+
+
+def schedule_callbacks(cfg: TrainConfig, spec: AttentionSpec) -> list | None:
+    """The attention schedules a run asks for (lam warm-up, softmax-to-sparse alpha warm-up), as Trainer callbacks."""
+    cbs = ([lam_warmup_callback(spec.lam, cfg.lam_warmup)] if cfg.lam_warmup else []) + ([alpha_warmup_callback(cfg.alpha_warmup)] if cfg.alpha_warmup else [])
+    return cbs or None
+
+
+def alpha_warmup_callback(warmup: float):
+    """A TrainerCallback for the softmax-to-sparse schedule: before every step the entmax maps' ``alpha_mix`` is
+    ``step / warm-up steps`` (alpha = 1, softmax, at step 0; the target alpha from the end of the warm-up on);
+    ``warmup``: a fraction of the steps (< 1) or a step count."""
+    class AlphaWarmup(TrainerCallback):
+        def _set(self, state, model, end: bool = False):
+            steps = int(warmup * state.max_steps) if warmup < 1 else int(warmup)
+            mix = 1.0 if end or steps <= 0 else min(1.0, state.global_step / steps)
+            if spec_of(model.config).alpha_mix != mix:
+                set_attention(model, replace(spec_of(model.config), alpha_mix=mix))
+
+        def on_step_begin(self, args, state, control, model=None, **kw):
+            self._set(state, model)
+
+        def on_train_end(self, args, state, control, model=None, **kw):
+            self._set(state, model, end=True)  # the target alpha, whatever step training stopped at
+
+    return AlphaWarmup()
 
 
 # ----------------------------------------------------------------------------- data
@@ -170,7 +196,7 @@ def train(cfg: TrainConfig) -> dict:
         data_collator=collator,
         processing_class=tokenizer,
         compute_metrics=metrics_fn(data.metric),
-        callbacks=[lam_warmup_callback(spec.lam, cfg.lam_warmup)] if cfg.lam_warmup else None,
+        callbacks=schedule_callbacks(cfg, spec),
     )
     if spec.is_sparse:  # a first run compiles the CPU kernel here (and says so), not inside the first step's ETA
         kernels.cpu_kernel()
