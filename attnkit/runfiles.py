@@ -1,4 +1,5 @@
-"""What a run folder holds, and how its files are written: atomically, so a killed run never leaves half a file.
+"""What a run folder holds, and how its files are written: atomically, so a killed run never leaves half a file,
+and never over a file of the user's (side files are checked, see :func:`check_side_file`).
 
     <output-dir>/model/               the trained model (MODEL_DIR), with RUN_INFO beside its config.json
     <output-dir>/metrics.json         every metric the run printed (METRICS_FILE)
@@ -7,9 +8,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
+
+from attnkit.errors import UserError
 
 #: the folder of a run (`attnkit train` / `pretrain`) that holds its model
 MODEL_DIR = "model"
@@ -17,16 +22,131 @@ MODEL_DIR = "model"
 METRICS_FILE = "metrics.json"
 #: what training recorded beside a model (task, labels, max length, lemmatisation, ...)
 RUN_INFO = "attnkit_run.json"
+#: the lock a process holds on a run folder while it writes there (released by the OS when the process dies)
+LOCK_FILE = ".attnkit.lock"
+#: the key by which a JSON file says attnkit wrote it (its value: "attnkit <command>")
+WRITTEN_BY = "written_by"
+#: what attnkit writes into the PNG (tEXt "Software") and SVG (dc:creator) figures it draws
+FIGURE_CREATOR = "attnkit"
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """``text`` at ``path``, through a temporary file and ``os.replace``."""
+    """``text`` at ``path`` (UTF-8; its folder made if missing), through a temporary file and ``os.replace``.
+    An error names ``path``, never the temporary file."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike):
+    """Yield a temporary path beside ``path`` to write to; on success it replaces ``path`` in one step, on failure it
+    is removed and ``path`` is left as it was. Missing folders are made; an OS error names ``path``."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(21, "Is a directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        yield tmp
+        os.replace(tmp, path)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def write_json_atomic(path: str | os.PathLike, obj) -> None:
     """``obj`` as indented JSON at ``path``, through a temporary file and ``os.replace``."""
     write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def written_by_attnkit(path: str | os.PathLike) -> bool:
+    """Whether the file at ``path`` says attnkit wrote it: a JSON object with ``"written_by": "attnkit ..."``, a PNG
+    with the tEXt chunk ``Software: attnkit``, an SVG whose metadata names attnkit as its creator."""
+    path = Path(path)
+    try:
+        suffix = path.suffix.lower()
+        if suffix == ".json":
+            d = json.loads(path.read_text(encoding="utf-8"))
+            return isinstance(d, dict) and str(d.get(WRITTEN_BY, "")).startswith("attnkit")
+        if suffix == ".png":
+            return _png_software(path) == FIGURE_CREATOR
+        if suffix == ".svg":
+            head = path.read_text(encoding="utf-8", errors="replace")[:4000]
+            return f"<dc:title>{FIGURE_CREATOR}</dc:title>" in head
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def _png_software(path: Path) -> str | None:
+    """The ``Software`` tEXt chunk of a PNG file (None if it has none or is not a PNG)."""
+    with open(path, "rb") as f:
+        if f.read(8) != b"\x89PNG\r\n\x1a\n":
+            return None
+        while True:
+            head = f.read(8)
+            if len(head) < 8:
+                return None
+            size, kind = int.from_bytes(head[:4], "big"), head[4:]
+            if kind == b"IDAT" or kind == b"IEND":  # matplotlib writes its text chunks before the image data
+                return None
+            data = f.read(size)
+            f.read(4)  # crc
+            if kind == b"tEXt" and b"\0" in data:
+                key, value = data.split(b"\0", 1)
+                if key == b"Software":
+                    return value.decode("latin-1")
+
+
+def check_side_file(path: str | os.PathLike, made_by: str) -> Path:
+    """A file a command writes beside the one the user named (``made_by`` says which, e.g. "the JSON beside --output
+    x.png"): refused if it exists and attnkit did not write it, so that no file of the user's is replaced."""
+    path = Path(path)
+    if path.exists() and not written_by_attnkit(path):
+        raise UserError(f"{path} exists and was not written by attnkit: {made_by} would replace it; move it, or name "
+                        "other files")
+    return path
+
+
+def check_output_file(path: str | os.PathLike, option: str) -> Path:
+    """An output file the user named, checked before anything is written: not a folder, and its folder (made if
+    missing) not a file."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{option} {path} is a folder: expected a file name")
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise UserError(f"{option} {path}: {parent} is a file, not a folder")
+    return path
+
+
+def check_not_input(output: str | os.PathLike, option: str, inputs: dict[str, str | os.PathLike | None]) -> None:
+    """Refuse an output file that is also one of the command's inputs (``{option: path}``): it would be overwritten
+    while, or instead of, being read."""
+    out = Path(output).expanduser().resolve()
+    for name, p in inputs.items():
+        if p is not None and Path(p).expanduser().resolve() == out:
+            raise UserError(f"{option} {output} is also the input {name} {p}: name another output file")
+
+
+@contextmanager
+def folder_lock(folder: str | os.PathLike, what: str = "run folder"):
+    """Hold an exclusive lock on ``folder`` (the file LOCK_FILE in it) for the duration: a second process that asks
+    for it stops at once with one line. The OS releases the lock when the holder exits or is killed, so a killed run
+    never leaves it stuck (the file stays; only the lock on it counts)."""
+    folder = Path(folder)
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"another attnkit process is writing the {what} {folder} (it holds {folder / LOCK_FILE}): "
+                            "wait for it to finish, or pick another --output-dir") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)

@@ -38,7 +38,7 @@ def test_train_writes_metrics_model_and_heatmap(trained, capsys):
     assert metrics["attention"] == {"attention": "sparsegen-lin", "lam": -2.0, "blur": "none", "blur_size": 3, "blur_sigma": 0.3}
     assert 0.0 <= metrics["validation"]["accuracy"] <= 1.0
     assert "train_loss" in metrics["train"]
-    assert metrics["best_checkpoint"] and "checkpoint-" in metrics["best_checkpoint"]
+    assert metrics["best_step"] > 0 and "best_checkpoint" not in metrics  # its folder is removed at the end
     # the training log survives the checkpoints (removed after the run): one dev evaluation per epoch, and losses
     evals = [h for h in metrics["log_history"] if "eval_accuracy" in h]
     assert [round(h["epoch"]) for h in evals] == list(range(1, 13))
@@ -71,7 +71,7 @@ def test_evaluate_prints_and_writes_json(trained, capsys, tmp_path):
 def test_predict_arguments_and_file(trained, capsys, tmp_path):
     out, _ = trained
     f = tmp_path / "in.txt"
-    f.write_text("\ufeffa great fun movie\n\nan awful boring film\n", encoding="utf-8")
+    f.write_text("\ufeffa great fun movie\nan awful boring film\n\n", encoding="utf-8")  # blank lines at the end are no texts
     assert main(["predict", "--model", str(out), "superb story", "--file", str(f)]) == 0
     rows = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
     assert [r["text"] for r in rows] == ["superb story", "a great fun movie", "an awful boring film"]

@@ -160,6 +160,7 @@ def test_cli_train_evaluate_predict_squad(tiny_bert, tiny_squad, tmp_path, capsy
     assert ev["n"] == 12 and ev["max_length"] == 40
     assert ev["f1"] == pytest.approx(dev["f1"]) and ev["exact_match"] == pytest.approx(dev["exact_match"])
     preds = json.loads((out / "model" / "eval_squad_validation_predictions.json").read_text())
+    assert preds.pop("written_by") == "attnkit evaluate"  # the marker that lets a rerun replace attnkit's own file
     assert set(preds) == {f"dv{i}" for i in range(12)}
 
     capsys.readouterr()
@@ -201,7 +202,7 @@ def test_qa_file_errors_name_the_line(tiny_bert, tiny_squad, tmp_path, capsys):
     assert main(["predict", "--model", str(out), "--file", str(f)]) == 2
     err = capsys.readouterr().err
     assert "q.jsonl, line 2" in err and "context" in err
-    assert main(["train", "--task", "squad", "--data-dir", str(tmp_path / "nowhere"), "--model", str(tiny_bert), "--output-dir", str(out)]) == 2
+    assert main(["train", "--task", "squad", "--data-dir", str(tmp_path / "nowhere"), "--model", str(tiny_bert), "--output-dir", str(tmp_path / "o2")]) == 2
     assert "no dev-v1.1.json" in capsys.readouterr().err
 
 

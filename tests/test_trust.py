@@ -51,7 +51,7 @@ def test_resuming_with_other_settings_names_them_and_stops(tiny_bert, data, tmp_
     assert not (out / "model").exists()
     # --no-resume starts afresh: the sparse checkpoints are moved aside, the model is trained softmax
     assert main(args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "softmax", "--no-resume")) == 0
-    assert (out / ".replaced-checkpoint-2").is_dir()
+    assert [p.name for p in out.glob(".replaced-*/checkpoint-2")] == ["checkpoint-2"]
     assert json.loads((out / "metrics.json").read_text())["attention"]["attention"] == "softmax"
     cfg = json.loads((out / "model/config.json").read_text())
     assert cfg["attnkit"]["attention"] == "softmax"
@@ -107,7 +107,7 @@ def test_an_empty_split_is_named_not_a_sampler_error(tiny_bert, tmp_path, capsys
     assert main(["train", "--task", "sst2-ptb", "--data-dir", str(tmp_path), "--model", str(tiny_bert),
                  "--output-dir", str(tmp_path / "o"), "--no-resume"]) == 2
     assert f"task sst2-ptb: the train split has no examples in {tmp_path}" in capsys.readouterr().err
-    assert (tmp_path / "o/checkpoint-5").is_dir() and not (tmp_path / "o/.replaced-checkpoint-5").exists()
+    assert (tmp_path / "o/checkpoint-5").is_dir() and not list((tmp_path / "o").glob(".replaced-*"))
 
 
 def test_an_unknown_model_name_fails_at_once_naming_it(tmp_path, capsys, monkeypatch):
@@ -185,8 +185,12 @@ def test_a_finished_run_rerun_changes_nothing_and_cleans_up(tiny_bert, data, tmp
     # --no-resume trains it again; other settings are not "complete"
     assert main(cmd + ["--no-resume"]) == 0
     assert "already complete" not in capsys.readouterr().out
-    assert main(args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "softmax")) == 0
-    assert json.loads((out / "metrics.json").read_text())["attention"]["attention"] == "softmax"
+    # other settings never replace the finished run: refused, naming the difference, the run untouched
+    before = (out / "metrics.json").read_text()
+    assert main(args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "softmax")) == 2
+    err = capsys.readouterr().err
+    assert "finished run with other settings" in err and "attention: 'sparsegen-lin' there, 'softmax' now" in err and "--no-resume" in err
+    assert (out / "metrics.json").read_text() == before
 
 
 def test_threads_option(tiny_bert, data, tmp_path, capsys, monkeypatch):
@@ -196,8 +200,10 @@ def test_threads_option(tiny_bert, data, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(n))
     assert main(args(tiny_bert, data, tmp_path / "o", "--max-steps", "1", "--threads", "1")) == 0
     assert seen == [1]
-    assert main(["predict", "--model", str(tmp_path / "o"), "--threads", "0", "x"]) == 2
-    assert "--threads 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["predict", "--model", str(tmp_path / "o"), "--threads", "0", "x"])
+    assert e.value.code == 2
+    assert "argument --threads: expected a whole number >= 1, got '0'" in capsys.readouterr().err
 
 
 def test_a_figure_that_cannot_be_drawn_does_not_fail_a_finished_run(tmp_path, monkeypatch, caplog):
@@ -259,4 +265,4 @@ def test_no_resume_moves_checkpoints_aside_only_once_training_can_start(tiny_ber
     # --max-length beyond the model's positions fails after the data and resume checks, before training
     assert main(args(tiny_bert, data, out, "--max-steps", "2", "--no-resume", "--max-length", "100000")) == 2
     assert "100000" in capsys.readouterr().err
-    assert (out / "checkpoint-5").is_dir() and not (out / ".replaced-checkpoint-5").exists()
+    assert (out / "checkpoint-5").is_dir() and not list(out.glob(".replaced-*"))

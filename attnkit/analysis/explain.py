@@ -13,6 +13,7 @@ import torch
 from attnkit.analysis.inference import encoded_batches
 from attnkit.attention.spec import spec_of
 from attnkit.models.pooling import head_of
+from attnkit.runfiles import FIGURE_CREATOR, atomic_path
 
 
 @dataclass
@@ -223,14 +224,19 @@ def pyplot():
 
 
 def save_figure(fig, path: str | Path) -> Path:
-    """Lay out, write (PNG or SVG, by the suffix; folders made) and close a matplotlib figure."""
+    """Lay out, write (PNG or SVG, by the suffix; folders made; atomically, marked as attnkit's so that a later run
+    may replace it as a side file) and close a matplotlib figure."""
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fmt = path.suffix.lower().lstrip(".")
+    key = "Software" if fmt == "png" else "Creator"
+    try:
+        fig.tight_layout()
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110, format=fmt, metadata={key: FIGURE_CREATOR})
+    finally:
+        plt.close(fig)
     return path
 
 

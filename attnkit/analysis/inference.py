@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from attnkit.errors import UserError
+from attnkit.errors import DataFormatError, UserError
 from attnkit.models.build import is_qa_model, load_model, load_tokenizer
 from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.runfiles import MODEL_DIR, RUN_INFO
@@ -90,7 +90,8 @@ def evaluate_split(model, tokenizer, dataset, *, batch_size: int = 64, max_lengt
 
 
 def read_text_file(path: str | Path) -> list[str]:
-    """One text per non-empty line (UTF-8, BOM and U+FEFF removed)."""
+    """One text per line (UTF-8, BOM and U+FEFF removed, blank lines at the end ignored); an empty line before the
+    end is refused, naming it."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"input file {p} does not exist")
@@ -99,7 +100,13 @@ def read_text_file(path: str | Path) -> list[str]:
     except UnicodeDecodeError as e:
         line = p.read_bytes()[: e.start].count(b"\n") + 1
         raise ValueError(f"{p}, line {line}: not valid UTF-8 text ({e.reason})") from None
-    return [ln.replace("\ufeff", "").strip() for ln in raw.splitlines() if ln.replace("\ufeff", "").strip()]
+    lines = [ln.replace("\ufeff", "").strip() for ln in raw.splitlines()]
+    while lines and not lines[-1]:  # blank lines at the end of the file
+        lines.pop()
+    for i, ln in enumerate(lines, 1):
+        if not ln:  # skipping it would shift every later prediction against the file's lines
+            raise DataFormatError(p, i, "expected one text per line, found an empty line (a model cannot label an empty text)")
+    return lines
 
 
 def predict_texts(model, tokenizer, texts: Sequence[str], *, batch_size: int = 64, max_length: int = 128) -> list[dict]:

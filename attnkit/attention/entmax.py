@@ -1,5 +1,9 @@
 """The entmax family: 1.5-entmax (exact, sort-based) and alpha-entmax (bisection, then Newton on the support).
 
+On CPU tensors (float32/64) both run in the compiled kernel (:mod:`attnkit.attention.kernels`: Newton's method from
+below, 1.5-entmax finished exactly in closed form on the found support); elsewhere, or without the kernel, in the
+pure-torch code below (same results to float precision; no host reads, so it suits any device).
+
 alpha-entmax (Peters et al. 2019; Correia et al. 2019) is, along the last dim,
 
     p_i = [(alpha - 1) z_i - tau]_+ ^ (1 / (alpha - 1)),    sum_i p_i = 1,
@@ -38,7 +42,8 @@ import math
 
 import torch
 
-from .maps import rowwise  # relative: this file also runs as a checkpoint's remote code
+from .kernels import cpu_kernel  # relative: this file also runs as a checkpoint's remote code
+from .maps import rowwise
 
 __all__ = ["entmax15", "entmax_bisect", "check_alpha", "bisect_steps"]
 
@@ -63,6 +68,16 @@ def _finish(p: torch.Tensor, z: torch.Tensor, pinf: torch.Tensor, inf_rows: torc
     share = pinf.to(p.dtype) / pinf.sum(-1, keepdim=True).clamp(min=1).to(p.dtype)
     p = torch.where(inf_rows, share, p)
     return p.masked_fill(torch.isnan(z).any(-1, keepdim=True), math.nan)
+
+
+def _kernel(t: torch.Tensor):
+    """The compiled CPU kernel if it applies to ``t`` (CPU, float32/64, a non-empty last dim), else None."""
+    if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64) or t.shape[-1] == 0:
+        return None
+    return cpu_kernel()
+
+
+_NO_ALPHA = torch.empty(0, dtype=torch.float64)  # the kernel's 1.5-entmax
 
 
 def _grad_scores(p: torch.Tensor, g: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -94,13 +109,17 @@ def _entmax15_forward(z: torch.Tensor) -> torch.Tensor:
 class _Entmax15Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z: torch.Tensor):
-        p = _entmax15_forward(z)
+        ext = _kernel(z)
+        p = ext.entmax_forward(z, _NO_ALPHA) if ext is not None else _entmax15_forward(z)
         ctx.save_for_backward(p)
         return p
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         (p,) = ctx.saved_tensors
+        ext = _kernel(p)
+        if ext is not None:
+            return ext.entmax_backward(p, g, _NO_ALPHA)
         return _grad_scores(p, g, p.sqrt())
 
 
@@ -147,7 +166,8 @@ def _entmax_bisect_forward(z: torch.Tensor, alpha: torch.Tensor, n_iter: int) ->
 class _EntmaxBisectFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z: torch.Tensor, alpha: torch.Tensor, n_iter: int):
-        p = _entmax_bisect_forward(z, alpha, n_iter)
+        ext = _kernel(z)
+        p = ext.entmax_forward(z, alpha) if ext is not None else _entmax_bisect_forward(z, alpha, n_iter)
         ctx.save_for_backward(p, alpha)
         return p
 
@@ -155,10 +175,17 @@ class _EntmaxBisectFunction(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         p, alpha = ctx.saved_tensors
         zero = torch.zeros((), dtype=p.dtype, device=p.device)
-        q = torch.where(p > 0, p ** (2 - alpha), zero)
-        grad_z = _grad_scores(p, g, q)
+        ext = _kernel(p)
+        q = None
+        if ext is not None:
+            grad_z = ext.entmax_backward(p, g, alpha)
+        else:
+            q = torch.where(p > 0, p ** (2 - alpha), zero)
+            grad_z = _grad_scores(p, g, q)
         grad_alpha = None
         if ctx.needs_input_grad[1]:
+            if q is None:
+                q = torch.where(p > 0, p ** (2 - alpha), zero)
             p64, g64, q64, a64 = p.double(), g.double(), q.double(), alpha.double()
             d = a64 - 1
             safe_d = torch.where(d > 0, d, torch.ones_like(d))

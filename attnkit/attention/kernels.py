@@ -2,7 +2,10 @@
 
 The CPU kernel (``csrc/sparsemax_cpu.cpp``) finds each row's exact threshold in cache:
 the row max, then Michelot's fixed point from ``max - 1`` (vectorised masked passes,
-four rows interleaved), then the output; the backward is the closed form. Rows run in
+four rows interleaved), then the output; the backward is the closed form. The entmax maps
+are in it too: the entries above the threshold's lower bound are gathered in one pass (a handful on
+attention rows); 1.5-entmax is then exact by the sort-based closed form on them, alpha-entmax (one
+alpha per row) runs Newton's method from below on them to double precision. Rows run in
 parallel on torch's OpenMP threads. It is compiled on first use with
 ``torch.utils.cpp_extension`` (needs a C++ compiler and ninja) and cached by torch; a
 compiler without OpenMP gets a one-thread build, and :func:`backend_reason` says so.
@@ -61,8 +64,8 @@ def _load():
 
             src = Path(__file__).with_name("csrc") / "sparsemax_cpu.cpp"
             # -march=native: the build is only valid on this kind of CPU, so the cache name says which
-            name = f"attnkit_sparsemax_cpu_v13_{tag}_{_cpu_tag()}"
-            fresh = _announce_build([f"attnkit_sparsemax_cpu_v13_{t}_{_cpu_tag()}" for t in ("omp", "serial")])
+            name = f"attnkit_sparsemax_cpu_v14_{tag}_{_cpu_tag()}"
+            fresh = _announce_build([f"attnkit_sparsemax_cpu_v14_{t}_{_cpu_tag()}" for t in ("omp", "serial")])
             t0 = time.time()
             _ext = load(name=name, sources=[str(src)], extra_cflags=cflags, extra_ldflags=ldflags, verbose=False)
             if fresh:

@@ -24,7 +24,7 @@ from attnkit.errors import DataFormatError, UserError
 from attnkit.models.build import MINI_MODEL_TYPE, check_max_length, checkpoint_dir, checkpoint_spec, is_qa_model, max_positions
 from attnkit.models.freeze import parse_groups
 from attnkit.models.pooling import head_of
-from attnkit.runfiles import write_json_atomic
+from attnkit.runfiles import WRITTEN_BY, check_not_input, check_output_file, check_side_file, write_json_atomic, write_text_atomic
 from attnkit.tasks import default_data_dir, is_qa_task, load_task
 from attnkit.tasks.glue import HANS_FILE, entailment_index, hans_report, hans_subset, read_hans, write_submission
 from attnkit.tasks.metrics import predictions_of
@@ -41,6 +41,23 @@ from attnkit.training.sweep import run_sweep
 
 def train_config(a) -> TrainConfig:
     """The TrainConfig of ``attnkit train``'s (or ``sweep``'s) arguments."""
+    cfg = _train_config(a)
+    d = TrainConfig()
+    ignored = []
+    if getattr(a, "command", "train") == "train" and a.lam is not None and cfg.attention != "sparsegen-lin":
+        ignored.append(f"--lam {a.lam:g} (only sparsegen-lin has a lam; the attention is {cfg.attention})")
+    if cfg.blur == "none" and (cfg.blur_size != d.blur_size or cfg.blur_sigma != d.blur_sigma):
+        ignored.append("--blur-size/--blur-sigma (they shape the blur: add --blur context or --blur value)")
+    if not cfg.se and cfg.se_ratio != d.se_ratio:
+        ignored.append(f"--se-ratio {cfg.se_ratio} (add --se)")
+    if cfg.doc_stride is not None and not is_qa_task(cfg.task):
+        ignored.append(f"--doc-stride {cfg.doc_stride} (span QA only; task {cfg.task} is classification)")
+    if ignored:
+        raise UserError(f"{'; '.join(ignored)}: an option that would be ignored is refused")
+    return cfg
+
+
+def _train_config(a) -> TrainConfig:
     return TrainConfig(
         task=a.task, data_dir=a.data_dir, from_scratch=a.from_scratch,
         epochs=a.epochs if a.epochs is not None else PAPER_EPOCHS.get(a.task, TrainConfig.epochs), max_steps=a.max_steps, batch_size=a.batch_size, warmup_ratio=a.warmup,
@@ -141,6 +158,10 @@ def cmd_train(a) -> int:
 
 
 def cmd_sweep(a) -> int:
+    ignored = [f"--{name} {getattr(a, key)}" for name, key in (("attention", "attention"), ("lam", "lam")) if getattr(a, key) is not None]
+    if ignored:
+        raise UserError(f"{', '.join(ignored)}: attnkit sweep trains sparsegen-lin at each --lams value and a softmax "
+                        "baseline per seed, so it takes no --attention or --lam")
     base = train_config(a)
     base.validate()
     out = Path(a.output_dir)
@@ -181,7 +202,7 @@ def cmd_evaluate(a) -> int:
     if list(data.label_names) != [model.config.id2label[i] for i in range(model.config.num_labels)]:
         raise UserError(f"task {task} has labels {data.label_names} but the model predicts {list(model.config.id2label.values())}")
     metrics = evaluate_split(model, tok, data.splits[a.split], batch_size=a.batch_size, max_length=a.max_length, kind=data.metric)
-    metrics = {"task": task, "split": a.split, "model": str(d), **metrics}
+    metrics = {"task": task, "split": a.split, "model": str(d), **metrics, WRITTEN_BY: "attnkit evaluate"}
     out = Path(a.output) if a.output else d / f"eval_{task}_{a.split}.json"
     write_json_atomic(out, metrics)
     for k, v in metrics.items():
@@ -197,15 +218,16 @@ def _evaluate_hans(a, d: Path, model, tok) -> int:
         raise UserError(f"HANS: no data folder; pass --data-dir holding {HANS_FILE}")
     path = root if root.is_file() else root / HANS_FILE  # --data-dir may name the HANS file itself
     ent = entailment_index(label_names_of(model))
+    out = check_output_file(Path(a.output) if a.output else d / "eval_hans.json", "--output")
+    plot_path = Path(a.plot) if a.plot else check_side_file(out.with_suffix(".png"), f"the HANS chart beside --output {out}")
     rows = hans_subset(read_hans(path), a.hans_per_subcase)
     logits = predict_logits(model, tok, rows["text"], rows["text_pair"], batch_size=a.batch_size, max_length=a.max_length)
     report = hans_report(rows, logits.argmax(-1) == ent)
     info = run_info(d)
     report = {"task": "hans", "file": str(path), "model": str(d), "model_trained_on": info.get("trained_on", info.get("task", "unknown")),
-              "model_labels": label_names_of(model), **report}
-    out = Path(a.output) if a.output else d / "eval_hans.json"
+              "model_labels": label_names_of(model), **report, WRITTEN_BY: "attnkit evaluate"}
     write_json_atomic(out, report)
-    plot = plot_hans(report, a.plot or out.with_suffix(".png"), title=f"HANS: {d.name} (trained on {report['model_trained_on']})"[:100])
+    plot = plot_hans(report, plot_path, title=f"HANS: {d.name} (trained on {report['model_trained_on']})"[:100])
     print(f"HANS accuracy {report['accuracy']:.4f} on {report['n']} pairs (model trained on {report['model_trained_on']})")
     for h, by in report["heuristic"].items():
         print(f"  {h:<16} " + "  ".join(f"{g} {v:.3f}" for g, v in by.items()))
@@ -230,12 +252,14 @@ def _evaluate_qa(a, d: Path, model, tok, task: str) -> int:
     splits = load_squad(a.data_dir)
     if a.split not in splits:
         raise UserError(f"task {task} has no {a.split} split (it has {', '.join(splits)})")
+    out = check_output_file(Path(a.output) if a.output else d / f"eval_{task}_{a.split}.json", "--output")
+    answers = check_side_file(out.with_name(out.stem + "_predictions.json"), f"the answers beside --output {out}")
     metrics, preds = evaluate_qa(model, tok, splits[a.split], max_length=a.max_length, doc_stride=_qa_stride(d, a.max_length),
                                  batch_size=a.batch_size)
-    metrics = {"task": task, "split": a.split, "model": str(d), "max_length": a.max_length, **metrics}
-    out = Path(a.output) if a.output else d / f"eval_{task}_{a.split}.json"
+    metrics = {"task": task, "split": a.split, "model": str(d), "max_length": a.max_length, **metrics, WRITTEN_BY: "attnkit evaluate"}
     write_json_atomic(out, metrics)
-    write_json_atomic(out.with_name(out.stem + "_predictions.json"), preds)
+    # SQuAD's answer file {id: text}; the marker is one more key, which SQuAD's evaluation script never looks up
+    write_json_atomic(answers, {**preds, WRITTEN_BY: "attnkit evaluate"})
     print(f"exact_match {metrics['exact_match']:.2f}  f1 {metrics['f1']:.2f}  ({metrics['n']} questions)")
     print(f"[attnkit] metrics written to {out}; answers to {out.with_name(out.stem + '_predictions.json')}")
     return 0
@@ -259,7 +283,7 @@ def _write_jsonl(rows: list[dict], output: str | None, what: str) -> None:
     """JSON lines to ``output``, or to standard output."""
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     if output:
-        Path(output).write_text(lines, encoding="utf-8")
+        write_text_atomic(output, lines)
         print(f"[attnkit] {len(rows)} {what} written to {output}")
     else:
         sys.stdout.write(lines)
@@ -296,7 +320,7 @@ def _predict_split(a) -> int:
         json.dumps({"idx": int(i), "prediction": float(p) if data.metric == "regression" else names[int(p)]}) + "\n" for i, p in zip(idx, preds)
     )
     out = Path(a.output) if a.output else d / f"predictions_{task}_{a.split}.jsonl"
-    out.write_text(lines, encoding="utf-8")
+    write_text_atomic(out, lines)
     print(f"[attnkit] {len(preds)} predictions written to {out}")
     return 0
 
@@ -306,6 +330,12 @@ def cmd_predict(a) -> int:
         return _predict_split(a)
     if not (a.texts or a.file or a.question or a.context):  # before loading the model: nothing to do
         raise UserError("nothing to predict: give texts as arguments, --file with one text per line, or --question and --context")
+    if a.output:
+        check_output_file(a.output, "--output")
+        check_not_input(a.output, "--output", {"--file": a.file})
+    for i, t in enumerate(a.texts, 1):
+        if not t.strip():
+            raise UserError(f"text {i} of the command line is empty: a model cannot label an empty text")
     d, model, tok = load_for_inference(a.model, qa_ok=True)
     if _qa_model(model):
         return _predict_qa(a, d, model, tok)
@@ -324,6 +354,15 @@ def cmd_explain(a) -> int:
     figure_path(a.output, f"--output {a.output}: the heatmap")
     if a.html and Path(a.html).suffix.lower() not in (".html", ".htm"):
         raise UserError(f"--html {a.html}: the page file must end in .html")
+    outputs = {"--output": a.output, "--stats": a.stats, "--html": a.html}
+    for option, path in outputs.items():  # every output checked before the first is written: a failure writes nothing
+        if path:
+            check_output_file(path, option)
+    given = {k: str(Path(v).expanduser().resolve()) for k, v in outputs.items() if v}
+    if len(set(given.values())) < len(given):
+        raise UserError(f"{', '.join(f'{k} {outputs[k]}' for k in given)}: each output needs a file of its own")
+    if not a.text.strip():
+        raise UserError("the text to explain is empty")
     _, model, tok = load_for_inference(a.model, qa_ok=True)
     maps = attention_maps(model, tok, a.text, max_length=a.max_length)
     try:
@@ -340,7 +379,7 @@ def cmd_explain(a) -> int:
         sizes = maps.support_sizes()[a.layer, a.head]
         print("support size per row: " + ", ".join(f"{t}={int(s)}" for t, s in zip(maps.tokens, sizes)))
     if a.stats:
-        write_json_atomic(a.stats, st)
+        write_json_atomic(a.stats, {**st, WRITTEN_BY: "attnkit explain"})
     print(f"[attnkit] heatmap written to {path}")
     if a.html:
         print(f"[attnkit] interactive view written to {write_html(maps, a.html, title=f'attnkit: {a.text[:60]}')}")
@@ -349,17 +388,19 @@ def cmd_explain(a) -> int:
 
 def cmd_layer_weights(a) -> int:
     figure_path(a.output, f"--output {a.output}: the chart")
+    check_output_file(a.output, "--output")
+    js = check_side_file(Path(a.output).with_suffix(".json"), f"the layer weights beside --output {a.output}")
     d, model, tok, task, data, ds = _model_and_split(a)
     ds = ds.select(range(min(a.max_samples, len(ds))))
     pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
     w = layer_weights(model, tok, list(ds["text"]), pairs, max_length=a.max_length)
     name = d.parent.name if d.name == MODEL_DIR else d.name
     path = plot_layer_weights(w, a.output, title=f"{name}: {task} {a.split} ({len(ds)} texts)")
-    write_json_atomic(Path(a.output).with_suffix(".json"), w)
+    write_json_atomic(js, {**w, WRITTEN_BY: "attnkit layer-weights"})
     for k in ("se_mean", "mix"):
         if k in w:
             print(f"{k}: " + " ".join(f"L{i + 1}={x:.3f}" for i, x in enumerate(w[k])))
-    print(f"[attnkit] layer weights drawn to {path} (values in {Path(a.output).with_suffix('.json')})")
+    print(f"[attnkit] layer weights drawn to {path} (values in {js})")
     return 0
 
 
@@ -368,10 +409,12 @@ def cmd_pretrain(a) -> int:
         task=a.task, data_dir=a.data_dir, kind=a.kind, attention=a.attention, lam=a.lam, layers=a.layers, heads=a.heads,
         dim=a.dim, vocab_size=a.vocab_size, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, max_length=a.max_length,
         seed=a.seed, output_dir=a.output_dir, max_train_samples=a.max_train_samples, logging_steps=a.logging_steps,
-        lemmatize=a.lemmatize,
+        lemmatize=a.lemmatize, resume=not a.no_resume,
     )
     cfg.validate()
     m = pretrain(cfg)
+    if m.get("already_complete"):
+        print(f"[attnkit] the pre-training run in {cfg.output_dir} is already complete: nothing was changed (--no-resume runs it again)")
     print(f"\n[attnkit] MiniBERT {cfg.kind} {cfg.layers}x{cfg.heads}, d={cfg.dim}, {cfg.spec().describe()}; "
           f"{m['parameters']:,} parameters ({m['attention_parameters']:,} in attention), vocabulary {m['vocab_size']}")
     print(f"[attnkit] MLM loss on the training text {m['mlm_loss']:.4f} ({m['train_texts']} texts, {m['seconds']:.1f}s)")
@@ -383,8 +426,13 @@ def cmd_pretrain(a) -> int:
 
 def cmd_words(a) -> int:
     figure_path(a.output, f"--output {a.output}: the chart")
-    if a.top < 1 or a.min_count < 1:
-        raise UserError(f"--top and --min-count must be positive (got {a.top}, {a.min_count})")
+    check_output_file(a.output, "--output")
+    if a.json:
+        js = check_output_file(a.json, "--json")
+        if Path(a.json).expanduser().resolve() == Path(a.output).expanduser().resolve():
+            raise UserError(f"--json {a.json} is also --output: name another file")
+    else:
+        js = check_side_file(Path(a.output).with_suffix(".json"), f"the ranking beside --output {a.output} (name it with --json)")
     d, model, tok, task, data, ds = _model_and_split(a)
     texts = list(ds["text"])[: a.max_samples] if a.max_samples else list(ds["text"])
     names = label_names_of(model)
@@ -395,10 +443,8 @@ def cmd_words(a) -> int:
         "attention": spec_of(model.config).describe(), "min_count": a.min_count,
         "definition": "received(word) = sum over its word pieces of the column sum of the attention matrix over real "
                       "query tokens, averaged over layers and heads; ranked per predicted class by the mean over occurrences",
-        "classes": ranking,
+        "classes": ranking, WRITTEN_BY: "attnkit words",
     }
-    js = Path(a.json) if a.json else Path(a.output).with_suffix(".json")
-    js.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(js, result)
     png = plot_words(ranking, a.output, title=f"{task} {a.split}: most-attended words per predicted class ({result['attention']})")
     for name, r in ranking.items():

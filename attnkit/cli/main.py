@@ -74,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(a, "threads", None) is not None:
             if a.threads < 1:
                 raise UserError(f"--threads {a.threads}: expected a number of threads >= 1")
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            if a.threads > cores:
+                print(f"attnkit {a.command}: warning: --threads {a.threads} is more than the {cores} cores this process may use: "
+                      "the threads will contend for them (slower, not faster)", file=sys.stderr)
             import torch
 
             torch.set_num_threads(a.threads)

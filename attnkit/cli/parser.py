@@ -5,6 +5,7 @@ Light on purpose: building the parser imports no torch, so ``--help`` answers at
 from __future__ import annotations
 
 import argparse
+import re
 
 from attnkit.attention.names import KINDS, NORMALISER_NAMES
 from attnkit.training.config import DEFAULT_MINI_LR, DEFAULT_VOCAB, PretrainConfig, TrainConfig
@@ -32,11 +33,31 @@ attention on the Rotten Tomatoes snippets, offline.
 """
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, reading negative numbers as a user writes them: ``--lam -1e-3``, ``--lam -inf``, ``--lams -8 -4``
+    (argparse alone takes ``-1e-3`` and ``-inf`` for options). No attnkit option looks like a negative number."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*([eE][-+]?\d+)?|\.\d+([eE][-+]?\d+)?|inf(inity)?|nan)$", re.I)
+
+
+def positive_int(text: str) -> int:
+    """argparse type of counts (batch sizes, samples, words): a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def add_model_io(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a checkpoint written by `attnkit train` (its model/ folder or the run folder)")
     p.add_argument("--max-length", type=int, default=None, help="truncate inputs to this many tokens (default: the length the model was trained with, else 128)")
-    p.add_argument("--batch-size", type=int, default=64, help="inference batch size (default 64)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: what torch picks, one per core)")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="inference batch size (default 64)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: what torch picks, one per core)")
 
 
 def add_train_options(t: argparse.ArgumentParser) -> None:
@@ -57,8 +78,8 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--max-length", type=int, default=d.max_length, help=f"truncate inputs to this many tokens (default {d.max_length})")
     t.add_argument("--doc-stride", type=int, default=None, help="span QA (--task squad): overlap of context windows in tokens (default max-length // 3)")
     t.add_argument("--seed", type=int, default=d.seed, help=f"random seed (default {d.seed})")
-    t.add_argument("--output-dir", default=d.output_dir, help=f"run folder (default {d.output_dir}); an unfinished run there is resumed")
-    t.add_argument("--no-resume", action="store_true", help="start afresh even if the output folder holds checkpoints or a finished run")
+    t.add_argument("--output-dir", default=d.output_dir, help=f"run folder (default {d.output_dir}); an unfinished run there is resumed, a finished one with the same settings kept as it is, one with other settings refused")
+    t.add_argument("--no-resume", action="store_true", help="start afresh even if the output folder holds checkpoints or a finished run (moved aside to <output-dir>/.replaced-<date>/, not deleted)")
     t.add_argument("--keep-checkpoints", action="store_true", help="keep the checkpoint-N folders (optimizer state) after the run finishes")
     t.add_argument("--max-train-samples", type=int, default=None, help="train on a random subset of this size")
     t.add_argument("--max-eval-samples", type=int, default=None, help="evaluate on a random subset of this size")
@@ -136,7 +157,8 @@ def add_pretrain_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, default=d.max_length, help=f"truncate texts to this many tokens (default {d.max_length})")
     p.add_argument("--max-train-samples", type=int, default=None, help="use a random subset of the training texts")
     p.add_argument("--seed", type=int, default=d.seed, help=f"random seed (default {d.seed})")
-    p.add_argument("--output-dir", default=d.output_dir, help=f"run folder (default {d.output_dir}); the checkpoint goes to <it>/model")
+    p.add_argument("--output-dir", default=d.output_dir, help=f"run folder (default {d.output_dir}); the checkpoint goes to <it>/model; a finished run there with the same settings is kept as it is")
+    p.add_argument("--no-resume", action="store_true", help="pre-train afresh even if the output folder holds a finished run (moved aside to <output-dir>/.replaced-<date>/, not deleted)")
     p.add_argument("--logging-steps", type=int, default=d.logging_steps)
     p.add_argument("--lemmatize", default=None, metavar="LANG", help="lemmatise the corpus first (simplemma: en, fr, de, ...); recorded with the model")
     return p
@@ -153,13 +175,15 @@ def add_words_parser(sub) -> argparse.ArgumentParser:
     w.add_argument("--task", default=None, help="dataset (default: the one the model was trained on)")
     w.add_argument("--data-dir", default=None)
     w.add_argument("--split", default="validation", choices=["train", "validation", "test"])
-    w.add_argument("--top", type=int, default=20, help="words per class (default 20)")
-    w.add_argument("--min-count", type=int, default=3, help="rank only words seen at least this often in the class (default 3)")
-    w.add_argument("--max-samples", type=int, default=None, help="read only the first N sentences of the split")
+    w.add_argument("--top", type=positive_int, default=20, help="words per class (default 20)")
+    w.add_argument("--min-count", type=positive_int, default=3, help="rank only words seen at least this often in the class (default 3)")
+    w.add_argument("--max-samples", type=positive_int, default=None, help="read only the first N sentences of the split")
     w.add_argument("--output", default="words.png", help="bar chart, .png or .svg (default words.png)")
-    w.add_argument("--json", default=None, help="ranking as JSON (default: the chart's path with .json)")
+    w.add_argument("--json", default=None, help="ranking as JSON (default: the chart's path with .json, e.g. words.json; an existing "
+                                                "file there that attnkit did not write is never replaced)")
     w.add_argument("--max-length", type=int, default=None, help="truncate inputs to this many tokens (default: the length the model was trained with, else 128)")
-    w.add_argument("--batch-size", type=int, default=64)
+    w.add_argument("--batch-size", type=positive_int, default=64)
+    w.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: what torch picks, one per core)")
     return w
 
 
@@ -167,17 +191,17 @@ def add_words_parser(sub) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="attnkit", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="attnkit", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="show library logs and warnings")
     sub = parser.add_subparsers(dest="command", metavar="{train,sweep,pretrain,evaluate,predict,explain,words,layer-weights,tasks}")
 
     t = sub.add_parser("train", help="fine-tune an encoder with softmax or sparse attention")
     add_train_options(t)
     w = sub.add_parser("sweep", help="train every (lam, seed) cell and a softmax baseline per seed; plot metric and support against lam")
-    w.add_argument("--lams", nargs="+", type=float, required=True, help="sparsegen-lin lam values (< 1), e.g. -8 -6 -4 -2 0")
-    w.add_argument("--seeds", nargs="+", type=int, default=[1, 2], help="seeds (default 1 2)")
-    w.add_argument("--view-layer", type=int, default=None, help="layer of the side-by-side attention figure (default the last)")
-    w.add_argument("--view-head", type=int, default=0, help="head of the side-by-side attention figure (default 0)")
+    w.add_argument("--lams", nargs="+", type=float, required=True, help="sparsegen-lin lam values (< 1, each once), e.g. -8 -6 -4 -2 0")
+    w.add_argument("--seeds", nargs="+", type=int, default=[1, 2], help="seeds, each once (default 1 2)")
+    w.add_argument("--view-layer", type=int, default=None, help="layer (0-based) of the side-by-side attention figure (default the last)")
+    w.add_argument("--view-head", type=int, default=0, help="head (0-based) of the side-by-side attention figure (default 0)")
     w.add_argument("--report-only", action="store_true",
                    help="train nothing: write sweep.json/.md and the figures from the cells finished so far in --output-dir")
     add_train_options(w)
@@ -189,9 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--task", default=None, help="dataset (default: the one the model was trained on)")
     e.add_argument("--data-dir", default=None)
     e.add_argument("--split", default="validation", help="split to evaluate (default validation; MNLI also has validation_mismatched)")
-    e.add_argument("--output", default=None, help="JSON file (default: <model>/eval_<task>_<split>.json)")
-    e.add_argument("--hans-per-subcase", type=int, default=None, help="HANS only: evaluate the first N pairs of each of the 30 subcases (default all 1000)")
-    e.add_argument("--plot", default=None, help="HANS only: bar chart file, .png or .svg (default: next to the JSON)")
+    e.add_argument("--output", default=None, help="JSON file (default: <model>/eval_<task>_<split>.json); span QA also writes the "
+                                                   "answers beside it (<output>_predictions.json)")
+    e.add_argument("--hans-per-subcase", type=positive_int, default=None, help="HANS only: evaluate the first N pairs of each of the 30 subcases (default all 1000)")
+    e.add_argument("--plot", default=None, help="HANS only: bar chart file, .png or .svg (default: beside the JSON, with .png)")
 
     p = sub.add_parser("predict", help="label and probabilities for texts given as arguments or in a file")
     add_model_io(p)
@@ -219,8 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--task", default=None, help="dataset whose texts are averaged over (default: the one the model was trained on)")
     w.add_argument("--data-dir", default=None)
     w.add_argument("--split", default="validation")
-    w.add_argument("--max-samples", type=int, default=500, help="average over at most this many texts (default 500)")
-    w.add_argument("--output", default="layer_weights.png", help="chart file, .png or .svg (default layer_weights.png)")
+    w.add_argument("--max-samples", type=positive_int, default=500, help="average over at most this many texts (default 500)")
+    w.add_argument("--output", default="layer_weights.png", help="chart file, .png or .svg (default layer_weights.png); the values "
+                                                                 "go beside it as JSON (layer_weights.json)")
 
     add_words_parser(sub)
     k = sub.add_parser("tasks", help="list the datasets attnkit can load, and which are found under the data folder")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -56,6 +57,29 @@ def _read_generic_split(
     return rows
 
 
+def _check_labels(rows: list[_RawRow]) -> None:
+    """Refuse labels a model would silently split or garble: the same number written two ways ("1" and "1.0"; whole
+    numbers such as "01" and "1" are one label already), and control characters (a stray tab or carriage return)."""
+    first: dict[str, _RawRow] = {}
+    numeric: dict[float, _RawRow] = {}
+    for r in rows:
+        if r.label in first:
+            continue
+        first[r.label] = r
+        bad = next((c for c in r.label if unicodedata.category(c).startswith("C")), None)
+        if bad is not None:
+            raise DataFormatError(r.path, r.line, f"label {r.label!r} holds the control character {bad!r}: expected a plain label")
+        try:
+            value = float(r.label)
+        except ValueError:
+            continue
+        if value in numeric and numeric[value].label != r.label and not (_INT_LABEL.fullmatch(r.label) and _INT_LABEL.fullmatch(numeric[value].label)):
+            o = numeric[value]
+            raise DataFormatError(r.path, r.line, f"label {r.label!r} is the number {value:g}, written {o.label!r} on line "
+                                  f"{o.line} of {o.path.name}: write each label one way (they would be two classes)")
+        numeric.setdefault(value, r)
+
+
 def _label_names(train_labels: set[str]) -> tuple[list[str], Callable[[str], str]]:
     """Sorted label names (numerically if all look like ints) and the normaliser for raw values."""
     if train_labels and all(_INT_LABEL.fullmatch(v) for v in train_labels):
@@ -94,6 +118,7 @@ def _load_generic(
         for split, path in files.items()
         if path is not None
     }
+    _check_labels([r for rows in raw.values() for r in rows if r.label])
     names, norm = _label_names({r.label for r in raw["train"]})
     splits = {
         split: [

@@ -99,8 +99,17 @@ class TrainConfig:
                 raise ValueError(f"{name} {v}: expected a whole number >= 1")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"--lr {self.lr}: expected a learning rate > 0")
-        if not (isinstance(self.warmup_ratio, (int, float)) and self.warmup_ratio >= 0):
+        if not (isinstance(self.warmup_ratio, (int, float)) and math.isfinite(self.warmup_ratio) and self.warmup_ratio >= 0):
             raise ValueError(f"--warmup {self.warmup_ratio}: expected a fraction of the steps (< 1) or a step count, >= 0")
+        if self.warmup_ratio >= 1 and self.warmup_ratio != int(self.warmup_ratio):
+            raise ValueError(f"--warmup {self.warmup_ratio}: expected a fraction of the steps (< 1) or a whole step count")
+        if not (isinstance(self.weight_decay, (int, float)) and math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"--weight-decay {self.weight_decay}: expected a finite number >= 0")
+        for name, v in (("--lam-warmup", self.lam_warmup), ("--alpha-warmup", self.alpha_warmup)):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0) or (v >= 1 and v != int(v)):
+                raise ValueError(f"{name} {v}: expected a fraction of the steps (< 1) or a whole step count, >= 0")
+        if not isinstance(self.logging_steps, int) or self.logging_steps < 1:
+            raise ValueError(f"--logging-steps {self.logging_steps}: expected a whole number >= 1")
         if not isinstance(self.max_length, int) or self.max_length < 2:
             raise ValueError(f"--max-length {self.max_length}: expected a whole number of tokens of at least 2 (with [CLS] and [SEP])")
         for name, v in (("--max-train-samples", self.max_train_samples), ("--max-eval-samples", self.max_eval_samples), ("--eval-steps", self.eval_steps)):
@@ -175,6 +184,7 @@ class PretrainConfig:
     max_train_samples: int | None = None
     logging_steps: int = 50
     lemmatize: str | None = None  # language: the corpus is lemmatised (simplemma) before the tokenizer is trained
+    resume: bool = True  # False: an earlier run in output_dir is moved aside (.replaced-<date>/) and pre-training starts afresh
 
     def spec(self) -> AttentionSpec:
         from attnkit.attention.spec import AttentionSpec  # torch: only when a run is set up, not for --help
@@ -192,6 +202,14 @@ class PretrainConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)}")
         if self.dim % self.heads:
             raise ValueError(f"--dim {self.dim} is not divisible by --heads {self.heads}")
+        if not (isinstance(self.epochs, (int, float)) and math.isfinite(self.epochs) and self.epochs > 0):
+            raise ValueError(f"--epochs {self.epochs}: expected a number of epochs > 0")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"--lr {self.lr}: expected a learning rate > 0")
+        if self.max_train_samples is not None and self.max_train_samples < 1:
+            raise ValueError(f"--max-train-samples {self.max_train_samples}: expected a whole number >= 1")
+        if self.logging_steps < 1:
+            raise ValueError(f"--logging-steps {self.logging_steps}: expected a whole number >= 1")
         if self.max_length > MAX_POSITIONS:
             raise ValueError(f"--max-length {self.max_length}: MiniBERT has {MAX_POSITIONS} positions at most")
         if not 0 < self.mlm_probability < 1:

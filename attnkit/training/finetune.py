@@ -26,7 +26,10 @@ from attnkit.tasks.lemmas import lemmatize_splits, lemmatizer
 from attnkit.tasks.metrics import MAIN_METRIC, predictions_of, task_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
 from attnkit.training.pretrain import init_mini_checkpoint
-from attnkit.training.runs import AttnkitTrainer, check_length, check_resume, finish_run, finished_metrics, fit, prepare_output, strip_prefix, subsample, training_arguments
+from attnkit.training.runs import (
+    AttnkitTrainer, best_checkpoint, check_length, check_resume, finish_run, finished_metrics, fit, prepare_output, run_folder, strip_prefix,
+    subsample, training_arguments,
+)
 from attnkit.training.span_qa import train_qa
 
 log = logging.getLogger("attnkit")
@@ -125,26 +128,41 @@ def tokenize_splits(splits, tokenizer, max_length: int):
     return splits.map(enc, batched=True, remove_columns=drop, desc="tokenising")
 
 
+def _check_classes(cfg: TrainConfig, data, labels, what: str) -> None:
+    """A classifier trained on one class learns nothing and reports a meaningless accuracy: refuse it."""
+    seen = sorted(set(labels))
+    if len(seen) < 2:
+        names = [data.label_names[i] for i in seen if 0 <= i < len(data.label_names)]
+        raise ValueError(f"task {cfg.task}: the {what} holds one class only ({', '.join(map(repr, names)) or 'none'}"
+                         f"{' in ' + str(cfg.data_dir) if cfg.data_dir else ''}): a classifier needs examples of at least two classes")
+
+
 def _labelled(ds) -> bool:
     return ds is not None and len(ds) > 0 and min(list(ds["label"])) >= 0
 
 
 def train(cfg: TrainConfig) -> dict:
-    """Fine-tune, keep the best dev checkpoint, evaluate it; returns the metrics dict."""
-    done = finished_metrics(cfg)
-    if done is not None:
-        log.warning("the run in %s is complete (metrics.json, model/): nothing to do; --no-resume trains it again", cfg.output_dir)
-        return done | {"already_complete": True}
-    if is_qa_task(cfg.task):
+    """Fine-tune, keep the best dev checkpoint, evaluate it; returns the metrics dict.
+
+    The run folder is locked for the run; a finished run there with the same settings is returned as it is, one with
+    other settings is refused (``--no-resume`` moves it aside once training starts), see :mod:`attnkit.training.runs`."""
+    qa = is_qa_task(cfg.task)
+    if qa:
         if cfg.lemmatize:
             raise ValueError(f"task {cfg.task} (span QA) answers with spans of the original text: --lemmatize does not apply")
         if not cfg.head().is_default or str(cfg.model).lower() in ("mini", "minibert") or cfg.freeze:
             raise ValueError(f"task {cfg.task} (span QA) takes the model's own span head: no --layer-pooling/--se, --model mini or --freeze")
-        return train_qa(cfg)
     cfg.validate()
+    with run_folder(Path(cfg.output_dir)) as out:
+        done = finished_metrics(cfg, out)
+        if done is not None:
+            log.warning("the run in %s is complete (metrics.json, model/): nothing to do; --no-resume trains it again", out)
+            return done | {"already_complete": True}
+        return train_qa(cfg, out) if qa else _train_classifier(cfg, out)
+
+
+def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
     set_seed(cfg.seed)
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     spec = cfg.spec()
     head = cfg.head()
     data = load_task(cfg.task, cfg.data_dir)
@@ -158,6 +176,8 @@ def train(cfg: TrainConfig) -> dict:
     if empty:  # e.g. a file of headers or blank lines only, or SST-2 from trees whose sentences are all neutral
         raise ValueError(f"task {cfg.task}: the {' and '.join(empty)} split{'s' * (len(empty) > 1)} "
                          f"{'have' if len(empty) > 1 else 'has'} no examples{' in ' + str(cfg.data_dir) if cfg.data_dir else ''}")
+    if data.metric != "regression":
+        _check_classes(cfg, data, splits["train"]["label"], "training split")
     check_resume(cfg, out)  # checkpoints of other settings stop the run now; the folder changes only when training starts
     model_path = cfg.model
     lang = model_lemmatize(cfg)
@@ -174,6 +194,8 @@ def train(cfg: TrainConfig) -> dict:
     enc = tokenize_splits(splits, tokenizer, cfg.max_length)
     train_ds = subsample(enc["train"], cfg.max_train_samples, cfg.seed)
     dev_ds = subsample(enc["validation"], cfg.max_eval_samples, cfg.seed)
+    if data.metric != "regression" and cfg.max_train_samples is not None:
+        _check_classes(cfg, data, train_ds["label"], f"random subset of {len(train_ds)} training examples (--max-train-samples)")
     # every other labelled split is evaluated at the end (test, MNLI's validation_mismatched, ...)
     others = {k: subsample(v, cfg.max_eval_samples, cfg.seed) for k, v in enc.items() if k not in ("train", "validation") and _labelled(v)}
     regression = data.metric == "regression"
@@ -208,7 +230,7 @@ def train(cfg: TrainConfig) -> dict:
     metrics["validation"] = strip_prefix(trainer.evaluate(dev_ds, metric_key_prefix="eval"), "eval_")
     for name, ds in others.items():
         metrics[name] = strip_prefix(trainer.evaluate(ds, metric_key_prefix="test"), "test_")
-    metrics["best_checkpoint"] = trainer.state.best_model_checkpoint
+    metrics.update(best_checkpoint(trainer, cfg))
     metrics["attention"] = spec.to_dict()
     metrics["head"] = head.to_dict()
     metrics["main_metric"] = MAIN_METRIC[data.metric]

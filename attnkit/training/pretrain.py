@@ -28,6 +28,7 @@ from attnkit.attention.spec import AttentionSpec
 from attnkit.models.build import save_checkpoint
 from attnkit.models.mini import MiniBertForMaskedLM, MiniBertModel, attention_parameter_count, make_config
 from attnkit.runfiles import write_json_atomic
+from attnkit.training.runs import finished_metrics, prepare_output, run_folder
 from attnkit.tasks import load_task
 from attnkit.tasks.lemmas import lemmatizer
 from attnkit.training.config import DEFAULT_VOCAB, MAX_POSITIONS, SPECIALS, PretrainConfig
@@ -90,11 +91,21 @@ def mlm_collator(tokenizer, mlm_probability: float = 0.15, seed: int | None = No
 
 
 def pretrain(cfg: PretrainConfig) -> dict:
-    """Tokenizer + MLM pre-training on the task's training text; returns the metrics dict."""
+    """Tokenizer + MLM pre-training on the task's training text; returns the metrics dict.
+
+    As ``attnkit train``: the run folder is locked; a finished run there with the same settings is returned as it is,
+    one with other settings refused (``cfg.resume`` off moves it aside when training starts)."""
     cfg.validate()
+    with run_folder(Path(cfg.output_dir)) as out:
+        done = finished_metrics(cfg, out, free=("output_dir", "resume", "logging_steps"))
+        if done is not None:
+            log.warning("the pre-training run in %s is complete (metrics.json, model/): nothing to do; --no-resume runs it again", out)
+            return done | {"already_complete": True}
+        return _pretrain(cfg, out)
+
+
+def _pretrain(cfg: PretrainConfig, out: Path) -> dict:
     set_seed(cfg.seed)
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     data = load_task(cfg.task, cfg.data_dir)
     if "train" not in data.splits:
         raise ValueError(f"task {cfg.task} has no train split (it has {', '.join(data.splits)})")
@@ -133,6 +144,7 @@ def pretrain(cfg: PretrainConfig) -> dict:
     )
     trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=mlm_collator(tok, cfg.mlm_probability),
                       processing_class=tok)
+    prepare_output(cfg, out, keep=())  # everything before training worked: only now is an earlier run moved aside
     result = trainer.train()
     # MLM loss on the training text, re-masked with a fixed seed (no dev/test text is ever used)
     trainer.data_collator = mlm_collator(tok, cfg.mlm_probability, seed=cfg.seed)

@@ -4,10 +4,13 @@ the Trainer's settings, and small helpers. Classification (:mod:`finetune`) and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
+import time
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -18,7 +21,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from attnkit.analysis.explain import plot_curves
 from attnkit.attention.spec import LAM_PARAM
 from attnkit.models.build import check_max_length, check_weights_file, resolve_model
-from attnkit.runfiles import write_json_atomic
+from attnkit.runfiles import LOCK_FILE, folder_lock, write_json_atomic
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
 
 log = logging.getLogger("attnkit")
@@ -73,23 +76,89 @@ def _checkpoint_damage(ckpt: Path) -> str | None:
 #: settings that may differ when a run is resumed: they do not change what is trained, or only how
 #: long (a run may be resumed to train for longer)
 _RESUME_FREE = ("output_dir", "resume", "logging_steps", "eval_batch_size", "keep_checkpoints", "epochs", "max_steps")
+#: settings that may differ from a finished run's for it to count as the same run (epochs and steps count here)
+_FINISHED_FREE = ("output_dir", "resume", "logging_steps", "eval_batch_size", "keep_checkpoints")
 
 
-def finished_metrics(cfg: TrainConfig) -> dict | None:
-    """The metrics of a finished run in ``cfg.output_dir`` made with the same settings (None if there is none).
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not a readable JSON file ({e}): move the run folder aside or pick another --output-dir") from None
 
-    A finished run has metrics.json, model/ and a run_config.json equal to ``cfg`` (but for where it is written
-    and what it logs); rerunning it changes nothing, unless ``cfg.resume`` is off.
-    """
-    out = Path(cfg.output_dir)
+
+def is_run_folder(out: Path) -> bool:
+    """Whether ``out`` holds something of an attnkit run (settings, metrics, model, checkpoints, lock, set-aside runs)."""
+    names = ("run_config.json", METRICS_FILE, MODEL_DIR, LOCK_FILE, "mini_init")
+    return (any((out / n).exists() for n in names) or bool(_checkpoint_dirs(out))
+            or any(p.name.startswith((".replaced-", ".incomplete-")) for p in out.iterdir()))
+
+
+@contextmanager
+def run_folder(out: Path, option: str = "--output-dir"):
+    """Make (if missing) and lock the run folder ``out`` for one run (rank 0 of a multi-process run only).
+
+    Refused at once: a file, a folder that is not empty and holds no attnkit run, a folder another process is writing.
+    If the run fails and the folder was made here and holds nothing, it is removed again."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{option} {out} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()) and not is_run_folder(out):
+        raise ValueError(f"{option} {out} is not empty and holds no attnkit run (a run writes model/, metrics.json, "
+                         "run_config.json, ... there): pick a new or empty folder")
+    made = first_missing(out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with folder_lock(out) if int(os.environ.get("RANK", "0")) == 0 else contextlib.nullcontext():
+            yield out
+    except BaseException:
+        if made is not None and all(p.name == LOCK_FILE for p in out.iterdir()):
+            shutil.rmtree(made, ignore_errors=True)  # the folders made here, holding nothing but the lock file
+        raise
+
+
+def first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` (itself included) that does not exist yet (None if ``path`` exists)."""
+    if path.exists():
+        return None
+    while not path.parent.exists():
+        path = path.parent
+    return path
+
+
+def settings_differences(saved: dict, now: dict, free: tuple, fields) -> list[str]:
+    """``"name: old there, new now"`` for every setting (of ``fields``, but for ``free``) that differs."""
+    old = same_paths({k: v for k, v in saved.items() if k not in free and k in fields})
+    new = same_paths({k: v for k, v in now.items() if k not in free and k in fields})
+    return [f"{k}: {old.get(k)!r} there, {new[k]!r} now" for k in sorted(new) if k in old and old[k] != new[k]]
+
+
+def finished_metrics(cfg, out: Path | None = None, free: tuple = _FINISHED_FREE) -> dict | None:
+    """The metrics of a finished run in ``out`` (default ``cfg.output_dir``) made with the same settings, or None if
+    there is none (or ``cfg.resume`` is off: it is moved aside when training starts).
+
+    A finished run has metrics.json and model/. One made with other settings (or whose settings are not recorded)
+    is never replaced silently: ValueError naming the differences and the ways out. The one exception is asking for a
+    longer run (more epochs or steps) of a run that kept its checkpoints: it is trained on from its last one."""
+    out = Path(cfg.output_dir if out is None else out)
     saved, metrics = out / "run_config.json", out / METRICS_FILE
-    if not cfg.resume or not (saved.is_file() and metrics.is_file() and (out / MODEL_DIR / "config.json").is_file()):
+    if not cfg.resume or not (metrics.is_file() and (out / MODEL_DIR / "config.json").is_file()):
         return None
-    free = ("output_dir", "resume", "logging_steps", "eval_batch_size", "keep_checkpoints")  # epochs and steps count here
-    old, new = _comparable(json.loads(saved.read_text()), free), _comparable(asdict(cfg), free)
-    if any(old.get(k) != v for k, v in new.items()):
+    fields = type(cfg).__dataclass_fields__
+    if saved.is_file():
+        diffs = settings_differences(_read_json(saved), asdict(cfg), free, fields)
+    else:  # a run of an older attnkit: its model says which attention it has; the rest is unknown
+        diffs = _spec_differences(cfg, out / MODEL_DIR / "config.json") or ["its settings are not recorded (no run_config.json)"]
+    if diffs and _checkpoint_dirs(out) and saved.is_file() and not settings_differences(_read_json(saved), asdict(cfg), _RESUME_FREE, fields):
+        # only the length differs and the run kept its checkpoints (--keep-checkpoints): train it on from there
+        log.warning("continuing the finished run in %s from its last checkpoint (%s)", out, "; ".join(diffs))
         return None
-    return json.loads(metrics.read_text())
+    if diffs:
+        raise ValueError(
+            f"{out} holds a finished run with other settings ({'; '.join(diffs)}): pick another --output-dir, or add "
+            f"--no-resume to move that run aside (into {out}/.replaced-<date>/) and train afresh there"
+        )
+    return _read_json(metrics)
 
 
 def finish_run(cfg: TrainConfig, out: Path, history: list[dict], metric: str, title: str) -> None:
@@ -115,8 +184,6 @@ def same_paths(d: dict) -> dict:
     return d
 
 
-def _comparable(cfg_dict: dict, free: tuple = _RESUME_FREE) -> dict:
-    return same_paths({k: v for k, v in cfg_dict.items() if k not in free and k in TrainConfig.__dataclass_fields__})
 
 
 def _checkpoint_dirs(out: Path) -> list[Path]:
@@ -132,13 +199,9 @@ def check_resume(cfg: TrainConfig, out: Path) -> None:
         return
     saved = out / "run_config.json"
     if saved.is_file():
-        old, new = _comparable(json.loads(saved.read_text())), _comparable(asdict(cfg))
-        diffs = [f"{k}: {old[k]!r} there, {new[k]!r} now" for k in sorted(new) if k in old and old[k] != new[k]]
+        diffs = settings_differences(_read_json(saved), asdict(cfg), _RESUME_FREE, TrainConfig.__dataclass_fields__)
     else:  # a run of an older attnkit: compare the attention its checkpoints were trained with
-        cfg_file = Path(get_last_checkpoint(str(out)) or ckpts[-1]) / "config.json"
-        stored = json.loads(cfg_file.read_text()).get("attnkit") if cfg_file.is_file() else None
-        now = cfg.spec().to_dict()
-        diffs = [] if stored is None else [f"{k}: {stored.get(k)!r} there, {now[k]!r} now" for k in now if stored.get(k, now[k]) != now[k]]
+        diffs = _spec_differences(cfg, Path(get_last_checkpoint(str(out)) or ckpts[-1]) / "config.json")
     if diffs:
         raise ValueError(
             f"{out} holds checkpoints of a run with other settings ({'; '.join(diffs)}): rerun with the same "
@@ -146,19 +209,53 @@ def check_resume(cfg: TrainConfig, out: Path) -> None:
         )
 
 
-def prepare_output(cfg: TrainConfig, out: Path) -> None:
-    """Make a run folder ready once everything before training has worked (its settings were checked by
-    ``check_resume`` first): ``cfg.resume = False`` moves earlier checkpoints aside (``.replaced-checkpoint-N``) and
-    starts afresh; writes ``run_config.json``."""
-    ckpts = _checkpoint_dirs(out)
-    if ckpts and not cfg.resume:
-        for c in ckpts:
-            aside = out / f".replaced-{c.name}"
-            shutil.rmtree(aside, ignore_errors=True)
-            os.replace(c, aside)
-        log.warning("--no-resume: %d earlier checkpoint(s) in %s moved aside (.replaced-checkpoint-N)", len(ckpts), out)
+def move_aside(out: Path, keep: tuple = ()) -> Path | None:
+    """Move everything of an earlier run in ``out`` (all but hidden entries and ``keep``) into a new hidden folder
+    ``.replaced-<date>/`` beside it, and return that folder (None if there was nothing to move). Nothing is deleted."""
+    entries = [p for p in out.iterdir() if not p.name.startswith(".") and p.name not in keep]
+    if not entries:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = out / f".replaced-{stamp}"
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = out / f".replaced-{stamp}-{n}"
+    aside.mkdir()
+    for p in entries:
+        os.replace(p, aside / p.name)
+    return aside
+
+
+def _spec_differences(cfg, config_file: Path) -> list[str]:
+    """How the attention stored in a model's ``config.json`` differs from ``cfg``'s (for runs without run_config.json)."""
+    stored = _read_json(config_file).get("attnkit") if config_file.is_file() else None
+    now = cfg.spec().to_dict()
+    return [] if stored is None else [f"{k}: {stored.get(k)!r} there, {now[k]!r} now" for k in now if stored.get(k, now[k]) != now[k]]
+
+
+def prepare_output(cfg, out: Path, keep: tuple = ("mini_init",)) -> None:
+    """Make a run folder ready once everything before training has worked (its settings were checked first):
+    ``cfg.resume = False`` moves the earlier run there (finished or not: model, metrics, checkpoints, figures) aside
+    into ``.replaced-<date>/`` and starts afresh; then writes ``run_config.json``: only now is the folder committed
+    to the new run, so a run killed before this point leaves the earlier one as it was."""
+    if not cfg.resume:
+        aside = move_aside(out, keep)
+        if aside is not None:
+            log.warning("--no-resume: the earlier run in %s was moved aside to %s", out, aside)
     if int(os.environ.get("RANK", "0")) == 0:
-        write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": cfg.spec().to_dict(), "head_spec": cfg.head().to_dict()})
+        extra = {"attention_spec": cfg.spec().to_dict()} | ({"head_spec": cfg.head().to_dict()} if hasattr(cfg, "head") else {})
+        write_json_atomic(out / "run_config.json", asdict(cfg) | extra)
+
+
+def best_checkpoint(trainer, cfg) -> dict:
+    """Which step's weights model/ holds (``best_step``), and the checkpoint folder only if it is kept
+    (``--keep-checkpoints``): metrics.json never names a folder that the end of the run removes."""
+    best = trainer.state.best_model_checkpoint
+    out = {"best_step": int(Path(best).name.rsplit("-", 1)[-1]) if best else None}
+    if best and cfg.keep_checkpoints:
+        out["best_checkpoint"] = best
+    return out
 
 
 def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):

@@ -13,15 +13,12 @@ from attnkit.models.build import build_qa_model, load_tokenizer, save_checkpoint
 from attnkit.runfiles import write_json_atomic
 from attnkit.tasks.squad import QA_TASKS, best_spans, featurize, load_squad, squad_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
-from attnkit.training.runs import AttnkitTrainer, check_length, check_resume, finish_run, fit, prepare_output, strip_prefix, subsample, training_arguments
+from attnkit.training.runs import AttnkitTrainer, best_checkpoint, check_length, check_resume, finish_run, fit, prepare_output, strip_prefix, subsample, training_arguments
 
 
-def train_qa(cfg: TrainConfig) -> dict:
-    """Fine-tune a span-QA model ; returns the metrics dict."""
-    cfg.validate()
+def train_qa(cfg: TrainConfig, out: Path) -> dict:
+    """Fine-tune a span-QA model in the run folder ``out`` (made and locked by the caller); returns the metrics dict."""
     set_seed(cfg.seed)
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     spec = cfg.spec()
     stride = cfg.max_length // 3 if cfg.doc_stride is None else cfg.doc_stride
     splits = load_squad(cfg.data_dir)
@@ -58,7 +55,7 @@ def train_qa(cfg: TrainConfig) -> dict:
     metrics: dict = {
         "train": dict(result.metrics),
         "validation": strip_prefix(dev, "eval_"),
-        "best_checkpoint": trainer.state.best_model_checkpoint,
+        **best_checkpoint(trainer, cfg),
         "attention": spec.to_dict(), "main_metric": "f1", "task": cfg.task,
         "train_size": len(train_rows), "train_windows": len(train_ds), "validation_size": len(dev_rows),
         "max_length": cfg.max_length, "doc_stride": stride,

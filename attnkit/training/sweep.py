@@ -19,6 +19,8 @@ per seed, into the same folder). Written after every cell:
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import statistics
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -26,14 +28,15 @@ from typing import Callable
 
 import numpy as np
 import torch
+from transformers import AutoConfig
 
 from attnkit.analysis.explain import attention_maps, figure_path, pyplot, save_figure, view_sentence
-from attnkit.models.build import MODEL_DIR, load_model, load_tokenizer
-from attnkit.runfiles import write_json_atomic, write_text_atomic
+from attnkit.models.build import MODEL_DIR, load_model, load_tokenizer, resolve_model
+from attnkit.runfiles import LOCK_FILE, folder_lock, write_json_atomic, write_text_atomic
 from attnkit.tasks import is_qa_task, load_task
-from attnkit.training.config import TrainConfig
+from attnkit.training.config import TrainConfig, is_mini_alias
 from attnkit.training.finetune import train
-from attnkit.training.runs import same_paths
+from attnkit.training.runs import first_missing, same_paths
 
 SUPPORT_TEXTS = 256  # dev texts the mean support is measured on
 
@@ -144,11 +147,49 @@ def run_sweep(base: TrainConfig, lams: list[float], seeds: list[int], out_dir: s
         raise ValueError(f"attnkit sweep takes a classification task; {base.task} is span QA")
     if not lams or not seeds:
         raise ValueError("attnkit sweep needs at least one --lams value and one --seeds value")
+    for name, values in (("--lams", [float(x) for x in lams]), ("--seeds", list(seeds))):
+        twice = sorted({f"{v:g}" for v in values if values.count(v) > 1})
+        if twice:
+            raise ValueError(f"{name}: {', '.join(twice)} given more than once (each cell is trained once)")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     cells = sweep_cells(lams, seeds)
     for c in cells:  # a bad lam fails now, not after hours of training
         cell_config(base, c, out).spec()
+    check_view(base, view_layer, view_head)  # and a bad figure setting before anything is written
+    if out.is_dir() and any(out.iterdir()) and not _is_sweep_folder(out, cells):
+        raise ValueError(f"--output-dir {out} is not empty and holds no attnkit sweep (sweep.json or cell folders such as "
+                         f"{cells[0].name}/): pick a new or empty folder")
+    made = first_missing(out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with folder_lock(out, "sweep folder"):
+            return _sweep(base, cells, out, view_layer, view_head, report_only, log)
+    except BaseException:
+        if made is not None and all(p.name == LOCK_FILE for p in out.iterdir()):
+            shutil.rmtree(made, ignore_errors=True)
+        raise
+
+
+def _is_sweep_folder(out: Path, cells: list[Cell]) -> bool:
+    return (out / "sweep.json").is_file() or (out / LOCK_FILE).exists() or any(
+        p.is_dir() and re.fullmatch(r"(softmax|lam-?[\d.e+-]+)_seed-?\d+", p.name) for p in out.iterdir())
+
+
+def check_view(base: TrainConfig, layer: int | None, head: int) -> None:
+    """--view-layer / --view-head must name a layer and head of the model the sweep trains."""
+    if is_mini_alias(base.model):
+        layers, heads = base.layers or 1, base.heads or 1
+    else:
+        config = AutoConfig.from_pretrained(resolve_model(base.model))
+        layers, heads = config.num_hidden_layers, config.num_attention_heads
+    if layer is not None and not 0 <= layer < layers:
+        raise ValueError(f"--view-layer {layer}: the model has layers 0 to {layers - 1}")
+    if not 0 <= head < heads:
+        raise ValueError(f"--view-head {head}: the model has heads 0 to {heads - 1}")
+
+
+def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | None, view_head: int, report_only: bool,
+           log: Callable[[str], None]) -> list[dict]:
     # records of an earlier sweep into this folder (also when its run folders are gone, e.g. a committed sweep.json)
     earlier = {(r["lam"], r["seed"]): r for r in (json.loads((out / "sweep.json").read_text()) if (out / "sweep.json").is_file() else [])}
     records = []

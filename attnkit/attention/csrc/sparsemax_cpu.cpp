@@ -14,7 +14,9 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -197,6 +199,227 @@ torch::Tensor sparsemax_backward(torch::Tensor p, torch::Tensor g, double scale)
   return gz;
 }
 
+// ---------------------------------------------------------------------------------------------------- entmax
+// 1.5-entmax and alpha-entmax along the last dim, one row at a time (rows in parallel), in double.
+//
+// A row z is shifted by its max m and written x_j = d (z_j - m), d = alpha - 1 (1/2 for 1.5-entmax), so that
+// p_j = [x_j - tau]_+^(1/d) with sum_j p_j = 1 and tau in [-1, 0) (the max entry has x = 0 and p <= 1). So only
+// entries with x > -1 can be in the support: one pass gathers them (a handful on attention rows), and the rest of
+// the work runs on those alone.
+//
+// 1.5-entmax (1/d = 2) is exact: the sort-based closed form (Peters et al. 2019) on the sorted candidates.
+// alpha-entmax: f(tau) = sum_j [x_j - tau]_+^(1/d) - 1 is convex and decreasing for 1 < alpha <= 2 (1/d >= 1), so
+// Newton's method started below the root (tau = -1: f >= 0) rises monotonically to it and never overshoots; it
+// runs until tau stops moving (quadratic convergence: a handful of steps) on the scores' own scale (s = (tau + 1)
+// / d, where alpha -> 1 stays accurate), then the output is divided by its sum, as the torch path does.
+//
+// Backward (closed form, both): q_j = p_j^(2 - alpha) on the support, g_z = q (g - sum(g q) / sum(q)).
+// Rows of all -inf give zeros; rows with +inf entries share the mass equally among them; a NaN makes a row NaN.
+
+template <typename T>
+inline bool special_row(const T* __restrict z, T* __restrict o, int64_t n, double& m) {
+  bool has_nan = false;
+  const T mx = row_max(z, n, has_nan);
+  if (has_nan) {
+    for (int64_t j = 0; j < n; ++j) o[j] = std::numeric_limits<T>::quiet_NaN();
+    return true;
+  }
+  if (mx == std::numeric_limits<T>::infinity()) {
+    int64_t cnt = 0;
+    for (int64_t j = 0; j < n; ++j) cnt += z[j] == std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < n; ++j) o[j] = z[j] == std::numeric_limits<T>::infinity() ? T(1.0 / double(cnt)) : T(0);
+    return true;
+  }
+  if (mx == -std::numeric_limits<T>::infinity()) {
+    for (int64_t j = 0; j < n; ++j) o[j] = T(0);
+    return true;
+  }
+  m = double(mx);
+  return false;
+}
+
+// The entries that can be in the support: those above the lower bound of the threshold (x > -1, i.e. z > m - 1/d),
+// as (x, index) pairs; on attention rows a handful. One pass; the rest of the work runs on these alone.
+// (x = scale (z - m) for z > m - reach), branch-free: every entry is written, the count moves only for candidates
+struct Candidates {
+  std::vector<double> x;
+  std::vector<int64_t> idx;
+  int64_t k = 0;
+};
+
+template <typename T>
+inline void candidates(const T* __restrict z, int64_t n, double m, double scale, double reach, Candidates& c) {
+  if (int64_t(c.x.size()) < n) {
+    c.x.resize(n);
+    c.idx.resize(n);
+  }
+  const T cut = T(m - reach);
+  double* __restrict xs = c.x.data();
+  int64_t* __restrict is = c.idx.data();
+  int64_t k = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    xs[k] = (double(z[j]) - m) * scale;
+    is[k] = j;
+    k += z[j] > cut;
+  }
+  c.k = k;
+}
+
+template <typename T>
+inline void entmax15_row(const T* __restrict z, T* __restrict o, int64_t n) {
+  // exact, sort-based on the candidates (Peters et al. 2019, Algorithm 2): with x sorted descending,
+  // tau_k = mean_k - sqrt(max(0, 1/k - var_k)); the support is the largest k with tau_k <= x_k; p = [x - tau]_+^2
+  using A = double;
+  A m = 0;
+  if (special_row(z, o, n, m)) return;
+  thread_local Candidates c;
+  candidates(z, n, m, 0.5, 2.0, c);
+  const int64_t k = c.k;
+  // sort the candidates' values (few) descending; their indices are only needed for the output
+  thread_local std::vector<A> sorted;
+  sorted.assign(c.x.begin(), c.x.begin() + k);
+  std::sort(sorted.begin(), sorted.end(), std::greater<A>());
+  A s1 = 0, s2 = 0, tau = -1;
+  for (int64_t i = 1; i <= k; ++i) {
+    const A x = sorted[i - 1];
+    s1 += x;
+    s2 += x * x;
+    const A mean = s1 / A(i), var = s2 / A(i) - mean * mean;
+    const A t = mean - std::sqrt(std::max(A(0), A(1) / A(i) - var));
+    if (t > x) break;  // x_i below tau_i: i - 1 is the support (the condition holds for a prefix)
+    tau = t;
+  }
+  std::fill(o, o + n, T(0));
+  for (int64_t i = 0; i < k; ++i) {
+    const A v = c.x[i] - tau;
+    if (v > 0) o[c.idx[i]] = T(v * v);
+  }
+}
+
+template <typename T>
+inline void entmax_alpha_row(const T* __restrict z, T* __restrict o, int64_t n, double alpha) {
+  // Written on the scores' own scale, as the torch path: p_j = [1 + d (x_j - s)]_+^(1/d) = exp(log1p(d t_j) / d),
+  // t_j = x_j - s, x = z - m, threshold tau = d s - 1; this tends to exp(x_j - s) (softmax) as d -> 0 with no loss
+  // of precision. f(s) = sum p - 1 is convex and decreasing, f'(s) = -sum p^(1 - d); s = 0 is a lower bound, and
+  // only the candidates (x > -1/d) can be in the support.
+  using A = double;
+  A m = 0;
+  if (special_row(z, o, n, m)) return;
+  const A d = alpha - 1.0;
+  if (d <= 0) {  // alpha = 1: softmax
+    A sum = 0;
+    for (int64_t j = 0; j < n; ++j) sum += std::exp(A(z[j]) - m);
+    for (int64_t j = 0; j < n; ++j) o[j] = T(std::exp(A(z[j]) - m) / sum);
+    return;
+  }
+  thread_local Candidates c;
+  candidates(z, n, m, 1.0, 1.0 / d, c);  // x = z - m > -1/d
+  const int64_t k = c.k;
+  const A* xs = c.x.data();
+  A s = 0;
+  for (int it = 0; it < 200; ++it) {
+    A f = -1, df = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      const A dt = d * (xs[i] - s);
+      if (dt > -1) {
+        const A p = std::exp(std::log1p(dt) / d);
+        f += p;
+        df += p / (1 + dt);  // p^(1 - d)
+      }
+    }
+    const A next = s + f / df;
+    if (!(next > s) || next - s <= 1e-15 * (1 + std::abs(s))) break;
+    s = next;
+  }
+  thread_local std::vector<A> pv;
+  pv.assign(k, A(0));
+  A total = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    const A dt = d * (xs[i] - s);
+    pv[i] = dt > -1 ? std::exp(std::log1p(dt) / d) : A(0);
+    total += pv[i];
+  }
+  std::fill(o, o + n, T(0));
+  for (int64_t i = 0; i < k; ++i) o[c.idx[i]] = T(pv[i] / total);
+}
+
+// q = p^(2 - alpha) on the support (sqrt(p) for 1.5-entmax); g_z = q (g - sum(g q) / sum(q))
+template <typename T>
+inline void entmax_backward_row(const T* __restrict pr, const T* __restrict gr, T* __restrict out, int64_t n, double alpha) {
+  using A = double;
+  A sq = 0, sgq = 0;
+  if (alpha == 1.5) {  // q = sqrt(p): vectorised in the rows' own precision, as softmax's backward
+    T tq = 0, tgq = 0;
+#pragma omp simd reduction(+ : tq, tgq)
+    for (int64_t j = 0; j < n; ++j) {
+      const T q = std::sqrt(pr[j]);
+      tq += q;
+      tgq += q * gr[j];
+    }
+    const T mean = tq > T(0) ? tgq / tq : T(0);
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) out[j] = std::sqrt(pr[j]) * (gr[j] - mean);
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const A p = A(pr[j]);
+    const A q = p > 0 ? std::pow(p, 2.0 - alpha) : A(0);
+    sq += q;
+    sgq += q * A(gr[j]);
+  }
+  const A mean = sq > 0 ? sgq / sq : A(0);
+  for (int64_t j = 0; j < n; ++j) {
+    const A p = A(pr[j]);
+    out[j] = p > 0 ? T(std::pow(p, 2.0 - alpha) * (A(gr[j]) - mean)) : T(0);
+  }
+}
+
+// alpha: empty (1.5-entmax) or one value per row
+torch::Tensor entmax_forward(torch::Tensor z, torch::Tensor alpha) {
+  TORCH_CHECK(z.device().is_cpu(), "entmax_forward: CPU tensors only");
+  auto zc = z.contiguous();
+  auto p = torch::empty_like(zc);
+  const int64_t n = zc.size(-1);
+  const int64_t rows = n == 0 ? 0 : zc.numel() / n;
+  const bool per_row = alpha.numel() > 0;
+  auto ac = per_row ? alpha.contiguous().to(torch::kFloat64) : alpha;
+  TORCH_CHECK(!per_row || ac.numel() == rows, "entmax_forward: one alpha per row");
+  const double* a = per_row ? ac.data_ptr<double>() : nullptr;
+  AT_DISPATCH_FLOATING_TYPES(zc.scalar_type(), "entmax_forward", [&] {
+    const scalar_t* zp = zc.data_ptr<scalar_t>();
+    scalar_t* pp = p.data_ptr<scalar_t>();
+    at::parallel_for(0, rows, 16, [=](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        if (a == nullptr) entmax15_row<scalar_t>(zp + r * n, pp + r * n, n);
+        else entmax_alpha_row<scalar_t>(zp + r * n, pp + r * n, n, a[r]);
+      }
+    });
+  });
+  return p;
+}
+
+torch::Tensor entmax_backward(torch::Tensor p, torch::Tensor g, torch::Tensor alpha) {
+  TORCH_CHECK(p.device().is_cpu() && g.device().is_cpu(), "entmax_backward: CPU tensors only");
+  auto pc = p.contiguous();
+  auto gc = g.contiguous().to(pc.scalar_type());
+  auto gz = torch::empty_like(pc);
+  const int64_t n = pc.size(-1);
+  const int64_t rows = n == 0 ? 0 : pc.numel() / n;
+  const bool per_row = alpha.numel() > 0;
+  auto ac = per_row ? alpha.contiguous().to(torch::kFloat64) : alpha;
+  const double* a = per_row ? ac.data_ptr<double>() : nullptr;
+  AT_DISPATCH_FLOATING_TYPES(pc.scalar_type(), "entmax_backward", [&] {
+    const scalar_t* pp = pc.data_ptr<scalar_t>();
+    const scalar_t* gp = gc.data_ptr<scalar_t>();
+    scalar_t* op = gz.data_ptr<scalar_t>();
+    at::parallel_for(0, rows, 16, [=](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r)
+        entmax_backward_row<scalar_t>(pp + r * n, gp + r * n, op + r * n, n, a == nullptr ? 1.5 : a[r]);
+    });
+  });
+  return gz;
+}
+
 // How many distinct threads at::parallel_for used over `rows` rows with the kernels' grain:
 // 1 when the extension was built without OpenMP (its `omp parallel` is then ignored).
 int64_t parallel_threads(int64_t rows) {
@@ -210,5 +433,7 @@ int64_t parallel_threads(int64_t rows) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &sparsemax_forward, "exact sparsemax of scale * z along the last dim (CPU)");
   m.def("backward", &sparsemax_backward, "closed-form sparsemax backward (CPU)");
+  m.def("entmax_forward", &entmax_forward, "1.5-entmax (alpha empty) or alpha-entmax (one alpha per row) along the last dim (CPU)");
+  m.def("entmax_backward", &entmax_backward, "closed-form entmax backward with respect to the scores (CPU)");
   m.def("parallel_threads", &parallel_threads, "distinct threads used by the kernels' parallel loop over `rows` rows");
 }
