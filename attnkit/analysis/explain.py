@@ -162,20 +162,20 @@ def plot_layer_weights(weights: dict, path: str | Path, title: str = "") -> Path
     return save_figure(fig, path)
 
 
-def plot_learned_lam(lams: list[list[float]], path: str | Path, start: float | None = None, title: str = "") -> Path:
-    """Layer x head chart of a learned-lam model's lam (PNG or SVG), each cell labelled with its value."""
+def plot_learned_lam(lams: list[list[float]], path: str | Path, start: float | None = None, title: str = "", name: str = "lam") -> Path:
+    """Layer x head chart of a setting learned per head (``name``: lam, alpha; PNG or SVG), each cell labelled with its value."""
     plt = pyplot()
     path = figure_path(path, "plot")
     a = np.asarray(lams, dtype=float)  # [layers, heads]
     fig, ax = plt.subplots(figsize=(0.55 * a.shape[1] + 2.2, 0.45 * a.shape[0] + 1.4))
     im = ax.imshow(a, cmap="viridis", aspect="auto")
     for (i, j), v in np.ndenumerate(a):
-        ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=6, color="white" if v < a.mean() else "black")
+        ax.text(j, i, f"{v:.1f}" if name == "lam" else f"{v:.2f}", ha="center", va="center", fontsize=6, color="white" if v < a.mean() else "black")
     ax.set_xticks(range(a.shape[1]), [str(h) for h in range(a.shape[1])])
     ax.set_yticks(range(a.shape[0]), [str(l) for l in range(a.shape[0])])
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
-    fig.colorbar(im, ax=ax, label="lam" + (f" (started at {start:g})" if start is not None else ""))
+    fig.colorbar(im, ax=ax, label=name + (f" (started at {start:g})" if start is not None else ""))
     if title:
         ax.set_title(title, fontsize=9)
     return save_figure(fig, path)

@@ -33,6 +33,26 @@ ATTN_IMPLEMENTATION = "attnkit"
 CONFIG_KEY = "attnkit"
 #: name of the per-head parameter of a learned-lam attention module: rho [H], lam_h = 1 - exp(rho_h) < 1
 LAM_PARAM = "attnkit_lam_rho"
+#: name of the per-head parameter of a learned-alpha attention module: a [H], alpha_h = 1 + sigmoid(a_h) in (1, 2)
+ALPHA_PARAM = "attnkit_alpha_logit"
+
+
+@dataclass(frozen=True)
+class LearnedPerHead:
+    """A setting learned per layer and head: the module parameter that holds it (unconstrained) and the maps
+    between the two. One entry per learnable setting in :data:`LEARNED`; a new one is one more entry."""
+
+    param: str  # attribute of each attention module, a parameter [H]
+    config_key: str  # config.json key of its values [layers][heads] (also in the weights)
+    to_raw: Callable[[torch.Tensor], torch.Tensor]  # value -> parameter
+    from_raw: Callable[[torch.Tensor], torch.Tensor]  # parameter -> value (differentiable)
+
+
+#: learnable settings: lam (sparsegen-lin, lam_h = 1 - exp(rho_h) < 1) and alpha (entmax-alpha, 1 + sigmoid(a_h))
+LEARNED: dict[str, LearnedPerHead] = {
+    "lam": LearnedPerHead(LAM_PARAM, "attnkit_lam", lambda v: torch.log1p(-v), lambda r: 1.0 - torch.exp(r)),
+    "alpha": LearnedPerHead(ALPHA_PARAM, "attnkit_alpha", lambda v: torch.logit(v - 1.0), lambda r: 1.0 + torch.sigmoid(r)),
+}
 
 
 def _softmax(scores: torch.Tensor, spec: "AttentionSpec") -> torch.Tensor:
@@ -201,6 +221,11 @@ class AttentionSpec:
         """alpha at the current point of a softmax-to-sparse warm-up: ``1 + alpha_mix * (target - 1)``."""
         return 1 + self.alpha_mix * (target - 1)
 
+    @property
+    def learned(self) -> str | None:
+        """Which setting is learned per layer and head ("lam", "alpha"), or None."""
+        return "lam" if self.learn_lam else "alpha" if self.learn_alpha else None
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         # written only when they matter: configs of earlier models stay as older attnkit wrote them
@@ -299,15 +324,13 @@ def attnkit_attention_forward(
         scaling = query.size(-1) ** -0.5
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # [B, H, Lq, Lk]
     if spec.learn_lam:  # sparsegen-lin with each head's own lam: sparsemax(z / (1 - lam_h)), 1 - lam_h = exp(rho_h)
-        rho = getattr(module, LAM_PARAM, None)
-        if rho is None:
-            raise RuntimeError(
-                f"{type(module).__name__} has no learned lam ({LAM_PARAM}): build or load the model with attnkit "
-                "(attnkit.models.build_classifier / load_model), which adds it"
-            )
+        rho = _head_parameter(module, LAM_PARAM)
         # scaled before masking: a masked (-inf) score would give 0 * -inf = NaN in rho's gradient
         scores = scores * torch.exp(-rho).to(scores.dtype)[:, None, None]  # rho [H] -> [H, 1, 1]
         weights = sparsemax(_mask_scores(scores, attention_mask), dim=-1)
+    elif spec.learn_alpha:  # alpha-entmax with each head's own alpha_h = 1 + sigmoid(a_h), moved by a warm-up
+        alpha = spec.effective_alpha(LEARNED["alpha"].from_raw(_head_parameter(module, ALPHA_PARAM)))  # [H]
+        weights = entmax_bisect(_mask_scores(scores, attention_mask), alpha.to(scores.dtype)[:, None, None], dim=-1)
     else:
         weights = spec.normalise(_mask_scores(scores, attention_mask))
     dropped = nn.functional.dropout(weights, p=dropout, training=module.training)
@@ -322,6 +345,16 @@ def attnkit_attention_forward(
         out = torch.matmul(dropped, value)
         out = gaussian_blur(out, kernel, valid if out.size(-2) == value.size(-2) else None)
     return out.transpose(1, 2).contiguous(), weights
+
+
+def _head_parameter(module: nn.Module, name: str) -> torch.Tensor:
+    p = getattr(module, name, None)
+    if p is None:
+        raise RuntimeError(
+            f"{type(module).__name__} has no learned per-head parameter {name}: build or load the model with attnkit "
+            "(attnkit.models.build_classifier / load_model), which adds it"
+        )
+    return p
 
 
 def _valid_keys(attention_mask: torch.Tensor | None, batch: int, length: int) -> torch.Tensor | None:
@@ -348,33 +381,47 @@ def attention_modules(model: nn.Module) -> list[nn.Module]:
     return found
 
 
-def add_lam_parameters(model: nn.Module, values: list[list[float]] | None = None) -> list[nn.Parameter]:
-    """Give every attention module of a ``learn_lam`` model its lam parameter [H] (idempotent).
-
-    Started at the spec's lam in every head, or at ``values`` [layers][heads] (a saved model's).
-    """
+def add_head_parameters(model: nn.Module, values: list[list[float]] | None = None) -> list[nn.Parameter]:
+    """Give every attention module of a model whose spec learns a setting per head (``learn_lam``, ``learn_alpha``)
+    its parameter [H] (idempotent), started at the spec's value in every head or at ``values`` [layers][heads] (a
+    saved model's). Returns the parameters ([] if the spec learns nothing)."""
     spec = spec_of(model.config)
+    kind = spec.learned
+    if kind is None:
+        return []
+    entry, start = LEARNED[kind], getattr(spec, kind)
     params = []
     mods = attention_modules(model)
     if values is not None and (len(values) != len(mods) or any(len(v) != m.num_attention_heads for v, m in zip(values, mods))):
-        raise ValueError(f"learned lam of shape {[len(v) for v in values]} does not fit the model's {[m.num_attention_heads for m in mods]} heads")
+        raise ValueError(f"learned {kind} of shape {[len(v) for v in values]} does not fit the model's {[m.num_attention_heads for m in mods]} heads")
     for i, m in enumerate(mods):
-        p = getattr(m, LAM_PARAM, None)
+        p = getattr(m, entry.param, None)
         if p is None:
-            lam = torch.full((m.num_attention_heads,), spec.lam, dtype=torch.float64) if values is None else torch.tensor(values[i], dtype=torch.float64)
+            v = torch.full((m.num_attention_heads,), start, dtype=torch.float64) if values is None else torch.tensor(values[i], dtype=torch.float64)
             ref = next(m.parameters(), None)
-            p = nn.Parameter(torch.log1p(-lam).to(torch.float32 if ref is None else ref.dtype).to(None if ref is None else ref.device))
-            m.register_parameter(LAM_PARAM, p)
+            p = nn.Parameter(entry.to_raw(v).to(torch.float32 if ref is None else ref.dtype).to(None if ref is None else ref.device))
+            m.register_parameter(entry.param, p)
         params.append(p)
     return params
 
 
-def learned_lam(model: nn.Module) -> list[list[float]] | None:
-    """lam of every layer and head [layers][heads] of a learn_lam model (None if it has none)."""
-    ps = [getattr(m, LAM_PARAM) for m in attention_modules(model) if hasattr(m, LAM_PARAM)]
+def learned_values(model: nn.Module, kind: str) -> list[list[float]] | None:
+    """The learned ``kind`` ("lam", "alpha") of every layer and head [layers][heads] (None if the model has none)."""
+    entry = LEARNED[kind]
+    ps = [getattr(m, entry.param) for m in attention_modules(model) if hasattr(m, entry.param)]
     if not ps:
         return None
-    return [(1.0 - torch.exp(p.detach().double())).tolist() for p in ps]
+    return [entry.from_raw(p.detach().double()).tolist() for p in ps]
+
+
+def add_lam_parameters(model: nn.Module, values: list[list[float]] | None = None) -> list[nn.Parameter]:
+    """:func:`add_head_parameters` of a ``learn_lam`` model (lam_h = 1 - exp(rho_h) < 1 by construction)."""
+    return add_head_parameters(model, values)
+
+
+def learned_lam(model: nn.Module) -> list[list[float]] | None:
+    """lam of every layer and head [layers][heads] of a learn_lam model (None if it has none)."""
+    return learned_values(model, "lam")
 
 
 _registered = False

@@ -23,11 +23,11 @@ from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoModelFor
 from transformers.models.auto import modeling_auto
 
 from attnkit.attention.spec import (
-    ATTN_IMPLEMENTATION, CONFIG_KEY, LAM_PARAM, AttentionSpec, add_lam_parameters, apply_spec, learned_lam, spec_of,
+    ATTN_IMPLEMENTATION, CONFIG_KEY, LEARNED, AttentionSpec, add_head_parameters, apply_spec, learned_values, spec_of,
 )
 from attnkit.models.mini import MODEL_TYPE as MINI_MODEL_TYPE  # importing it registers MiniBERT with the Auto classes
 from attnkit.models.modeling_attnkit import (
-    LAM_KEY, AttnkitConfig, AttnkitForQuestionAnswering, AttnkitForSequenceClassification, AttnkitModel, concrete_class, register,
+    AttnkitConfig, AttnkitForQuestionAnswering, AttnkitForSequenceClassification, AttnkitModel, concrete_class, register,
 )
 from attnkit.models.pooling import HEAD_KEY, HeadSpec, PooledEncoderForSequenceClassification, head_of
 from attnkit.runfiles import MODEL_DIR, RUN_INFO
@@ -157,7 +157,7 @@ def _base_config(path: str, **kwargs):
 def _attnkit_config(base, spec: AttentionSpec, head: HeadSpec | None = None) -> AttnkitConfig:
     """An :class:`AttnkitConfig` of ``base``'s encoder with ``spec`` and ``head`` (earlier ones dropped)."""
     config = AttnkitConfig.from_base(base)
-    for k in (HEAD_KEY, LAM_KEY):
+    for k in (HEAD_KEY, *(e.config_key for e in LEARNED.values())):
         if hasattr(config, k):
             delattr(config, k)
     apply_spec(config, spec)
@@ -167,10 +167,10 @@ def _attnkit_config(base, spec: AttentionSpec, head: HeadSpec | None = None) -> 
 
 
 def _finish(net, spec: AttentionSpec):
-    """Store the spec in the built model's config; give a new learn_lam model its lam parameters."""
+    """Store the spec in the built model's config; give a new model that learns lam or alpha per head its parameters."""
     apply_spec(net.config, spec)
-    if spec.learn_lam:
-        add_lam_parameters(net)  # idempotent: a reloaded model has them already, with its learned values
+    if spec.learned:
+        add_head_parameters(net)  # idempotent: a reloaded model has them already, with its learned values
     return net
 
 
@@ -247,7 +247,7 @@ def _from_pretrained(cls, path: str, *, head: str, **kwargs):
         check_weights_file(path)
     net, info = cls.from_pretrained(path, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True,
                                     output_loading_info=True, **kwargs)
-    missing = sorted(k for k in info.get("missing_keys", ()) if not k.endswith(LAM_PARAM))
+    missing = sorted(k for k in info.get("missing_keys", ()) if not k.endswith(tuple(e.param for e in LEARNED.values())))
     if missing:
         raise UntrainedHeadError(
             f"{path} holds no trained {head} (missing weights: {', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}): "
@@ -314,9 +314,10 @@ def save_checkpoint(model, out_dir: str | os.PathLike, tokenizer=None, extra: di
     cfg = json.loads(cfg_path.read_text())
     cfg["attn_implementation"] = ATTN_IMPLEMENTATION
     cfg[CONFIG_KEY] = spec.to_dict()
-    lams = learned_lam(model)
-    if lams is not None:
-        cfg[LAM_KEY] = lams
+    for kind, entry in LEARNED.items():
+        values = learned_values(model, kind)
+        if values is not None:
+            cfg[entry.config_key] = values
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     if extra:
         (tmp / RUN_INFO).write_text(json.dumps(extra, indent=2, sort_keys=True, default=str) + "\n")
@@ -348,7 +349,7 @@ _SPARSIFY_KINDS = (
 
 
 def sparsify(model, attention: str = "sparsegen-lin", lam: float = -4.0, *, blur: str = "none", blur_size: int = 3,
-             blur_sigma: float = 0.3, learn_lam: bool = False):
+             blur_sigma: float = 0.3, learn_lam: bool = False, alpha: float = 1.5, learn_alpha: bool = False):
     """Switch a loaded transformers model to attnkit's attention, in place, and return it.
 
     Works for a bare encoder and for its sequence classification, token classification, question answering and
@@ -358,7 +359,8 @@ def sparsify(model, attention: str = "sparsegen-lin", lam: float = -4.0, *, blur
     with the same attention. Raises ValueError for an architecture with its own attention code (DeBERTa-v2, MPNet, ...).
     """
     register()
-    spec = AttentionSpec(attention, lam, blur=blur, blur_size=blur_size, blur_sigma=blur_sigma, learn_lam=learn_lam)
+    spec = AttentionSpec(attention, lam, blur=blur, blur_size=blur_size, blur_sigma=blur_sigma, learn_lam=learn_lam,
+                         alpha=alpha, learn_alpha=learn_alpha)
     name = type(model).__name__
     if isinstance(model.config, AttnkitConfig):  # already attnkit's: change the attention
         set_attention(model, spec)
@@ -385,8 +387,8 @@ def sparsify(model, attention: str = "sparsegen-lin", lam: float = -4.0, *, blur
         _CAN_RECORD_REGISTRY[model] = model._can_record_outputs
     except (ImportError, AttributeError):
         pass
-    if learn_lam and not add_lam_parameters(model):
-        raise ValueError(f"learn_lam: no attention modules with num_attention_heads found in {name}")
+    if spec.learned and not add_head_parameters(model):
+        raise ValueError(f"learn_{spec.learned}: no attention modules with num_attention_heads found in {name}")
     return _finish(model, spec)
 
 

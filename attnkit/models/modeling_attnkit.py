@@ -30,13 +30,14 @@ from transformers import PretrainedConfig, PreTrainedModel
 from ..attention.kernels import cpu_kernel as _cpu_kernel  # noqa: F401  every code file imported here, directly:
 from ..attention.entmax import entmax15 as _entmax15  # noqa: F401
 from ..attention.maps import sparsemax as _sparsemax  # noqa: F401     transformers 4 copies only a remote module's
-from ..attention.spec import ATTN_IMPLEMENTATION, CONFIG_KEY, add_lam_parameters, learned_lam, spec_of  # direct ones
+from ..attention.spec import ATTN_IMPLEMENTATION, CONFIG_KEY, LEARNED, add_head_parameters, learned_values, spec_of  # direct ones
 from ..attention.spec import register as register_attention
 from .pooling import HEAD_KEY, PooledEncoderForSequenceClassification, head_of
 
 MODEL_TYPE = "attnkit"
-#: config key of a learn_lam model's lam per layer and head [layers][heads] (also in the weights)
-LAM_KEY = "attnkit_lam"
+#: config key of a learn_lam model's lam per layer and head [layers][heads] (also in the weights); learned alpha's
+#: is LEARNED["alpha"].config_key
+LAM_KEY = LEARNED["lam"].config_key
 #: the files saved beside the weights so that trust_remote_code=True can load the model without attnkit
 CODE_FILES = ("modeling_attnkit.py", "spec.py", "maps.py", "entmax.py", "kernels.py", "pooling.py")
 #: where each code file lives in the attnkit package (in a checkpoint they sit side by side)
@@ -44,7 +45,8 @@ _CODE_PACKAGES = {"modeling_attnkit.py": "models", "spec.py": "attention", "maps
                   "pooling.py": "models"}
 _PACKAGE_IMPORT = re.compile(r"^(\s*)from \.\.\w+\.(\w+) import ", re.M)
 #: keys of an AttnkitConfig that are not the encoder's own
-_OWN_KEYS = ("model_type", "auto_map", "architectures", "base_model_type", "transformers_version", CONFIG_KEY, HEAD_KEY, LAM_KEY,
+_OWN_KEYS = ("model_type", "auto_map", "architectures", "base_model_type", "transformers_version", CONFIG_KEY, HEAD_KEY,
+             *(e.config_key for e in LEARNED.values()),
              "attn_implementation", "dtype", "torch_dtype")
 
 AUTO_MAP = {
@@ -119,20 +121,22 @@ class AttnkitConfig(PretrainedConfig):
 
 
 class _AttnkitModelMixin:
-    """What every concrete attnkit model adds to the encoder's class: the learned-lam parameters of a
-    saved learn_lam model, and a ``save_pretrained`` that keeps the config and the code self-describing."""
+    """What every concrete attnkit model adds to the encoder's class: the learned per-head parameters (lam, alpha)
+    of a saved model that learns them, and a ``save_pretrained`` that keeps the config and the code self-describing."""
 
     config_class = AttnkitConfig
 
     def __init__(self, config, *args, **kwargs):
         super().__init__(config, *args, **kwargs)
-        if spec_of(config).learn_lam and getattr(config, LAM_KEY, None) is not None:
-            add_lam_parameters(self, getattr(config, LAM_KEY))
+        kind = spec_of(config).learned
+        if kind is not None and getattr(config, LEARNED[kind].config_key, None) is not None:
+            add_head_parameters(self, getattr(config, LEARNED[kind].config_key))
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        lams = learned_lam(self)
-        if lams is not None:
-            setattr(self.config, LAM_KEY, lams)
+        for kind, entry in LEARNED.items():
+            values = learned_values(self, kind)
+            if values is not None:
+                setattr(self.config, entry.config_key, values)
         self.config.auto_map = dict(AUTO_MAP)
         out = super().save_pretrained(save_directory, *args, **kwargs)
         for name in CODE_FILES:

@@ -132,8 +132,6 @@ class TrainConfig:
             raise ValueError(f"--alpha-lr {self.alpha_lr}: needs --learn-alpha and a learning rate > 0")
         if self.alpha_warmup and (self.attention not in ENTMAX_NAMES or not (math.isfinite(self.alpha_warmup) and self.alpha_warmup > 0)):
             raise ValueError(f"--alpha-warmup {self.alpha_warmup}: needs --attention {' or '.join(ENTMAX_NAMES)} and a fraction of the steps (< 1) or a step count > 0")
-        if self.learn_alpha:  # the per-head alpha parameters are not built yet: refuse rather than train a fixed alpha
-            raise ValueError("--learn-alpha: alpha learned per layer and head is not available in this version; use a fixed --alpha")
         if (self.alpha != 1.5 or self.learn_alpha) and self.attention != "entmax-alpha":
             raise ValueError(f"--alpha/--learn-alpha: need --attention entmax-alpha, not {self.attention}")
         try:
@@ -141,6 +139,11 @@ class TrainConfig:
                                  learn_lam=self.learn_lam, alpha=self.alpha, learn_alpha=self.learn_alpha)
         except ValueError as e:
             raise ValueError(f"--alpha {self.alpha}: {e}" if "alpha" in str(e) and "learn_lam" not in str(e) else str(e)) from None
+
+    @property
+    def head_lr(self) -> float | None:
+        """The learning rate of the settings learned per head (--lam-lr, --alpha-lr); None: --lr, like every weight."""
+        return self.lam_lr if self.learn_lam else self.alpha_lr
 
     def head(self) -> HeadSpec:
         from attnkit.models.pooling import HeadSpec  # torch: only when a run is set up, not for --help

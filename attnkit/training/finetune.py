@@ -17,7 +17,7 @@ from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
 
 from attnkit.analysis.explain import plot_learned_lam
 from attnkit.attention import kernels
-from attnkit.attention.spec import AttentionSpec, learned_lam, spec_of
+from attnkit.attention.spec import LEARNED, AttentionSpec, learned_values, spec_of
 from attnkit.models.build import build_classifier, load_tokenizer, save_checkpoint, set_attention
 from attnkit.models.freeze import freeze_parameters
 from attnkit.runfiles import RUN_INFO, write_json_atomic
@@ -212,7 +212,7 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
     trainer = AttnkitTrainer(
         model=model,
         args=args,
-        lam_lr=cfg.lam_lr,
+        head_lr=cfg.head_lr,
         train_dataset=train_ds,
         eval_dataset=dev_ds,
         data_collator=collator,
@@ -237,9 +237,10 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
     metrics["task"] = cfg.task
     metrics["train_size"] = len(train_ds)
     metrics["parameters"] = sum(p.numel() for p in model.parameters())
-    lams = learned_lam(trainer.model)
-    if lams is not None:
-        metrics["lam_learned"] = lams
+    learned = {kind: learned_values(trainer.model, kind) for kind in LEARNED}
+    learned = {kind: v for kind, v in learned.items() if v is not None}  # [layers][heads] of lam or alpha
+    for kind, values in learned.items():
+        metrics[f"{kind}_learned"] = values
     if frozen is not None:
         metrics["frozen"] = {k: v for k, v in frozen.items() if k != "names"}
     metrics["log_history"] = history
@@ -254,9 +255,9 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
         write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict(), "head_spec": head.to_dict()})
         write_json_atomic(out / METRICS_FILE, metrics)
         finish_run(cfg, out, history, MAIN_METRIC[data.metric], title=f"{cfg.task}: {spec.describe()}")
-        if lams is not None:
+        for kind, values in learned.items():
             for ext in ("png", "svg"):
-                plot_learned_lam(lams, out / f"lam_learned.{ext}", start=spec.lam, title=f"{cfg.task}: learned lam")
+                plot_learned_lam(values, out / f"{kind}_learned.{ext}", start=getattr(spec, kind), title=f"{cfg.task}: learned {kind}", name=kind)
     return metrics
 
 

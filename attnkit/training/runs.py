@@ -19,7 +19,7 @@ from transformers import AutoConfig, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
 from attnkit.analysis.explain import plot_curves
-from attnkit.attention.spec import LAM_PARAM
+from attnkit.attention.spec import LEARNED
 from attnkit.models.build import check_max_length, check_weights_file, resolve_model
 from attnkit.runfiles import LOCK_FILE, folder_lock, write_json_atomic
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
@@ -295,23 +295,25 @@ def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
 
 
 class AttnkitTrainer(Trainer):
-    """The Trainer, with a learned-lam model's lam parameters in an optimizer group of their own: learning rate
-    ``lam_lr`` (under the same schedule as the others), no weight decay. ``lam_lr=None``: the Trainer as it is."""
+    """The Trainer, with the parameters of a setting learned per head (lam, alpha: :data:`LEARNED`) in an optimizer
+    group of their own: learning rate ``head_lr`` (under the same schedule as the others), no weight decay.
+    ``head_lr=None``: the Trainer as it is."""
 
-    def __init__(self, *args, lam_lr: float | None = None, **kwargs):
+    def __init__(self, *args, head_lr: float | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.lam_lr = lam_lr
+        self.head_lr = head_lr
 
     def create_optimizer(self, model=None):
-        if self.optimizer is not None or self.lam_lr is None:
+        if self.optimizer is not None or self.head_lr is None:
             return super().create_optimizer(model)
         opt = super().create_optimizer(model)
-        lam = [p for n, p in (model or self.model).named_parameters() if n.endswith(LAM_PARAM) and p.requires_grad]
-        mine = {id(p) for p in lam}
+        names = tuple(e.param for e in LEARNED.values())
+        mine = [p for n, p in (model or self.model).named_parameters() if n.endswith(names) and p.requires_grad]
+        ids = {id(p) for p in mine}
         for group in opt.param_groups:
-            group["params"] = [p for p in group["params"] if id(p) not in mine]
-        if lam:
-            opt.add_param_group({"params": lam, "lr": self.lam_lr, "weight_decay": 0.0})
+            group["params"] = [p for p in group["params"] if id(p) not in ids]
+        if mine:
+            opt.add_param_group({"params": mine, "lr": self.head_lr, "weight_decay": 0.0})
         return opt
 
 

@@ -46,7 +46,7 @@ def train_qa(cfg: TrainConfig, out: Path) -> dict:
 
     model = build_qa_model(cfg.model, spec, from_scratch=cfg.from_scratch)
     args = training_arguments(cfg, out, "f1", label_names=["start_positions", "end_positions"])
-    trainer = AttnkitTrainer(model=model, args=args, lam_lr=cfg.lam_lr, train_dataset=train_ds, eval_dataset=dev_ds,
+    trainer = AttnkitTrainer(model=model, args=args, head_lr=cfg.head_lr, train_dataset=train_ds, eval_dataset=dev_ds,
                       data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer, compute_metrics=compute)
     prepare_output(cfg, out)  # everything before training worked: only now --no-resume moves checkpoints aside
     result = fit(trainer, cfg)
