@@ -7,8 +7,8 @@ Three measurements, each reported as a ratio to eager softmax taken in the same 
 3. MiniLM inference throughput at batch 64 x length 128.
 
 Variants: softmax (eager), sdpa (transformers' fused softmax attention; steps only),
-``entmax.sparsemax`` (the reference, ``pip install entmax``; skipped if absent), and
-attnkit's sparsemax and sparsegen-lin.
+``entmax.sparsemax``, ``entmax.entmax15`` and ``entmax.entmax_bisect`` (the references, ``pip install entmax``;
+skipped if absent), and attnkit's sparsemax, sparsegen-lin, 1.5-entmax and alpha-entmax (alpha 1.3).
 
     python benchmarks/speed.py --out benchmarks/results/speed.json   [--quick]
 
@@ -29,10 +29,12 @@ from pathlib import Path
 
 import torch
 
-from attnkit import sparsegen_lin, sparsemax
+from attnkit import entmax15, entmax_bisect, sparsegen_lin, sparsemax
 from attnkit.attention.spec import NORMALISERS, AttentionSpec
 
 LAM = -4.0
+#: alpha of the alpha-entmax rows: not 1.5, so that no code path can take 1.5-entmax's closed form
+ALPHA = 1.3
 
 
 def _entmax():
@@ -49,10 +51,14 @@ def normaliser_fns():
         "softmax": lambda z: torch.softmax(z, -1),
         "attnkit.sparsemax": lambda z: sparsemax(z, -1),
         "attnkit.sparsegen_lin": lambda z: sparsegen_lin(z, LAM, -1),
+        "attnkit.entmax15": lambda z: entmax15(z, -1),
+        f"attnkit.entmax_bisect(alpha={ALPHA:g})": lambda z: entmax_bisect(z, ALPHA, -1),
     }
     em = _entmax()
     if em is not None:
         fns["entmax.sparsemax"] = lambda z: em.sparsemax(z, -1)
+        fns["entmax.entmax15"] = lambda z: em.entmax15(z, -1)
+        fns[f"entmax.entmax_bisect(alpha={ALPHA:g})"] = lambda z: em.entmax_bisect(z, ALPHA, -1)
     return fns
 
 
@@ -145,6 +151,8 @@ def _model_variants():
         variants["entmax.sparsemax"] = ("attnkit", AttentionSpec("entmax-sparsemax"))
     variants["attnkit sparsemax"] = ("attnkit", AttentionSpec("sparsemax"))
     variants[f"attnkit sparsegen-lin (lam={LAM:g})"] = ("attnkit", AttentionSpec("sparsegen-lin", LAM))
+    variants["attnkit entmax15"] = ("attnkit", AttentionSpec("entmax15"))
+    variants[f"attnkit entmax-alpha (alpha={ALPHA:g})"] = ("attnkit", AttentionSpec("entmax-alpha", alpha=ALPHA))
 
     def build(impl, spec):
         torch.manual_seed(0)

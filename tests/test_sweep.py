@@ -15,6 +15,7 @@ def test_cells_are_seed_major_with_a_softmax_baseline_per_seed():
     cells = sweep_cells([-2.0, 0.0], [1, 2])
     assert cells == [Cell(None, 1), Cell(-2.0, 1), Cell(0.0, 1), Cell(None, 2), Cell(-2.0, 2), Cell(0.0, 2)]
     assert [c.name for c in cells[:3]] == ["softmax_seed1", "lam-2_seed1", "lam0_seed1"]
+    assert [c.name for c in sweep_cells([1.5], [3], "alpha")] == ["softmax_seed3", "alpha1.5_seed3"]
 
 
 def test_sweep_trains_every_cell_writes_records_and_figures_and_reuses(tiny_bert, tmp_path, capsys):
@@ -127,3 +128,26 @@ def test_sweep_table_pairs_by_seed_and_marks_missing_softmax():
     table = sweep_table([rec(-6.0, 1, 0.72)]).splitlines()
     assert not any(line.startswith("| softmax") for line in table)
     assert [line.split(" | ") for line in table if line.startswith("| -6")] == [["| -6", "1", "50.0 ± 0.0", "72.0 ± 0.0", "—", "—", "3.0 |"]]
+
+
+def test_sweep_over_alpha(tiny_bert, tmp_path, capsys):
+    """--alphas sweeps alpha-entmax's alpha as --lams sweeps lam: cells, records, table and figures name alpha."""
+    from conftest import write_tiny_sentiment
+
+    data = write_tiny_sentiment(tmp_path / "data", n_train=48, n_dev=16)
+    out = tmp_path / "sweep"
+    args = ["sweep", "--alphas", "1.25", "2", "--seeds", "1", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert),
+            "--max-steps", "3", "--eval-steps", "3", "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--output-dir", str(out)]
+    assert main(args) == 0
+    assert "cell 3/3 (alpha 2, seed 1)" in capsys.readouterr().out
+    recs = json.loads((out / "sweep.json").read_text())
+    assert [(r["param"], r["alpha"]) for r in recs] == [("alpha", "softmax"), ("alpha", 1.25), ("alpha", 2.0)]
+    m = json.loads((out / "alpha1.25_seed1/metrics.json").read_text())["attention"]
+    assert m["attention"] == "entmax-alpha" and m["alpha"] == 1.25
+    # no denser as alpha grows (a tiny random model's near-uniform rows stay dense even under sparsemax)
+    assert recs[2]["mean_support"] <= recs[1]["mean_support"] <= recs[0]["mean_support"]
+    assert (out / "sweep.md").read_text().count("| alpha | seeds |") == 1
+    assert (out / "sweep.png").is_file() and (out / "sweep_attention.png").is_file()
+    # a lam sweep into the alpha sweep's folder is refused, naming both
+    assert main(["sweep", "--lams", "-2"] + args[4:]) == 2
+    assert "holds a sweep over alpha, not lam" in capsys.readouterr().err

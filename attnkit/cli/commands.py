@@ -33,7 +33,7 @@ from attnkit.tasks.squad import evaluate_qa, load_squad, predict_answers
 from attnkit.training.config import DEFAULT_MINI_LR, METRICS_FILE, MODEL_DIR, PAPER_EPOCHS, PretrainConfig, TrainConfig, is_mini_alias
 from attnkit.training.finetune import train
 from attnkit.training.pretrain import pretrain
-from attnkit.training.sweep import run_sweep
+from attnkit.training.sweep import SWEPT, run_sweep
 
 
 # ----------------------------------------------------------------------------- settings from arguments
@@ -158,14 +158,20 @@ def cmd_train(a) -> int:
 
 
 def cmd_sweep(a) -> int:
-    ignored = [f"--{name} {getattr(a, key)}" for name, key in (("attention", "attention"), ("lam", "lam")) if getattr(a, key) is not None]
+    param, values = ("lam", a.lams) if a.lams is not None else ("alpha", a.alphas)
+    ignored = [f"--{name} {getattr(a, name)}" for name in ("attention", "lam") if getattr(a, name) is not None]
+    if param == "lam" and (a.alpha != TrainConfig.alpha or a.learn_alpha or a.alpha_lr is not None or a.alpha_warmup):
+        ignored.append("--alpha/--learn-alpha/--alpha-lr/--alpha-warmup")
+    if param == "alpha" and (a.alpha != TrainConfig.alpha or a.learn_alpha or a.learn_lam or a.lam_lr is not None or a.lam_warmup):
+        ignored.append("--alpha/--learn-alpha/--learn-lam/--lam-lr/--lam-warmup")
     if ignored:
-        raise UserError(f"{', '.join(ignored)}: attnkit sweep trains sparsegen-lin at each --lams value and a softmax "
-                        "baseline per seed, so it takes no --attention or --lam")
+        raise UserError(f"{', '.join(ignored)}: attnkit sweep trains {SWEPT[param]} at each --{param}s value and a "
+                        f"softmax baseline per seed, so it takes no such option")
+    a.attention = SWEPT[param]  # the base settings every cell shares are those of the swept normaliser
     base = train_config(a)
     base.validate()
     out = Path(a.output_dir)
-    records = run_sweep(base, a.lams, a.seeds, out, view_layer=a.view_layer, view_head=a.view_head, report_only=a.report_only)
+    records = run_sweep(base, values, a.seeds, out, param=param, view_layer=a.view_layer, view_head=a.view_head, report_only=a.report_only)
     print(f"[attnkit] {len(records)} cells; records in {out / 'sweep.json'}; figures {out / 'sweep.png'}, {out / 'sweep.svg'}, "
           f"{out / 'sweep_attention.png'}")
     return 0

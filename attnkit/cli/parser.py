@@ -197,8 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="fine-tune an encoder with softmax or sparse attention")
     add_train_options(t)
-    w = sub.add_parser("sweep", help="train every (lam, seed) cell and a softmax baseline per seed; plot metric and support against lam")
-    w.add_argument("--lams", nargs="+", type=float, required=True, help="sparsegen-lin lam values (< 1, each once), e.g. -8 -6 -4 -2 0")
+    w = sub.add_parser("sweep", help="train every (lam, seed) cell (or (alpha, seed)) and a softmax baseline per seed; plot metric and support against lam")
+    swept = w.add_mutually_exclusive_group(required=True)
+    swept.add_argument("--lams", nargs="+", type=float, help="sparsegen-lin lam values (< 1, each once), e.g. -8 -6 -4 -2 0")
+    swept.add_argument("--alphas", nargs="+", type=float, help="or alpha-entmax alpha values (in [1, 2], each once), e.g. 1.25 1.5 1.75 2")
     w.add_argument("--seeds", nargs="+", type=int, default=[1, 2], help="seeds, each once (default 1 2)")
     w.add_argument("--view-layer", type=int, default=None, help="layer (0-based) of the side-by-side attention figure (default the last)")
     w.add_argument("--view-head", type=int, default=0, help="head (0-based) of the side-by-side attention figure (default 0)")

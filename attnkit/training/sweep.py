@@ -1,7 +1,8 @@
 """``attnkit sweep``: the SSAF paper's Fig. 2 and 3 as one command.
 
 Every (lam, seed) cell is a sparsegen-lin fine-tuning run, and every seed also gets a softmax
-baseline trained with the same options. A cell's run folder is ``<out>/lam<lam>_seed<seed>``
+baseline trained with the same options; ``--alphas`` sweeps alpha-entmax's alpha the same way
+(cells ``<out>/alpha<alpha>_seed<seed>``, records with ``"param": "alpha"``). A cell's run folder is ``<out>/lam<lam>_seed<seed>``
 (``<out>/softmax_seed<seed>``); a finished cell (its ``sweep_cell.json``) is reused when the sweep
 is run again, an unfinished one resumes from its checkpoints; ``report_only`` (``--report-only``) trains nothing
 and writes the files below from the cells finished so far (a sweep cut short, or run as several processes, one
@@ -41,28 +42,41 @@ from attnkit.training.runs import first_missing, same_paths
 SUPPORT_TEXTS = 256  # dev texts the mean support is measured on
 
 
+#: what a sweep can sweep: the setting -> the normaliser it belongs to
+SWEPT = {"lam": "sparsegen-lin", "alpha": "entmax-alpha"}
+
+
 @dataclass(frozen=True)
 class Cell:
-    lam: float | None  # None: the softmax baseline
+    value: float | None  # the swept setting's value; None: the softmax baseline
     seed: int
+    param: str = "lam"  # which setting is swept (SWEPT)
 
     @property
     def name(self) -> str:
-        return f"softmax_seed{self.seed}" if self.lam is None else f"lam{self.lam:g}_seed{self.seed}"
+        return f"softmax_seed{self.seed}" if self.value is None else f"{self.param}{self.value:g}_seed{self.seed}"
 
     def describe(self) -> str:
-        return f"softmax, seed {self.seed}" if self.lam is None else f"lam {self.lam:g}, seed {self.seed}"
+        return f"softmax, seed {self.seed}" if self.value is None else f"{self.param} {self.value:g}, seed {self.seed}"
 
 
-def sweep_cells(lams: list[float], seeds: list[int]) -> list[Cell]:
-    """Seed-major: each seed's softmax baseline, then its lams (a seed's comparison is complete early)."""
-    return [c for s in seeds for c in [Cell(None, s)] + [Cell(float(l), s) for l in lams]]
+def sweep_cells(values: list[float], seeds: list[int], param: str = "lam") -> list[Cell]:
+    """Seed-major: each seed's softmax baseline, then its values (a seed's comparison is complete early)."""
+    return [c for s in seeds for c in [Cell(None, s, param)] + [Cell(float(v), s, param) for v in values]]
 
 
 def cell_config(base: TrainConfig, cell: Cell, out: Path) -> TrainConfig:
-    if cell.lam is None:
-        return replace(base, attention="softmax", lam=None, learn_lam=False, lam_lr=None, lam_warmup=0.0, seed=cell.seed, output_dir=str(out / cell.name))
-    return replace(base, attention="sparsegen-lin", lam=cell.lam, seed=cell.seed, output_dir=str(out / cell.name))
+    where = dict(seed=cell.seed, output_dir=str(out / cell.name))
+    if cell.value is None:
+        return replace(base, attention="softmax", lam=None, learn_lam=False, lam_lr=None, lam_warmup=0.0, alpha=1.5,
+                       learn_alpha=False, alpha_lr=None, alpha_warmup=0.0, **where)
+    return replace(base, attention=SWEPT[cell.param], **{cell.param: cell.value}, **where)
+
+
+def swept(r: dict) -> tuple[str, float | str]:
+    """(the swept setting, its value or "softmax") of a sweep record (records of earlier attnkit sweep lam only)."""
+    param = r.get("param", "lam")
+    return param, r[param]
 
 
 def mean_support(model, tokenizer, texts: list[str], pairs: list[str] | None = None, *, max_length: int = 128, batch_size: int = 32) -> dict:
@@ -96,7 +110,7 @@ def _dev_texts(cfg: TrainConfig):
 
 
 #: settings that differ between the cells of one sweep (or do not change what is trained)
-_CELL_FIELDS = ("attention", "lam", "seed", "output_dir", "resume", "logging_steps", "learn_lam", "lam_lr", "lam_warmup")
+_CELL_FIELDS = ("attention", "lam", "seed", "output_dir", "resume", "logging_steps", "learn_lam", "lam_lr", "lam_warmup", "alpha")
 
 
 def sweep_settings(base: TrainConfig) -> dict:
@@ -124,7 +138,8 @@ def run_cell(base: TrainConfig, cell: Cell, out: Path) -> dict:
     support = mean_support(load_model(model_dir), load_tokenizer(model_dir), texts, pairs, max_length=cfg.max_length)
     test = next((m[k] for k in m if k.startswith("test") and isinstance(m[k], dict)), None)
     return {
-        "lam": "softmax" if cell.lam is None else cell.lam,
+        "param": cell.param,
+        cell.param: "softmax" if cell.value is None else cell.value,
         "seed": cell.seed,
         "metric": key,
         "dev": m["validation"][key],
@@ -138,21 +153,24 @@ def run_cell(base: TrainConfig, cell: Cell, out: Path) -> dict:
     }
 
 
-def run_sweep(base: TrainConfig, lams: list[float], seeds: list[int], out_dir: str | Path, *,
+def run_sweep(base: TrainConfig, values: list[float], seeds: list[int], out_dir: str | Path, *, param: str = "lam",
               view_layer: int | None = None, view_head: int = 0, report_only: bool = False,
               log: Callable[[str], None] = print) -> list[dict]:
     """Train (or reuse) every cell, writing sweep.json and the figures after each; returns the records.
-    ``report_only``: train nothing, report the finished cells (an error if there are none)."""
+    ``param``: the setting swept over ``values`` ("lam": sparsegen-lin, "alpha": alpha-entmax), each against a
+    softmax baseline per seed. ``report_only``: train nothing, report the finished cells (an error if there are none)."""
     if is_qa_task(base.task):
         raise ValueError(f"attnkit sweep takes a classification task; {base.task} is span QA")
-    if not lams or not seeds:
-        raise ValueError("attnkit sweep needs at least one --lams value and one --seeds value")
-    for name, values in (("--lams", [float(x) for x in lams]), ("--seeds", list(seeds))):
-        twice = sorted({f"{v:g}" for v in values if values.count(v) > 1})
+    if param not in SWEPT:
+        raise ValueError(f"a sweep sweeps one of {', '.join(SWEPT)}, not {param!r}")
+    if not values or not seeds:
+        raise ValueError(f"attnkit sweep needs at least one --{param}s value and one --seeds value")
+    for name, vs in ((f"--{param}s", [float(x) for x in values]), ("--seeds", list(seeds))):
+        twice = sorted({f"{v:g}" for v in vs if vs.count(v) > 1})
         if twice:
             raise ValueError(f"{name}: {', '.join(twice)} given more than once (each cell is trained once)")
     out = Path(out_dir)
-    cells = sweep_cells(lams, seeds)
+    cells = sweep_cells(values, seeds, param)
     for c in cells:  # a bad lam fails now, not after hours of training
         cell_config(base, c, out).spec()
     check_view(base, view_layer, view_head)  # and a bad figure setting before anything is written
@@ -172,7 +190,7 @@ def run_sweep(base: TrainConfig, lams: list[float], seeds: list[int], out_dir: s
 
 def _is_sweep_folder(out: Path, cells: list[Cell]) -> bool:
     return (out / "sweep.json").is_file() or (out / LOCK_FILE).exists() or any(
-        p.is_dir() and re.fullmatch(r"(softmax|lam-?[\d.e+-]+)_seed-?\d+", p.name) for p in out.iterdir())
+        p.is_dir() and re.fullmatch(r"(softmax|lam-?[\d.e+-]+|alpha[\d.e+-]+)_seed-?\d+", p.name) for p in out.iterdir())
 
 
 def check_view(base: TrainConfig, layer: int | None, head: int) -> None:
@@ -191,11 +209,14 @@ def check_view(base: TrainConfig, layer: int | None, head: int) -> None:
 def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | None, view_head: int, report_only: bool,
            log: Callable[[str], None]) -> list[dict]:
     # records of an earlier sweep into this folder (also when its run folders are gone, e.g. a committed sweep.json)
-    earlier = {(r["lam"], r["seed"]): r for r in (json.loads((out / "sweep.json").read_text()) if (out / "sweep.json").is_file() else [])}
+    earlier = {(*swept(r), r["seed"]): r for r in (json.loads((out / "sweep.json").read_text()) if (out / "sweep.json").is_file() else [])}
+    other = {p for p, _, _ in earlier} - {cells[0].param}
+    if other:
+        raise ValueError(f"--output-dir {out} holds a sweep over {', '.join(sorted(other))}, not {cells[0].param}: pick another folder")
     records = []
     for i, cell in enumerate(cells, 1):
         done = out / cell.name / "sweep_cell.json"
-        key = ("softmax" if cell.lam is None else cell.lam, cell.seed)
+        key = (cell.param, "softmax" if cell.value is None else cell.value, cell.seed)
         if done.is_file() or key in earlier:
             rec = json.loads(done.read_text()) if done.is_file() else earlier[key]
             _check_same(rec, base, f"sweep cell {cell.name} in {out}")
@@ -223,7 +244,8 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
 
 def _write_reports(base: TrainConfig, records: list[dict], out: Path) -> None:
     """sweep.json, sweep.md and sweep.{png,svg} of the records so far."""
-    title = f"{base.task}: sparsegen-lin against lam"
+    param = swept(records[0])[0]
+    title = f"{base.task}: {SWEPT[param]} against {param}"
     write_json_atomic(out / "sweep.json", records)
     write_text_atomic(out / "sweep.md", sweep_table(records, title=title))
     for ext in ("png", "svg"):
@@ -231,10 +253,10 @@ def _write_reports(base: TrainConfig, records: list[dict], out: Path) -> None:
 
 
 def _by_lam(records: list[dict], field: str) -> tuple[list[float], list[float], list[float]]:
-    lams = sorted({r["lam"] for r in records if r["lam"] != "softmax"})
+    lams = sorted({swept(r)[1] for r in records if swept(r)[1] != "softmax"})
     mean, sd = [], []
     for lam in lams:
-        xs = [r[field] for r in records if r["lam"] == lam and r[field] is not None]
+        xs = [r[field] for r in records if swept(r)[1] == lam and r[field] is not None]
         mean.append(statistics.mean(xs) if xs else float("nan"))
         sd.append(statistics.stdev(xs) if len(xs) > 1 else 0.0)
     return lams, mean, sd
@@ -250,13 +272,14 @@ def sweep_table(records: list[dict], title: str = "") -> str:
     """Markdown: one row per lam (softmax first) with its seeds, dev and test metric in % (mean ± std), the test
     difference to softmax paired by seed, and the mean non-zeros per attention row on dev."""
     metric = records[0]["metric"] if records else "accuracy"
-    soft = {r["seed"]: r for r in records if r["lam"] == "softmax"}
+    param = swept(records[0])[0] if records else "lam"
+    soft = {r["seed"]: r for r in records if swept(r)[1] == "softmax"}
     lines = [f"# {title}" if title else "# attnkit sweep", "",
              f"{metric} in % (mean ± std over seeds); paired: test minus softmax's on the same seed, in points.", "",
-             "| lam | seeds | dev | test | paired test − softmax | seeds above softmax | mean support |",
+             f"| {param} | seeds | dev | test | paired test − softmax | seeds above softmax | mean support |",
              "|---|---|---|---|---|---|---|"]
-    for lam in ["softmax"] + sorted({r["lam"] for r in records if r["lam"] != "softmax"}):
-        rs = sorted((r for r in records if r["lam"] == lam), key=lambda r: r["seed"])
+    for lam in ["softmax"] + sorted({swept(r)[1] for r in records if swept(r)[1] != "softmax"}):
+        rs = sorted((r for r in records if swept(r)[1] == lam), key=lambda r: r["seed"])
         if not rs:  # no softmax cell finished yet (--report-only on a sweep cut short)
             continue
         tests = [100 * r["test"] for r in rs if r["test"] is not None]
@@ -273,10 +296,11 @@ def seeds_note(records: list[dict]) -> str:
     """"mean ± std over seeds 1, 2", naming the points that have fewer seeds (a sweep still running, or cut short)."""
     seeds = sorted({r["seed"] for r in records})
     short: dict[str, list[str]] = {}
-    for lam in ["softmax"] + sorted({r["lam"] for r in records if r["lam"] != "softmax"}):
-        have = sorted(r["seed"] for r in records if r["lam"] == lam)
+    param = swept(records[0])[0] if records else "lam"
+    for lam in ["softmax"] + sorted({swept(r)[1] for r in records if swept(r)[1] != "softmax"}):
+        have = sorted(r["seed"] for r in records if swept(r)[1] == lam)
         if have and len(have) < len(seeds):
-            short.setdefault(", ".join(map(str, have)), []).append(lam if lam == "softmax" else f"lam {lam:g}")
+            short.setdefault(", ".join(map(str, have)), []).append(lam if lam == "softmax" else f"{param} {lam:g}")
     fewer = "; ".join(f"{', '.join(names)}: seed{'s' * (',' in k)} {k} only" for k, names in short.items())
     return f"mean ± std over seeds {', '.join(map(str, seeds))}" + (f" ({fewer})" if fewer else "")
 
@@ -287,19 +311,20 @@ def plot_sweep(records: list[dict], path: str | Path, title: str = "") -> Path:
     path = figure_path(path)
     field = "test" if all(r["test"] is not None for r in records) else "dev"
     metric = records[0]["metric"] if records else "accuracy"
+    param = swept(records[0])[0] if records else "lam"
     fig, ax = plt.subplots(figsize=(6, 3.8))
     lams, mean, sd = _by_lam(records, field)
     if lams:
         ax.errorbar(lams, [100 * m for m in mean], yerr=[100 * s for s in sd], marker="o", capsize=3, color="#4c72b0",
-                    label=f"sparsegen-lin ({field})")
-    soft = [r[field] for r in records if r["lam"] == "softmax" and r[field] is not None]
+                    label=f"{SWEPT[param]} ({field})")
+    soft = [r[field] for r in records if swept(r)[1] == "softmax" and r[field] is not None]
     if soft:
         m = 100 * statistics.mean(soft)
         ax.axhline(m, ls="--", color="#c44e52", label=f"softmax ({field}) {m:.1f}")
         if len(soft) > 1:
             s = 100 * statistics.stdev(soft)
             ax.axhspan(m - s, m + s, color="#c44e52", alpha=0.08)
-    ax.set_xlabel("lam (sparsegen-lin)")
+    ax.set_xlabel(f"{param} ({SWEPT[param]})")
     ax.set_ylabel(f"{field} {metric} (%)")
     ax.set_title((title + "\n" if title else "") + seeds_note(records), fontsize=9)
     if lams:
@@ -321,7 +346,7 @@ def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Pat
         return None
     seed = records[0]["seed"]
     chosen = [r for r in records if r["seed"] == seed]
-    chosen.sort(key=lambda r: (r["lam"] != "softmax", r["lam"] if r["lam"] != "softmax" else 0))
+    chosen.sort(key=lambda r: (swept(r)[1] != "softmax", swept(r)[1] if swept(r)[1] != "softmax" else 0))
     texts, pairs = _dev_texts(base)
     i = view_sentence(texts)
     maps = []
@@ -345,7 +370,8 @@ def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Pat
         w = m.weights[ly, head]
         ax.imshow(np.where(w > 0, w, np.nan), cmap="viridis", vmin=0, vmax=1)
         ax.set_facecolor("white")
-        name = "softmax" if r["lam"] == "softmax" else f"lam {r['lam']:g}"
+        param, value = swept(r)
+        name = "softmax" if value == "softmax" else f"{param} {value:g}"
         ax.set_title(f"{name}\n{(w > 0).sum(-1).mean():.1f} non-zeros/row", fontsize=8)
         ax.set_xticks(range(len(m.tokens)), m.tokens, rotation=90, fontsize=6)
         ax.set_yticks(range(len(m.tokens)), m.tokens, fontsize=6)
