@@ -13,6 +13,7 @@ from pathlib import Path
 from attnkit.analysis.explain import (
     attention_maps, figure_path, layer_weights, plot_attention, plot_hans, plot_layer_weights, view_sentence,
 )
+from attnkit.analysis.faithfulness import WordClassifier, faithfulness_report, plot_faithfulness
 from attnkit.analysis.html_view import write_html
 from attnkit.analysis.inference import (
     label_names_of, load_for_inference, model_dir, predict_logits, predict_texts, read_text_file, run_info, evaluate_split,
@@ -28,7 +29,9 @@ from attnkit.runfiles import WRITTEN_BY, check_not_input, check_output_file, che
 from attnkit.tasks import default_data_dir, is_qa_task, load_task
 from attnkit.tasks.glue import HANS_FILE, entailment_index, hans_report, hans_subset, read_hans, write_submission
 from attnkit.tasks.metrics import predictions_of
+from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.tasks.readers import read_jsonl
+from attnkit.tasks.sentiment import sst_rationales
 from attnkit.tasks.squad import evaluate_qa, load_squad, predict_answers
 from attnkit.training.config import DEFAULT_MINI_LR, METRICS_FILE, MODEL_DIR, PAPER_EPOCHS, PretrainConfig, TrainConfig, is_mini_alias
 from attnkit.training.finetune import train
@@ -460,7 +463,44 @@ def cmd_words(a) -> int:
     return 0
 
 
+def cmd_faithfulness(a) -> int:
+    if a.plot:
+        figure_path(a.plot, f"--plot {a.plot}: the curves")
+    d, model, tok, task, data, ds = _model_and_split(a)
+    if "text_pair" in ds.column_names:
+        raise UserError(f"task {task} pairs two texts: faithfulness explains single texts (removing words of a pair is not defined here)")
+    if isinstance(tok, LemmatizingTokenizer):
+        raise UserError(f"{d} reads lemmas: removing the user's words would not remove what it reads; faithfulness needs a model of plain words")
+    out = check_output_file(Path(a.output) if a.output else d / f"faithfulness_{task}_{a.split}.json", "--output")
+    plot = Path(a.plot) if a.plot else check_side_file(out.with_suffix(".png"), f"the curves beside --output {out}")
+    texts, rationales = list(ds["text"]), None
+    if task == "sst2-ptb":
+        pairs = sst_rationales(a.data_dir or default_data_dir(), a.split)
+        if [t for t, _ in pairs] != texts:
+            raise UserError(f"the sst2-ptb {a.split} trees do not match the {a.split} split: cannot mark the sentiment words")
+        rationales = [r for _, r in pairs]
+    if a.max_examples:
+        texts = texts[: a.max_examples]
+        rationales = rationales[: a.max_examples] if rationales is not None else None
+    clf = WordClassifier(model, tok, max_length=a.max_length, batch_size=a.batch_size, ig_steps=a.ig_steps)
+    report = faithfulness_report(clf, texts, rationales=rationales, seed=a.seed)
+    report = {"model": str(d), "task": task, "split": a.split, "attention": spec_of(model.config).describe(),
+              "ig_steps": a.ig_steps, "seed": a.seed, **report, WRITTEN_BY: "attnkit faithfulness"}
+    write_json_atomic(out, report)
+    plot_faithfulness(report, plot, title=f"{task} {a.split}, {report['attention']}: {report['examples']} texts")
+    print(f"{report['examples']} texts of {task} {a.split}; attention: {report['attention']}")
+    print(f"{'explanation':<22} {'AOPC comp.':>10} {'AOPC suff.':>10}" + ("  plausibility AP" if rationales is not None else ""))
+    for name, row in report["explanations"].items():
+        ap = row.get("plausibility_auprc")
+        print(f"{name:<22} {row['aopc_comprehensiveness']:>10.4f} {row['aopc_sufficiency']:>10.4f}"
+              + (f"  {ap:.4f}" if ap is not None else ("  —" if rationales is not None else "")))
+    for pair, tau in report["kendall_tau"].items():
+        print(f"kendall tau {pair}: {'—' if tau is None else f'{tau:.3f}'}")
+    print(f"[attnkit] measures written to {out}; curves drawn to {plot}")
+    return 0
+
+
 COMMANDS = {
     "train": cmd_train, "sweep": cmd_sweep, "pretrain": cmd_pretrain, "evaluate": cmd_evaluate, "predict": cmd_predict,
-    "explain": cmd_explain, "words": cmd_words, "layer-weights": cmd_layer_weights,
+    "explain": cmd_explain, "words": cmd_words, "layer-weights": cmd_layer_weights, "faithfulness": cmd_faithfulness,
 }

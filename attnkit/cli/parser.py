@@ -26,6 +26,17 @@ classified; each word occurrence adds its received attention to its lower-cased 
 are ranked per class by the mean per occurrence, among words seen at least --min-count times in that class.
 """
 
+FAITHFULNESS_DOC = """Faithfulness and plausibility of a classifier's explanations (ERASER, DeYoung et al. 2020).
+
+Each text's words (whitespace-separated; word pieces summed per word) are ranked by each explanation: the [CLS] row
+of the last layer's attention (mean over heads), attention rollout, the attention each word receives, gradient x
+input and integrated gradients (captum), and a random ranking. For k = 1, 5, 10, 20, 50% of the words:
+comprehensiveness = p(predicted class) minus p after removing the top k% words (higher: more faithful), sufficiency
+= p minus p with only those words (lower: more faithful); AOPC = the mean over k. Also Kendall's tau between the
+attention and gradient rankings, and, on sst2-ptb, plausibility: the average precision of each ranking against
+the words whose own SST label carries the sentence's sentiment.
+"""
+
 DESCRIPTION = """The attnkit command: train, sweep, evaluate, predict, explain.
 
 "attnkit train" with no arguments fine-tunes the bundled MiniLM with sparsegen-lin
@@ -193,7 +204,7 @@ def add_words_parser(sub) -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="attnkit", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="show library logs and warnings")
-    sub = parser.add_subparsers(dest="command", metavar="{train,sweep,pretrain,evaluate,predict,explain,words,layer-weights,tasks}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,sweep,pretrain,evaluate,predict,explain,words,layer-weights,faithfulness,tasks}")
 
     t = sub.add_parser("train", help="fine-tune an encoder with softmax or sparse attention")
     add_train_options(t)
@@ -251,6 +262,18 @@ def build_parser() -> argparse.ArgumentParser:
                                                                  "go beside it as JSON (layer_weights.json)")
 
     add_words_parser(sub)
+    f = sub.add_parser("faithfulness", help="how faithful (ERASER comprehensiveness/sufficiency) and plausible each explanation of a classifier is: attention, rollout, gradients, random",
+                       description=FAITHFULNESS_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_io(f)
+    f.add_argument("--task", default=None, help="dataset (default: the one the model was trained on); single texts only")
+    f.add_argument("--data-dir", default=None)
+    f.add_argument("--split", default="test", help="split to explain (default test)")
+    f.add_argument("--max-examples", type=positive_int, default=None, help="the first N texts of the split (default all)")
+    f.add_argument("--ig-steps", type=positive_int, default=20, help="integrated gradients: steps of the path integral (default 20)")
+    f.add_argument("--seed", type=int, default=0, help="seed of the random ranking (default 0)")
+    f.add_argument("--output", default=None, help="JSON file (default: <model>/faithfulness_<task>_<split>.json); the curves are drawn "
+                                                   "beside it (.png), or to --plot")
+    f.add_argument("--plot", default=None, help="curves file, .png or .svg")
     k = sub.add_parser("tasks", help="list the datasets attnkit can load, and which are found under the data folder")
     k.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
     return parser

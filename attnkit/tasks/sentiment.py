@@ -244,6 +244,34 @@ def load_sst2_ptb(data_dir: Path | None) -> TaskData:
     return TaskData("sst2-ptb", to_splits(splits), list(BINARY_SENTIMENT), desc)
 
 
+def sst_rationales(data_dir: Path | None, split: str = "test") -> list[tuple[str, list[bool]]]:
+    """The ``sst2-ptb`` sentences of ``split`` (the same, in the same order) with, per word, whether it carries the
+    sentence's sentiment: a leaf whose own label is polar (not 2) and on the sentence's side (SST labels every word
+    of its trees). For plausibility of explanations (:mod:`attnkit.analysis.faithfulness`)."""
+    folder = require_dir(data_dir, "sst5_ptb", "sst2-ptb")
+    if split not in SPLIT_STEMS:
+        raise ValueError(f"sst2-ptb has no {split} split (it has {', '.join(SPLIT_STEMS)})")
+    path = require_file(folder / f"{SPLIT_STEMS[split]}.txt", "sst2-ptb")
+    out = []
+    for line, s in read_lines(path):
+        if not s.strip():
+            continue
+        try:
+            tree = parse_ptb(s.strip())
+        except ValueError as e:
+            raise DataFormatError(path, line, f"bad PTB tree: {e}") from None
+        label = _binary(tree.label)
+        if label is None:
+            continue
+        leaves = _leaf_nodes(tree)
+        out.append((tree.text(), [_binary(n.label) == label for n in leaves]))
+    return out
+
+
+def _leaf_nodes(node: PTBNode) -> list[PTBNode]:
+    return [node] if node.word is not None else [leaf for c in node.children for leaf in _leaf_nodes(c)]
+
+
 # ----------------------------------------------------------------------------- SemEval-2013 task 2B
 
 SEMEVAL_LABELS = ["negative", "neutral", "positive"]

@@ -1,0 +1,247 @@
+"""Is an explanation faithful to the model? ERASER's measures for a classifier's word rankings (issue 25).
+
+For each example the classifier predicts a class ``c`` with probability ``p(c | x)``. Each explanation scores the
+example's **words** (whitespace-separated; a word's score is the sum over its word pieces, grouped by the fast
+tokenizer's ``word_ids``), and for each k in :data:`PERCENTS` its top ``ceil(k% * n)`` words (at least one) are
+
+- **removed** (the words are deleted from the text, not masked, as ERASER does): comprehensiveness
+  ``p(c | x) - p(c | x without them)`` — high when the explanation found what the model used;
+- **kept alone** (in their order): sufficiency ``p(c | x) - p(c | only them)`` — low when they suffice.
+
+AOPC is the mean over the k's (DeYoung et al. 2020). Explanations:
+
+- ``attention``: the [CLS] row of the last layer's attention, averaged over heads;
+- ``rollout``: attention rollout (Abnar & Zuidema 2020): per layer ``0.5 A + 0.5 I`` (A averaged over heads), rows
+  renormalised, multiplied through the layers; the [CLS] row;
+- ``received``: the attention a word receives (the column sum over real queries, averaged over layers and heads: the
+  definition of ``attnkit words``);
+- ``grad_x_input`` and ``integrated_gradients``: gradient × input and integrated gradients of ``p(c | x)`` with
+  respect to the word embeddings (``captum``'s layer attributions, summed over the embedding dimension; the
+  integrated-gradients baseline keeps [CLS]/[SEP] and puts [PAD] everywhere else);
+- ``random``: a random ranking (seeded), the floor.
+
+Also reported: Kendall's tau between each attention explanation's word scores and each gradient method's, averaged
+over examples (Jain & Wallace 2019); and, where the words that carry the label are known (SST's word-level labels:
+:func:`attnkit.tasks.sentiment.sst_rationales`), **plausibility**: the average precision (area under the
+precision-recall curve) of each explanation's ranking against them.
+
+``ferret-xai`` implements these measures for Hugging Face classifiers, but pins ``transformers<5``, ``datasets<3``,
+``numpy<2`` and ``captum<0.8`` (version 0.4.2), so the measures are written here on top of captum.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from captum.attr import LayerGradientXActivation, LayerIntegratedGradients
+from scipy.stats import kendalltau
+from sklearn.metrics import average_precision_score
+from tqdm.auto import tqdm
+
+from attnkit.analysis.explain import figure_path, pyplot, save_figure
+
+#: the k of "top k% of the words" at which the erasure measures are taken
+PERCENTS = (1, 5, 10, 20, 50)
+ATTENTION_EXPLANATIONS = ("attention", "rollout", "received")
+GRADIENT_EXPLANATIONS = ("grad_x_input", "integrated_gradients")
+EXPLANATIONS = (*ATTENTION_EXPLANATIONS, *GRADIENT_EXPLANATIONS, "random")
+
+
+def top_count(n_words: int, percent: float) -> int:
+    """How many words "the top ``percent``%" of ``n_words`` is: ``ceil``, at least one, at most all."""
+    return min(n_words, max(1, math.ceil(n_words * percent / 100)))
+
+
+def ranking(scores: Sequence[float]) -> list[int]:
+    """Word indices from the highest score down (ties: the earlier word first)."""
+    return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+
+
+def erasure_texts(words: list[str], scores: Sequence[float], percents=PERCENTS) -> tuple[list[list[str]], list[list[str]]]:
+    """For each k: (the words without their top k%, only the top k% in their order)."""
+    order = ranking(scores)
+    removed, kept = [], []
+    for pct in percents:
+        top = set(order[: top_count(len(words), pct)])
+        removed.append([w for i, w in enumerate(words) if i not in top])
+        kept.append([w for i, w in enumerate(words) if i in top])
+    return removed, kept
+
+
+def erasure_measures(predict: Callable[[list[list[str]]], np.ndarray], words: list[str], target: int,
+                     explanations: dict[str, Sequence[float]], percents=PERCENTS) -> dict[str, dict[str, list[float]]]:
+    """Comprehensiveness and sufficiency at each k of every explanation of one example.
+
+    ``predict(list of word lists) -> probabilities [n, classes]``; ``target``: the predicted class of ``words``."""
+    batch: list[list[str]] = [words]
+    spans = {}
+    for name, scores in explanations.items():
+        removed, kept = erasure_texts(words, scores, percents)
+        spans[name] = len(batch)
+        batch += removed + kept
+    p = np.asarray(predict(batch))[:, target]
+    full, k = p[0], len(percents)
+    out = {}
+    for name, s in spans.items():
+        out[name] = {"comprehensiveness": [float(full - x) for x in p[s : s + k]],
+                     "sufficiency": [float(full - x) for x in p[s + k : s + 2 * k]]}
+    return out
+
+
+def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Kendall's tau-b of two score lists (None when either is constant or has fewer than two words)."""
+    if len(a) < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return None
+    t = kendalltau(a, b).statistic
+    return None if t is None or not math.isfinite(t) else float(t)
+
+
+def average_precision(scores: Sequence[float], relevant: Sequence[bool]) -> float | None:
+    """Average precision of a word ranking against the words marked relevant (None if none or all are)."""
+    rel = np.asarray(relevant, dtype=bool)
+    if rel.all() or not rel.any():
+        return None
+    return float(average_precision_score(rel, np.asarray(scores, dtype=float)))
+
+
+# ----------------------------------------------------------------------------- a classifier's explanations
+
+
+class WordClassifier:
+    """A saved attnkit classifier read word by word: probabilities of word lists, and every explanation of one."""
+
+    def __init__(self, model, tokenizer, *, max_length: int = 128, batch_size: int = 32, ig_steps: int = 20):
+        if not getattr(tokenizer, "is_fast", False):
+            raise ValueError("explanations per word need a fast tokenizer (its word_ids group the word pieces)")
+        self.model, self.tok = model.eval(), tokenizer
+        self.max_length, self.batch_size, self.ig_steps = max_length, batch_size, ig_steps
+        self.device = next(model.parameters()).device
+
+    def encode(self, word_lists: list[list[str]]):
+        return self.tok(word_lists, is_split_into_words=True, truncation=True, max_length=self.max_length,
+                        padding=True, return_tensors="pt").to(self.device)
+
+    def probs(self, word_lists: list[list[str]]) -> np.ndarray:
+        out = []
+        for i in range(0, len(word_lists), self.batch_size):
+            enc = self.encode(word_lists[i : i + self.batch_size])
+            with torch.inference_mode():
+                out.append(torch.softmax(self.model(**enc).logits.float(), -1).cpu().numpy())
+        return np.concatenate(out)
+
+    def _per_word(self, enc, token_scores: torch.Tensor, n_words: int) -> np.ndarray:
+        """Token scores [L] summed over each word's pieces -> [n_words] (a word cut off by truncation scores 0)."""
+        scores = np.zeros(n_words)
+        for j, w in enumerate(enc.word_ids(0)):
+            if w is not None:
+                scores[w] += float(token_scores[j])
+        return scores
+
+    def explain(self, words: list[str], rng: np.random.Generator) -> tuple[int, dict[str, np.ndarray]]:
+        """(predicted class, {explanation: a score per word}) of one example."""
+        enc = self.encode([words])
+        with torch.inference_mode():
+            res = self.model(**enc, output_attentions=True)
+        if not res.attentions:
+            raise RuntimeError("the model returned no attention weights (does it support output_attentions?)")
+        target = int(res.logits[0].argmax())
+        att = torch.stack([a[0].float().mean(0) for a in res.attentions])  # [layers, L, L], averaged over heads
+        L = att.shape[-1]
+        eye = torch.eye(L)
+        roll = eye
+        for a in att:  # Abnar & Zuidema: residual as identity, rows renormalised, product through the layers
+            a = 0.5 * a + 0.5 * eye
+            roll = (a / a.sum(-1, keepdim=True)) @ roll
+        received = torch.stack([a[0].float() for a in res.attentions]).sum(-2).mean(dim=(0, 1))  # [L]
+        n = len(words)
+        scores = {"attention": self._per_word(enc, att[-1, 0], n), "rollout": self._per_word(enc, roll[0], n),
+                  "received": self._per_word(enc, received, n)}
+
+        inputs = {k: v for k, v in enc.items() if k != "input_ids"}
+        names = list(inputs)
+
+        def prob(input_ids, *extra):
+            out = self.model(input_ids=input_ids, **dict(zip(names, extra))).logits
+            return torch.softmax(out.float(), -1)
+
+        layer = self.model.get_input_embeddings()
+        extra = tuple(inputs[k] for k in names)
+        gxi = LayerGradientXActivation(prob, layer).attribute(enc["input_ids"], target=target, additional_forward_args=extra)
+        special = torch.tensor(self.tok.get_special_tokens_mask(enc["input_ids"][0].tolist(), already_has_special_tokens=True),
+                               dtype=torch.bool, device=self.device)
+        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
+        baseline = torch.where(special, enc["input_ids"][0], torch.full_like(enc["input_ids"][0], pad))[None]
+        ig = LayerIntegratedGradients(prob, layer).attribute(enc["input_ids"], baselines=baseline, target=target,
+                                                             additional_forward_args=extra, n_steps=self.ig_steps)
+        scores["grad_x_input"] = self._per_word(enc, gxi[0].sum(-1).detach(), n)
+        scores["integrated_gradients"] = self._per_word(enc, ig[0].sum(-1).detach(), n)
+        scores["random"] = rng.permutation(n).astype(float)
+        return target, scores
+
+
+def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales: Sequence[Sequence[bool]] | None = None,
+                        seed: int = 0, progress: bool = True, percents=PERCENTS) -> dict:
+    """Every measure of every explanation over ``texts`` (``rationales``: per text, per word, whether it carries the
+    label; gives plausibility). Means over the examples; per-example values are not kept."""
+    rng = np.random.default_rng(seed)
+    comp = {e: [] for e in EXPLANATIONS}
+    suff = {e: [] for e in EXPLANATIONS}
+    taus = {(a, g): [] for a in ATTENTION_EXPLANATIONS for g in GRADIENT_EXPLANATIONS}
+    ap = {e: [] for e in EXPLANATIONS}
+    used = 0
+    for i, text in enumerate(tqdm(list(texts), desc="explaining", unit="text", disable=not progress)):
+        words = text.split()
+        if not words:
+            continue
+        used += 1
+        target, scores = clf.explain(words, rng)
+        m = erasure_measures(clf.probs, words, target, scores, percents)
+        for e in EXPLANATIONS:
+            comp[e].append(m[e]["comprehensiveness"])
+            suff[e].append(m[e]["sufficiency"])
+        for (a, g), ts in taus.items():
+            t = kendall_tau(scores[a], scores[g])
+            if t is not None:
+                ts.append(t)
+        if rationales is not None:
+            for e in EXPLANATIONS:
+                v = average_precision(scores[e], rationales[i])
+                if v is not None:
+                    ap[e].append(v)
+    if not used:
+        raise ValueError("no example with words to explain")
+    report = {"examples": used, "percents": list(percents), "explanations": {}}
+    for e in EXPLANATIONS:
+        c, s = np.asarray(comp[e]), np.asarray(suff[e])
+        row = {"comprehensiveness": c.mean(0).tolist(), "sufficiency": s.mean(0).tolist(),
+               "aopc_comprehensiveness": float(c.mean()), "aopc_sufficiency": float(s.mean())}
+        if rationales is not None:
+            row["plausibility_auprc"] = float(np.mean(ap[e])) if ap[e] else None
+            row["plausibility_examples"] = len(ap[e])
+        report["explanations"][e] = row
+    report["kendall_tau"] = {f"{a} vs {g}": (float(np.mean(ts)) if ts else None) for (a, g), ts in taus.items()}
+    return report
+
+
+def plot_faithfulness(report: dict, path, title: str = ""):
+    """Comprehensiveness and sufficiency against k, one line per explanation (PNG or SVG)."""
+    plt = pyplot()
+    path = figure_path(path, "plot")
+    ks = report["percents"]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for name, row in report["explanations"].items():
+        style = ":" if name == "random" else "-"
+        axes[0].plot(ks, row["comprehensiveness"], style, marker="o", label=f"{name} (AOPC {row['aopc_comprehensiveness']:.3f})")
+        axes[1].plot(ks, row["sufficiency"], style, marker="o", label=f"{name} (AOPC {row['aopc_sufficiency']:.3f})")
+    for ax, what in zip(axes, ("comprehensiveness (higher: more faithful)", "sufficiency (lower: more faithful)")):
+        ax.set_xscale("log")
+        ax.set_xticks(ks, [f"{k}%" for k in ks])
+        ax.set_xlabel("top k% of the words")
+        ax.set_ylabel(what, fontsize=8)
+        ax.axhline(0, color="#999", lw=0.5)
+        ax.legend(fontsize=6)
+    fig.suptitle(title or f"faithfulness over {report['examples']} examples", fontsize=9)
+    return save_figure(fig, path)
