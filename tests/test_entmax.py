@@ -16,6 +16,19 @@ def gen():
     return torch.Generator().manual_seed(0)
 
 
+@pytest.fixture(autouse=True, params=["cpp", "torch"])
+def backend(request, monkeypatch):
+    """Every property holds for the compiled kernel and for the pure-torch path (bisection, sort)."""
+    from attnkit.attention import entmax as module
+    from attnkit.attention import kernels
+
+    if request.param == "torch":
+        monkeypatch.setattr(module, "kernel_applies", lambda t: False)
+    elif kernels.backend() != "cpp":
+        pytest.skip(f"compiled kernel not available here: {kernels.backend_reason()}")
+    return request.param
+
+
 def rows(gen, *shape, scale=3.0):
     return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale
 

@@ -42,7 +42,7 @@ import math
 
 import torch
 
-from .kernels import cpu_kernel  # relative: this file also runs as a checkpoint's remote code
+from .kernels import kernel_applies  # relative: this file also runs as a checkpoint's remote code
 from .maps import rowwise
 
 __all__ = ["entmax15", "entmax_bisect", "check_alpha", "bisect_steps"]
@@ -68,16 +68,6 @@ def _finish(p: torch.Tensor, z: torch.Tensor, pinf: torch.Tensor, inf_rows: torc
     share = pinf.to(p.dtype) / pinf.sum(-1, keepdim=True).clamp(min=1).to(p.dtype)
     p = torch.where(inf_rows, share, p)
     return p.masked_fill(torch.isnan(z).any(-1, keepdim=True), math.nan)
-
-
-def _kernel(t: torch.Tensor):
-    """The compiled CPU kernel if it applies to ``t`` (CPU, float32/64, a non-empty last dim), else None."""
-    if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64) or t.shape[-1] == 0:
-        return None
-    return cpu_kernel()
-
-
-_NO_ALPHA = torch.empty(0, dtype=torch.float64)  # the kernel's 1.5-entmax
 
 
 def _grad_scores(p: torch.Tensor, g: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -109,17 +99,15 @@ def _entmax15_forward(z: torch.Tensor) -> torch.Tensor:
 class _Entmax15Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z: torch.Tensor):
-        ext = _kernel(z)
-        p = ext.entmax_forward(z, _NO_ALPHA) if ext is not None else _entmax15_forward(z)
+        p = torch.ops.attnkit.entmax_forward(z, None) if kernel_applies(z) else _entmax15_forward(z)
         ctx.save_for_backward(p)
         return p
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         (p,) = ctx.saved_tensors
-        ext = _kernel(p)
-        if ext is not None:
-            return ext.entmax_backward(p, g, _NO_ALPHA)
+        if kernel_applies(p):
+            return torch.ops.attnkit.entmax_backward(p, g, None)
         return _grad_scores(p, g, p.sqrt())
 
 
@@ -166,8 +154,7 @@ def _entmax_bisect_forward(z: torch.Tensor, alpha: torch.Tensor, n_iter: int) ->
 class _EntmaxBisectFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z: torch.Tensor, alpha: torch.Tensor, n_iter: int):
-        ext = _kernel(z)
-        p = ext.entmax_forward(z, alpha) if ext is not None else _entmax_bisect_forward(z, alpha, n_iter)
+        p = torch.ops.attnkit.entmax_forward(z, alpha) if kernel_applies(z) else _entmax_bisect_forward(z, alpha, n_iter)
         ctx.save_for_backward(p, alpha)
         return p
 
@@ -175,10 +162,9 @@ class _EntmaxBisectFunction(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         p, alpha = ctx.saved_tensors
         zero = torch.zeros((), dtype=p.dtype, device=p.device)
-        ext = _kernel(p)
         q = None
-        if ext is not None:
-            grad_z = ext.entmax_backward(p, g, alpha)
+        if kernel_applies(p):
+            grad_z = torch.ops.attnkit.entmax_backward(p, g, alpha)
         else:
             q = torch.where(p > 0, p ** (2 - alpha), zero)
             grad_z = _grad_scores(p, g, q)

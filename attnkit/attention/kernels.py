@@ -20,6 +20,9 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Optional
+
+import torch
 
 log = logging.getLogger("attnkit")
 
@@ -103,6 +106,51 @@ def _announce_build(names: list[str]) -> bool:
 def cpu_kernel():
     """The compiled CPU extension, or None."""
     return _ext if _tried else _load()
+
+
+def kernel_applies(t) -> bool:
+    """Whether the compiled CPU kernel runs for ``t``: a CPU float32/64 tensor with a non-empty last dim, and the
+    kernel built. Its calls go through the custom ops below, which ``torch.compile`` traces."""
+    if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64) or t.shape[-1] == 0:
+        return False
+    return cpu_kernel() is not None
+
+
+def _define_ops() -> None:
+    """The kernel's entry points as torch custom ops (``torch.ops.attnkit.*``), each with a fake (meta)
+    implementation: ``torch.compile(fullgraph=True)`` traces them by their shapes instead of breaking the graph at an
+    opaque extension call. Defined once per process (a checkpoint's remote copy of this file finds them defined)."""
+    try:
+        torch.ops.attnkit.sparsemax_forward  # noqa: B018  already defined (attnkit and a remote copy in one process)
+        return
+    except (AttributeError, RuntimeError):
+        pass
+
+    @torch.library.custom_op("attnkit::sparsemax_forward", mutates_args=())
+    def sparsemax_forward(z: torch.Tensor, scale: float) -> torch.Tensor:
+        return cpu_kernel().forward(z, scale)[0]
+
+    @torch.library.custom_op("attnkit::sparsemax_backward", mutates_args=())
+    def sparsemax_backward(p: torch.Tensor, g: torch.Tensor, scale: float) -> torch.Tensor:
+        return cpu_kernel().backward(p, g, scale)
+
+    @torch.library.custom_op("attnkit::entmax_forward", mutates_args=())
+    def entmax_forward(z: torch.Tensor, alpha: Optional[torch.Tensor]) -> torch.Tensor:
+        """1.5-entmax (alpha None) or alpha-entmax with one alpha per row."""
+        return cpu_kernel().entmax_forward(z, alpha if alpha is not None else torch.empty(0, dtype=torch.float64))
+
+    @torch.library.custom_op("attnkit::entmax_backward", mutates_args=())
+    def entmax_backward(p: torch.Tensor, g: torch.Tensor, alpha: Optional[torch.Tensor]) -> torch.Tensor:
+        return cpu_kernel().entmax_backward(p, g, alpha if alpha is not None else torch.empty(0, dtype=torch.float64))
+
+    def like_first(x, *rest):
+        return torch.empty_like(x.contiguous())
+
+    for op in (sparsemax_forward, sparsemax_backward, entmax_forward, entmax_backward):
+        op.register_fake(like_first)
+
+
+_define_ops()
 
 
 def backend() -> str:

@@ -23,11 +23,12 @@ returned in their own dtype.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 
-from .kernels import cpu_kernel  # relative: this file also runs as a checkpoint's remote code
+from .kernels import kernel_applies  # relative: this file also runs as a checkpoint's remote code
 
 __all__ = ["sparsemax", "sparsegen_lin", "sparsemax_threshold", "rowwise", "TOPK"]
 
@@ -57,6 +58,8 @@ def sparsemax_threshold(z: torch.Tensor, topk: int = TOPK) -> tuple[torch.Tensor
     """
     n = z.shape[-1]
     k0 = min(n, topk) if topk > 0 else n
+    if z.device.type != "cpu" or torch.compiler.is_compiling():
+        k0 = n  # a full sort: the top-k shortcut reads on the host whether a row needs it (a GPU sync, a graph break)
     if k0 < n:
         v = torch.topk(z, k0, dim=-1, sorted=True).values
     else:
@@ -86,11 +89,9 @@ def _mask_empty(tau: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return torch.where(k == 0, torch.full_like(tau, math.inf), tau)
 
 
-def _kernel_for(t: torch.Tensor):
-    """The compiled CPU kernel if it applies to ``t`` (CPU, float32/64, a non-empty last dim)."""
-    if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64) or t.shape[-1] == 0:
-        return None
-    return cpu_kernel()
+def _kernel_for(t: torch.Tensor) -> bool:
+    """Whether the compiled CPU kernel applies to ``t`` (CPU, float32/64, a non-empty last dim, built)."""
+    return kernel_applies(t)
 
 
 def _torch_forward(z: torch.Tensor, scale: float, topk: int) -> torch.Tensor:
@@ -101,19 +102,14 @@ def _torch_forward(z: torch.Tensor, scale: float, topk: int) -> torch.Tensor:
     x = z - m
     if scale != 1.0:
         x = x * scale
-    has_inf = bool(torch.isposinf(row_max).any())  # from the row maxima: no extra pass over the scores
-    if has_inf:
-        pinf = torch.isposinf(z)
-        inf_rows = pinf.any(-1, keepdim=True)
-        x = torch.where(inf_rows, torch.zeros((), dtype=z.dtype, device=z.device), x)
+    # no host reads of values (a GPU sync, a graph break under torch.compile): the rare rows are fixed unconditionally
+    inf_rows = torch.isposinf(row_max)  # from the row maxima: no extra pass over the scores
+    x = torch.where(inf_rows, torch.zeros((), dtype=z.dtype, device=z.device), x)
     tau, _ = sparsemax_threshold(x, topk)
     p = (x - tau).clamp_(min=0)
-    if has_inf:  # the limit of scores growing without bound: +inf entries share the mass equally
-        p = torch.where(inf_rows, pinf.to(z.dtype) / pinf.sum(-1, keepdim=True).clamp(min=1).to(z.dtype), p)
-    nan_rows = torch.isnan(z).any(-1, keepdim=True)  # as the kernel: a NaN makes the whole row NaN
-    if bool(nan_rows.any()):
-        p = p.masked_fill(nan_rows, math.nan)
-    return p
+    pinf = torch.isposinf(z) & inf_rows  # the limit of scores growing without bound: +inf entries share the mass equally
+    p = torch.where(inf_rows, pinf.to(z.dtype) / pinf.sum(-1, keepdim=True).clamp(min=1).to(z.dtype), p)
+    return p.masked_fill(torch.isnan(z).any(-1, keepdim=True), math.nan)  # as the kernel: a NaN makes its row NaN
 
 
 class _SparsemaxFunction(torch.autograd.Function):
@@ -121,9 +117,8 @@ class _SparsemaxFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z: torch.Tensor, scale: float, topk: int):
-        ext = _kernel_for(z)
-        if ext is not None:
-            p = ext.forward(z, scale)[0]
+        if _kernel_for(z):
+            p = torch.ops.attnkit.sparsemax_forward(z, scale)
         else:
             p = _torch_forward(z, scale, topk)
         ctx.scale = scale
@@ -133,9 +128,8 @@ class _SparsemaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         (p,) = ctx.saved_tensors
-        ext = _kernel_for(p)
-        if ext is not None:
-            return ext.backward(p, g, ctx.scale), None, None
+        if _kernel_for(p):
+            return torch.ops.attnkit.sparsemax_backward(p, g, ctx.scale), None, None
         s = p > 0
         gs = torch.where(s, g, torch.zeros((), dtype=g.dtype, device=g.device))
         size = s.sum(-1, keepdim=True).clamp(min=1).to(g.dtype)
@@ -169,7 +163,8 @@ def rowwise(fn, scores: torch.Tensor, dim: int, *, pass_dim: bool = False) -> to
     moved = dim != scores.dim() - 1
     if moved:
         work = work.movedim(dim, -1)
-    with torch.autocast(device_type=work.device.type, enabled=False):
+    off = torch.autocast(device_type=work.device.type, enabled=False) if torch.amp.is_autocast_available(work.device.type) else contextlib.nullcontext()
+    with off:  # (the meta device has no autocast)
         p = fn(work.contiguous(), dim) if pass_dim else fn(work.contiguous())
     if moved:
         p = p.movedim(-1, dim)

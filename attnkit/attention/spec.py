@@ -273,6 +273,8 @@ def spec_of(config) -> AttentionSpec:
         return AttentionSpec()
     if isinstance(d, AttentionSpec):
         return d
+    if torch.compiler.is_compiling():  # traced by torch.compile: built from the config's (constant) settings
+        return AttentionSpec(**d)
     try:
         return _spec_from_items(tuple(sorted(d.items())))
     except TypeError:  # unhashable values: let from_dict report them
@@ -436,6 +438,13 @@ def register() -> None:
     from transformers.masking_utils import sdpa_mask
 
     AttentionInterface.register(ATTN_IMPLEMENTATION, attnkit_attention_forward)
-    # boolean masks (True = attend) that _mask_scores turns into -inf
-    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
+
+    def attnkit_mask(*args, **kwargs):
+        # boolean masks (True = attend) that _mask_scores turns into -inf; never skipped: deciding to skip reads the
+        # padding mask's values on the host (a GPU sync, a graph break under torch.compile, an error on `meta`)
+        kwargs["allow_is_bidirectional_skip"] = False
+        kwargs["allow_is_causal_skip"] = False
+        return sdpa_mask(*args, **kwargs)
+
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, attnkit_mask)
     _registered = True
