@@ -380,7 +380,12 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main():
+def defaults() -> argparse.Namespace:
+    """The settings of a run with no options (what ``run_cell`` reads: lr, model, max length, ...)."""
+    return parser().parse_args([])
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", nargs="+", default=["sentube-auto", "sentube-tablets", "semeval2013"], choices=TASKS)
     ap.add_argument("--methods", nargs="+", default=["softmax", "SSAF"])
@@ -402,7 +407,11 @@ def main():
     ap.add_argument("--render-only", action="store_true")
     ap.add_argument("--fill-from-runs", action="store_true",
                     help="add test macro-F1 and curves that records lack from their run folders in --work-dir, then render")
-    a = ap.parse_args()
+    return ap
+
+
+def main():
+    a = parser().parse_args()
     path, md = Path(a.json), Path(a.md)
     trunc_path = path.with_name("ssaf_table2_truncation.json")
     trunc = json.loads(trunc_path.read_text()) if trunc_path.is_file() else {}

@@ -1,0 +1,149 @@
+"""Is sparse attention more interpretable? Faithfulness and plausibility of each attention map's explanations (issue 25).
+
+For each (task, method, seed) it takes the model of Table 2's run (``benchmarks/ssaf_table2.py``, same budget and run
+folder; a missing model is trained there again, bit for bit the same as the recorded run), explains the first
+``--max-examples`` test texts with ``attnkit.analysis.faithfulness`` (ERASER comprehensiveness / sufficiency AOPC of
+the attention, rollout, received-attention, gradient and random rankings; Kendall's tau between attention and
+gradients; on sst2-ptb the plausibility against SST's word labels) and appends one record per cell to ``--json`` at
+once (a cell already there is skipped). The markdown table gives mean ± std over seeds and, paired by seed, each
+sparse map minus softmax with a verdict.
+
+    OMP_NUM_THREADS=1 python benchmarks/faithfulness.py --tasks sst2-ptb --methods softmax SSAF entmax15 --data-dir ../shared/data
+    python benchmarks/faithfulness.py --render-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from attnkit.runfiles import write_text_atomic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ssaf_table2  # noqa: E402  (the runs, their settings and the verdict rule)
+
+ROOT = Path(__file__).resolve().parent.parent
+#: the rankings the table compares (random is the floor)
+SHOWN = ("attention", "rollout", "received", "grad_x_input", "integrated_gradients", "random")
+
+
+def faithfulness_cell(task: str, method: str, seed: int, a) -> dict:
+    from attnkit.analysis.faithfulness import WordClassifier, faithfulness_report
+    from attnkit.analysis.inference import load_for_inference
+    from attnkit.tasks import load_task
+    from attnkit.tasks.sentiment import sst_rationales
+
+    run = Path(a.work_dir) / f"{task}__{method}__s{seed}"
+    if not (run / "model" / "config.json").is_file():
+        print(f"[faithfulness] {task} {method} seed {seed}: no model in {run}: training it (Table 2's settings)", flush=True)
+        rec = ssaf_table2.run_cell(task, method, seed, a)
+        if (task, method, seed) not in {(r["task"], r["method"], r["seed"]) for r in ssaf_table2.read_records(Path(a.table2_json))}:
+            ssaf_table2.add_record(Path(a.table2_json), rec)
+    _, model, tok = load_for_inference(str(run))
+    texts = list(load_task(task, a.data_dir).splits["test"]["text"])[: a.max_examples]
+    rationales = [r for _, r in sst_rationales(a.data_dir, "test")][: a.max_examples] if task == "sst2-ptb" else None
+    t0 = time.time()
+    rep = faithfulness_report(WordClassifier(model, tok, max_length=128, ig_steps=a.ig_steps), texts, rationales=rationales, seed=seed)
+    return {"task": task, "method": method, "seed": seed, "run": str(run), "ig_steps": a.ig_steps, **rep,
+            "seconds": round(time.time() - t0, 1), "torch_threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None,
+            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+
+
+def _ms(xs: list[float], scale: float = 100.0, digits: int = 1) -> str:
+    xs = [scale * x for x in xs if x is not None]
+    if not xs:
+        return "—"
+    return f"{statistics.mean(xs):.{digits}f} ± {statistics.stdev(xs) if len(xs) > 1 else 0.0:.{digits}f}"
+
+
+def render(recs: list[dict]) -> str:
+    by: dict = {}
+    for r in recs:
+        by.setdefault((r["task"], r["method"]), {})[r["seed"]] = r
+    lines = ["# Is sparse attention more faithful, or more plausible? (MiniLM, Table 2's runs)", "",
+             "Made by `benchmarks/faithfulness.py` (records: `faithfulness.json`). Per run: the first test texts (count in the",
+             "table), words removed (ERASER), k = 1, 5, 10, 20, 50% of the words. Comprehensiveness AOPC (higher: the ranking",
+             "found what the model uses) and sufficiency AOPC (lower: those words alone keep the prediction), in points of",
+             "probability (× 100), mean ± std over seeds; plausibility: average precision (× 100) against SST's word labels.",
+             "", "| task | method | seeds | texts | ranking | comprehensiveness AOPC | sufficiency AOPC | plausibility AP |",
+             "|---|---|---|---|---|---|---|---|"]
+    order = ["softmax", "SSAF", *ssaf_table2.ENTMAX_METHODS]
+    for (task, method), cell in sorted(by.items(), key=lambda kv: (kv[0][0], order.index(kv[0][1]) if kv[0][1] in order else len(order))):
+        rs = [cell[s] for s in sorted(cell)]
+        for e in SHOWN:
+            rows = [r["explanations"][e] for r in rs]
+            lines.append(f"| {task} | {method} | {','.join(map(str, sorted(cell)))} | {rs[0]['examples']} | {e} "
+                         f"| {_ms([x['aopc_comprehensiveness'] for x in rows])} | {_ms([x['aopc_sufficiency'] for x in rows])} "
+                         f"| {_ms([x.get('plausibility_auprc') for x in rows])} |")
+    lines += ["", "## Sparse attention against softmax's, paired by seed", "",
+              "The attention ranking of a sparse map minus softmax's attention ranking, same task and seed, in points; verdict",
+              "of Table 2's rule (**holds**: better by more than two standard errors; **reversed**; **within noise**). Better",
+              "is higher comprehensiveness, lower sufficiency, higher plausibility.", "",
+              "| task | method − softmax | ranking | comprehensiveness | verdict | sufficiency (softmax − method) | verdict | plausibility | verdict |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for (task, method), cell in sorted(by.items()):
+        soft = by.get((task, "softmax"), {})
+        seeds = sorted(set(cell) & set(soft))
+        if method == "softmax" or not seeds:
+            continue
+        for e in ("attention", "rollout", "received"):
+            a = [cell[s]["explanations"][e] for s in seeds]
+            b = [soft[s]["explanations"][e] for s in seeds]
+            comp = [100 * (x["aopc_comprehensiveness"] - y["aopc_comprehensiveness"]) for x, y in zip(a, b)]
+            suff = [100 * (y["aopc_sufficiency"] - x["aopc_sufficiency"]) for x, y in zip(a, b)]
+            pl = [100 * (x["plausibility_auprc"] - y["plausibility_auprc"]) for x, y in zip(a, b)
+                  if x.get("plausibility_auprc") is not None and y.get("plausibility_auprc") is not None]
+            lines.append(f"| {task} | {method} − softmax ({','.join(map(str, seeds))}) | {e} | {_ms(comp, 1)} | {ssaf_table2.verdict(comp)} "
+                         f"| {_ms(suff, 1)} | {ssaf_table2.verdict(suff)} | {_ms(pl, 1)} | {ssaf_table2.verdict(pl) if pl else '—'} |")
+    taus = [(k, r["kendall_tau"]) for k, cell in sorted(by.items()) for r in cell.values()]
+    if taus:
+        lines += ["", "Kendall's tau between the rankings (mean over texts, then over seeds):", "",
+                  "| task | method | " + " | ".join(next(iter(taus))[1]) + " |", "|---|---|" + "---|" * len(next(iter(taus))[1])]
+        for (task, method), cell in sorted(by.items()):
+            vals = {p: [r["kendall_tau"][p] for r in cell.values() if r["kendall_tau"][p] is not None] for p in next(iter(taus))[1]}
+            lines.append(f"| {task} | {method} | " + " | ".join(_ms(v, 1, 2) if v else "—" for v in vals.values()) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", nargs="+", default=["sst2-ptb", "sentube-auto"], choices=ssaf_table2.TASKS)
+    ap.add_argument("--methods", nargs="+", default=["softmax", "SSAF", "entmax15"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    ap.add_argument("--max-examples", type=int, default=300, help="first N test texts per run (default 300)")
+    ap.add_argument("--ig-steps", type=int, default=20)
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--work-dir", default="runs/ssaf_table2", help="Table 2's run folders (models are kept there)")
+    ap.add_argument("--json", default=str(ROOT / "benchmarks/results/faithfulness.json"))
+    ap.add_argument("--md", default=str(ROOT / "benchmarks/results/faithfulness.md"))
+    ap.add_argument("--table2-json", default=str(ROOT / "benchmarks/results/ssaf_table2.json"),
+                    help="where a model trained again records its Table 2 cell, if it lacks one")
+    ap.add_argument("--render-only", action="store_true")
+    a = ap.parse_args()
+    for k, v in vars(ssaf_table2.defaults()).items():  # the Table 2 settings run_cell reads (lr, model, ...)
+        if not hasattr(a, k):
+            setattr(a, k, v)
+    path, md = Path(a.json), Path(a.md)
+    if not a.render_only:
+        for task in a.tasks:
+            for seed in a.seeds:
+                for method in a.methods:
+                    done = {(r["task"], r["method"], r["seed"]) for r in ssaf_table2.read_records(path)}
+                    if (task, method, seed) in done:
+                        continue
+                    print(f"[faithfulness] {task} {method} seed {seed}", flush=True)
+                    ssaf_table2.add_record(path, faithfulness_cell(task, method, seed, a))
+                    write_text_atomic(md, render(ssaf_table2.read_records(path)))
+    write_text_atomic(md, render(ssaf_table2.read_records(path)))
+    print(md.read_text())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
