@@ -107,7 +107,7 @@ class _Entmax15Function(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         (p,) = ctx.saved_tensors
         if kernel_applies(p):
-            return torch.ops.attnkit.entmax_backward(p, g, None)
+            return torch.ops.attnkit.entmax_backward(p, g, None)[0]
         return _grad_scores(p, g, p.sqrt())
 
 
@@ -162,16 +162,13 @@ class _EntmaxBisectFunction(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         p, alpha = ctx.saved_tensors
         zero = torch.zeros((), dtype=p.dtype, device=p.device)
-        q = None
-        if kernel_applies(p):
-            grad_z = torch.ops.attnkit.entmax_backward(p, g, alpha)
-        else:
-            q = torch.where(p > 0, p ** (2 - alpha), zero)
-            grad_z = _grad_scores(p, g, q)
+        if kernel_applies(p):  # the kernel gives alpha's gradient per row from the same pass
+            grad_z, grad_alpha = torch.ops.attnkit.entmax_backward(p, g, alpha)
+            return grad_z, (grad_alpha if ctx.needs_input_grad[1] else None), None
+        q = torch.where(p > 0, p ** (2 - alpha), zero)
+        grad_z = _grad_scores(p, g, q)
         grad_alpha = None
         if ctx.needs_input_grad[1]:
-            if q is None:
-                q = torch.where(p > 0, p ** (2 - alpha), zero)
             p64, g64, q64, a64 = p.double(), g.double(), q.double(), alpha.double()
             d = a64 - 1
             safe_d = torch.where(d > 0, d, torch.ones_like(d))

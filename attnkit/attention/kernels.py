@@ -140,14 +140,21 @@ def _define_ops() -> None:
         return cpu_kernel().entmax_forward(z, alpha if alpha is not None else torch.empty(0, dtype=torch.float64))
 
     @torch.library.custom_op("attnkit::entmax_backward", mutates_args=())
-    def entmax_backward(p: torch.Tensor, g: torch.Tensor, alpha: Optional[torch.Tensor]) -> torch.Tensor:
-        return cpu_kernel().entmax_backward(p, g, alpha if alpha is not None else torch.empty(0, dtype=torch.float64))
+    def entmax_backward(p: torch.Tensor, g: torch.Tensor, alpha: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(gradient of the scores, gradient of alpha per row shaped like ``alpha``; empty for 1.5-entmax)."""
+        grad_z, grad_alpha = cpu_kernel().entmax_backward(p, g, alpha if alpha is not None else torch.empty(0, dtype=torch.float64))
+        return grad_z, grad_alpha
 
     def like_first(x, *rest):
         return torch.empty_like(x.contiguous())
 
-    for op in (sparsemax_forward, sparsemax_backward, entmax_forward, entmax_backward):
+    for op in (sparsemax_forward, sparsemax_backward, entmax_forward):
         op.register_fake(like_first)
+
+    @entmax_backward.register_fake
+    def _(p, g, alpha):
+        rows = torch.empty_like(alpha) if alpha is not None else p.new_empty(0, dtype=torch.float64)
+        return torch.empty_like(p.contiguous()), rows
 
 
 _define_ops()

@@ -344,11 +344,14 @@ inline void entmax_alpha_row(const T* __restrict z, T* __restrict o, int64_t n, 
 }
 
 // q = p^(2 - alpha) on the support (sqrt(p) for 1.5-entmax); g_z = q (g - sum(g q) / sum(q))
+// Returns d loss / d alpha of the row (0 for 1.5-entmax, whose alpha is fixed): with d = alpha - 1, q~ = q / sum(q)
+// and H = sum p log p, grad_alpha = sum_i g_i [(p_i - q~_i) / d^2 - (p_i log p_i - q~_i H) / d] (the entmax
+// package's formula), from row sums gathered in the same pass as the scores' gradient.
 template <typename T>
-inline void entmax_backward_row(const T* __restrict pr, const T* __restrict gr, T* __restrict out, int64_t n, double alpha) {
+inline double entmax_backward_row(const T* __restrict pr, const T* __restrict gr, T* __restrict out, int64_t n, double alpha,
+                                  bool fixed15) {
   using A = double;
-  A sq = 0, sgq = 0;
-  if (alpha == 1.5) {  // q = sqrt(p): vectorised in the rows' own precision, as softmax's backward
+  if (fixed15) {  // 1.5-entmax, q = sqrt(p): vectorised in the rows' own precision, as softmax's backward
     T tq = 0, tgq = 0;
 #pragma omp simd reduction(+ : tq, tgq)
     for (int64_t j = 0; j < n; ++j) {
@@ -359,19 +362,29 @@ inline void entmax_backward_row(const T* __restrict pr, const T* __restrict gr, 
     const T mean = tq > T(0) ? tgq / tq : T(0);
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) out[j] = std::sqrt(pr[j]) * (gr[j] - mean);
-    return;
+    return 0.0;
   }
+  A sq = 0, sgq = 0, sgp = 0, h = 0, sgpl = 0;
   for (int64_t j = 0; j < n; ++j) {
     const A p = A(pr[j]);
-    const A q = p > 0 ? std::pow(p, 2.0 - alpha) : A(0);
-    sq += q;
-    sgq += q * A(gr[j]);
+    if (p > 0) {
+      const A g = A(gr[j]), lp = std::log(p);
+      const A q = std::exp((1.0 - (alpha - 1.0)) * lp);  // p^(2 - alpha)
+      sq += q;
+      sgq += q * g;
+      sgp += g * p;
+      h += p * lp;
+      sgpl += g * p * lp;
+    }
   }
   const A mean = sq > 0 ? sgq / sq : A(0);
   for (int64_t j = 0; j < n; ++j) {
     const A p = A(pr[j]);
-    out[j] = p > 0 ? T(std::pow(p, 2.0 - alpha) * (A(gr[j]) - mean)) : T(0);
+    out[j] = p > 0 ? T(std::exp((2.0 - alpha) * std::log(p)) * (A(gr[j]) - mean)) : T(0);
   }
+  const A d = alpha - 1.0;
+  if (d <= 0 || sq <= 0) return 0.0;
+  return (sgp - mean) / (d * d) - (sgpl - h * mean) / d;
 }
 
 // alpha: empty (1.5-entmax) or one value per row
@@ -398,7 +411,8 @@ torch::Tensor entmax_forward(torch::Tensor z, torch::Tensor alpha) {
   return p;
 }
 
-torch::Tensor entmax_backward(torch::Tensor p, torch::Tensor g, torch::Tensor alpha) {
+// (grad_z, grad_alpha per row [rows shape + (1,)], the latter empty for 1.5-entmax)
+std::vector<torch::Tensor> entmax_backward(torch::Tensor p, torch::Tensor g, torch::Tensor alpha) {
   TORCH_CHECK(p.device().is_cpu() && g.device().is_cpu(), "entmax_backward: CPU tensors only");
   auto pc = p.contiguous();
   auto gc = g.contiguous().to(pc.scalar_type());
@@ -408,16 +422,25 @@ torch::Tensor entmax_backward(torch::Tensor p, torch::Tensor g, torch::Tensor al
   const bool per_row = alpha.numel() > 0;
   auto ac = per_row ? alpha.contiguous().to(torch::kFloat64) : alpha;
   const double* a = per_row ? ac.data_ptr<double>() : nullptr;
+  auto ga = per_row ? torch::empty({rows}, pc.options().dtype(torch::kFloat64)) : torch::empty({0}, pc.options().dtype(torch::kFloat64));
+  double* gap = per_row ? ga.data_ptr<double>() : nullptr;
   AT_DISPATCH_FLOATING_TYPES(pc.scalar_type(), "entmax_backward", [&] {
     const scalar_t* pp = pc.data_ptr<scalar_t>();
     const scalar_t* gp = gc.data_ptr<scalar_t>();
     scalar_t* op = gz.data_ptr<scalar_t>();
     at::parallel_for(0, rows, 16, [=](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r)
-        entmax_backward_row<scalar_t>(pp + r * n, gp + r * n, op + r * n, n, a == nullptr ? 1.5 : a[r]);
+      for (int64_t r = begin; r < end; ++r) {
+        const double v = entmax_backward_row<scalar_t>(pp + r * n, gp + r * n, op + r * n, n, a == nullptr ? 1.5 : a[r], a == nullptr);
+        if (gap != nullptr) gap[r] = v;
+      }
     });
   });
-  return gz;
+  if (per_row) {
+    auto shape = pc.sizes().vec();
+    shape.back() = 1;
+    ga = ga.view(shape).to(alpha.scalar_type());
+  }
+  return {gz, ga};
 }
 
 // How many distinct threads at::parallel_for used over `rows` rows with the kernels' grain:
@@ -434,6 +457,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &sparsemax_forward, "exact sparsemax of scale * z along the last dim (CPU)");
   m.def("backward", &sparsemax_backward, "closed-form sparsemax backward (CPU)");
   m.def("entmax_forward", &entmax_forward, "1.5-entmax (alpha empty) or alpha-entmax (one alpha per row) along the last dim (CPU)");
-  m.def("entmax_backward", &entmax_backward, "closed-form entmax backward with respect to the scores (CPU)");
+  m.def("entmax_backward", &entmax_backward, "closed-form entmax backward: (grad of the scores, grad of alpha per row) (CPU)");
   m.def("parallel_threads", &parallel_threads, "distinct threads used by the kernels' parallel loop over `rows` rows");
 }
