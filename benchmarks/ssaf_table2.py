@@ -311,7 +311,7 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
                 continue
             rs = [cell[s] for s in sorted(cell)]
             r0 = rs[0]
-            lam = f"{r0['lam']:g}" if r0["lam"] is not None else "—"
+            lam = f"{r0['lam']:g}" if r0["lam"] is not None and r0.get("attention", "sparsegen-lin") == "sparsegen-lin" else "—"
             f1s = [r.get("test_macro_f1") for r in rs]
             f1 = _ms([100 * x for x in f1s]) if None not in f1s else "—"  # kept since 2026-11-23; older records lack it
             lines.append(

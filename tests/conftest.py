@@ -40,6 +40,15 @@ def make_tiny_bert(path: Path, family: str = "bert", layers: int = 2, hidden: in
     return path
 
 
+def logits_of(model, tok, texts, **kw):
+    """The model's outputs on ``texts`` (padded batch), in eval mode without gradients."""
+    import torch
+
+    model.eval()
+    with torch.no_grad():
+        return model(**tok(texts, padding=True, return_tensors="pt"), **kw)
+
+
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory) -> Path:
     return make_tiny_bert(tmp_path_factory.mktemp("tiny_bert"))

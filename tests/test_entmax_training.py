@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from conftest import logits_of
 
 from attnkit.attention.entmax import entmax_bisect
 from attnkit.attention.spec import ALPHA_PARAM, AttentionSpec, learned_values, spec_of
@@ -16,12 +17,6 @@ pytestmark = pytest.mark.slow
 SENTS = ["a great movie and a really good story", "bad", "it was not fun but the actor was superb"]
 
 
-def _logits(model, tok, texts, **kw):
-    model.eval()
-    with torch.no_grad():
-        return model(**tok(texts, padding=True, return_tensors="pt"), **kw)
-
-
 def test_learned_alpha_starts_at_the_spec_and_equals_fixed_alpha(tiny_bert):
     tok = load_tokenizer(tiny_bert)
     fixed = build_classifier(tiny_bert, 2, AttentionSpec("entmax-alpha", alpha=1.3))
@@ -30,7 +25,7 @@ def test_learned_alpha_starts_at_the_spec_and_equals_fixed_alpha(tiny_bert):
     alphas = learned_values(learn, "alpha")
     assert len(alphas) == 2 and all(len(a) == 4 for a in alphas)
     assert all(abs(x - 1.3) < 1e-6 for row in alphas for x in row)
-    assert torch.allclose(_logits(fixed, tok, SENTS).logits, _logits(learn, tok, SENTS).logits, atol=1e-5)
+    assert torch.allclose(logits_of(fixed, tok, SENTS).logits, logits_of(learn, tok, SENTS).logits, atol=1e-5)
     assert learned_values(fixed, "alpha") is None
 
 
@@ -55,7 +50,7 @@ def test_each_head_uses_its_own_alpha(tiny_bert):
     for m in [m for m in model.modules() if hasattr(m, ALPHA_PARAM)]:
         getattr(m, ALPHA_PARAM).data.copy_(torch.logit(alpha - 1))
     enc = tok(SENTS[:1], return_tensors="pt")
-    w = _logits(model, tok, SENTS[:1], output_attentions=True).attentions[0]  # [1, H, L, L]
+    w = logits_of(model, tok, SENTS[:1], output_attentions=True).attentions[0]  # [1, H, L, L]
     sa = model.bert.encoder.layer[0].attention.self
     with torch.no_grad():  # reference: the first layer's scores through entmax_bisect with each head's alpha
         x = model.bert.embeddings(input_ids=enc["input_ids"], token_type_ids=enc["token_type_ids"])
@@ -89,7 +84,7 @@ def test_train_entmax15_from_the_command_line(tiny_bert, tiny_task, tmp_path, ca
     assert m["attention"]["attention"] == "entmax15"
     model = load_model(out / "model")
     assert spec_of(model.config).attention == "entmax15"
-    att = _logits(model, load_tokenizer(out / "model"), SENTS, output_attentions=True).attentions
+    att = logits_of(model, load_tokenizer(out / "model"), SENTS, output_attentions=True).attentions
     assert any((a == 0).any() for a in att)
 
 
@@ -114,7 +109,7 @@ def test_alpha_warmup_starts_at_softmax(tiny_bert):
     for spec in (AttentionSpec("entmax15", alpha_mix=0.0), AttentionSpec("entmax-alpha", alpha=1.8, alpha_mix=0.0)):
         warm = build_classifier(tiny_bert, 2, spec)
         warm.load_state_dict(soft.state_dict())
-        assert torch.allclose(_logits(soft, tok, SENTS).logits, _logits(warm, tok, SENTS).logits, atol=1e-5)
+        assert torch.allclose(logits_of(soft, tok, SENTS).logits, logits_of(warm, tok, SENTS).logits, atol=1e-5)
     half = AttentionSpec("entmax15", alpha_mix=0.5)
     assert half.effective_alpha(1.5) == 1.25
     z = torch.randn(3, 7, dtype=torch.float64)

@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from conftest import logits_of
 
 from attnkit.attention.spec import LAM_PARAM, AttentionSpec, learned_lam
 from attnkit.attention.maps import sparsegen_lin
@@ -11,12 +12,6 @@ from attnkit.models.build import build_classifier, load_classifier, load_tokeniz
 from attnkit.training.finetune import LAM_WARMUP_FACTOR, TrainConfig, train, warmup_lam
 
 SENTS = ["a great movie and a really good story", "bad", "it was not fun but the actor was superb"]
-
-
-def _logits(model, tok, texts, **kw):
-    model.eval()
-    with torch.no_grad():
-        return model(**tok(texts, padding=True, return_tensors="pt"), **kw)
 
 
 def test_learned_lam_starts_at_the_spec_and_equals_fixed_lam(tiny_bert):
@@ -27,7 +22,7 @@ def test_learned_lam_starts_at_the_spec_and_equals_fixed_lam(tiny_bert):
     lams = learned_lam(learn)
     assert len(lams) == 2 and all(len(l) == 4 for l in lams)
     assert all(abs(x + 2.0) < 1e-6 for row in lams for x in row)
-    a, b = _logits(fixed, tok, SENTS), _logits(learn, tok, SENTS)
+    a, b = logits_of(fixed, tok, SENTS), logits_of(learn, tok, SENTS)
     assert torch.allclose(a.logits, b.logits, atol=1e-5)
     assert learned_lam(fixed) is None
 
@@ -55,7 +50,7 @@ def test_each_head_uses_its_own_lam(tiny_bert):
     # reference: the first layer's scores through sparsegen_lin with each head's lam
     sa = model.bert.encoder.layer[0].attention.self
     enc = tok(SENTS[:1], return_tensors="pt")
-    w = _logits(model, tok, SENTS[:1], output_attentions=True).attentions[0]  # [1, H, L, L]
+    w = logits_of(model, tok, SENTS[:1], output_attentions=True).attentions[0]  # [1, H, L, L]
     with torch.no_grad():
         x = model.bert.embeddings(input_ids=enc["input_ids"], token_type_ids=enc["token_type_ids"])
         B, L, _ = x.shape
@@ -78,7 +73,7 @@ def test_learned_lam_survives_save_and_reload(tiny_bert, tmp_path):
     assert cfg["attnkit"]["learn_lam"] is True and len(cfg["attnkit_lam"]) == 2
     back = load_classifier(d)
     assert learned_lam(back) == learned_lam(model)
-    assert torch.equal(_logits(back, tok, SENTS).logits, _logits(model, tok, SENTS).logits)
+    assert torch.equal(logits_of(back, tok, SENTS).logits, logits_of(model, tok, SENTS).logits)
 
 
 def test_learn_lam_needs_sparsegen_lin():

@@ -177,6 +177,17 @@ def _binary(label: int) -> int | None:
     return None if label == 2 else int(label > 2)
 
 
+def _read_trees(path: Path):
+    """The PTB trees of a file, one a line (blank lines skipped); a bad tree names its file and line."""
+    for line, s in read_lines(path):
+        if not s.strip():
+            continue
+        try:
+            yield parse_ptb(s.strip())
+        except ValueError as e:
+            raise DataFormatError(path, line, f"bad PTB tree: {e}") from None
+
+
 def _read_ptb_file(path: Path, phrases: bool, binary: bool = False) -> list[Example]:
     """One tree a line -> sentences (root label), or every labelled node deduplicated by text.
 
@@ -184,13 +195,7 @@ def _read_ptb_file(path: Path, phrases: bool, binary: bool = False) -> list[Exam
     """
     rows: list[Example] = []
     seen: set[str] = set()
-    for line, s in read_lines(path):
-        if not s.strip():
-            continue
-        try:
-            tree = parse_ptb(s.strip())
-        except ValueError as e:
-            raise DataFormatError(path, line, f"bad PTB tree: {e}") from None
+    for tree in _read_trees(path):
         nodes = tree.phrases() if phrases else [(tree.label, tree.text())]
         for label, text in nodes:
             if binary and (label := _binary(label)) is None:
@@ -253,13 +258,7 @@ def sst_rationales(data_dir: Path | None, split: str = "test") -> list[tuple[str
         raise ValueError(f"sst2-ptb has no {split} split (it has {', '.join(SPLIT_STEMS)})")
     path = require_file(folder / f"{SPLIT_STEMS[split]}.txt", "sst2-ptb")
     out = []
-    for line, s in read_lines(path):
-        if not s.strip():
-            continue
-        try:
-            tree = parse_ptb(s.strip())
-        except ValueError as e:
-            raise DataFormatError(path, line, f"bad PTB tree: {e}") from None
+    for tree in _read_trees(path):
         label = _binary(tree.label)
         if label is None:
             continue
