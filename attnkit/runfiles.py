@@ -111,15 +111,23 @@ def check_side_file(path: str | os.PathLike, made_by: str) -> Path:
     return path
 
 
-def check_output_file(path: str | os.PathLike, option: str) -> Path:
-    """An output file the user named, checked before anything is written: not a folder, and its folder (made if
-    missing) not a file."""
+def check_output_file(path: str | os.PathLike, option: str, protect: dict[str, str | os.PathLike | None] | None = None) -> Path:
+    """An output file the user named, checked before anything is written: not a folder, its folder (made if missing)
+    not a file, and not an existing file inside one of the ``protect`` folders (``{what: folder}``: the model's run
+    folder, the data being read) unless attnkit wrote it as an output: a model's weights, config or tokenizer, a run's
+    metrics or the data are never replaced by a command's output."""
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() or str(path) in ("", "."):
         raise UserError(f"{option} {path} is a folder: expected a file name")
     parent = next((p for p in path.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         raise UserError(f"{option} {path}: {parent} is a file, not a folder")
+    if path.exists() and not written_by_attnkit(path):
+        real = path.resolve()
+        for what, folder in (protect or {}).items():
+            if folder is not None and Path(folder).exists() and real.is_relative_to(Path(folder).resolve()):
+                raise UserError(f"{option} {path} is a file of {what} {folder} that attnkit did not write as an output: "
+                                "it would be replaced; name another file")
     return path
 
 

@@ -9,6 +9,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the Triton kernels are tested on CPU tensors through triton's interpreter (read when they are first compiled)
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 SHARED_DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data").resolve()
 
@@ -38,6 +40,26 @@ def make_tiny_bert(path: Path, family: str = "bert", layers: int = 2, hidden: in
     assert tok.convert_tokens_to_ids("good") == vocab.index("good")
     tok.save_pretrained(path)
     return path
+
+
+def use_backend(name: str, monkeypatch) -> None:
+    """Run the sparse maps on one path: "cpp" (the compiled CPU kernel), "torch" (pure torch), "triton" (Triton
+    kernels, interpreted on the CPU); skips where that path is not available here."""
+    import importlib.util
+
+    from attnkit.attention import entmax, kernels, maps
+
+    if name == "torch":
+        monkeypatch.setattr(maps, "_kernel_for", lambda t: False)
+        monkeypatch.setattr(entmax, "kernel_applies", lambda t: False)
+    elif name == "triton":
+        if importlib.util.find_spec("triton") is None:
+            pytest.skip("triton is not installed (pip install -e '.[gpu]'): the Triton kernels are not tested here")
+        monkeypatch.setattr(kernels, "MODE", "triton")
+        if kernels.triton_kernels() is None:
+            pytest.skip(f"Triton kernels unavailable: {kernels.backend_reason()}")
+    elif kernels.backend() != "cpp":
+        pytest.skip(f"compiled kernel not available here: {kernels.backend_reason()}")
 
 
 def logits_of(model, tok, texts, **kw):

@@ -16,16 +16,12 @@ def gen():
     return torch.Generator().manual_seed(0)
 
 
-@pytest.fixture(autouse=True, params=["cpp", "torch"])
+@pytest.fixture(autouse=True, params=["cpp", "torch", "triton"])
 def backend(request, monkeypatch):
-    """Every property holds for the compiled kernel and for the pure-torch path (bisection, sort)."""
-    from attnkit.attention import entmax as module
-    from attnkit.attention import kernels
+    """Every property holds for the compiled kernel, the pure-torch path (bisection, sort) and the Triton kernels."""
+    from conftest import use_backend
 
-    if request.param == "torch":
-        monkeypatch.setattr(module, "kernel_applies", lambda t: False)
-    elif kernels.backend() != "cpp":
-        pytest.skip(f"compiled kernel not available here: {kernels.backend_reason()}")
+    use_backend(request.param, monkeypatch)
     return request.param
 
 

@@ -365,3 +365,103 @@ def test_maps_on_empty_tensors_return_empty_tensors(shape):
     for fn in (sparsemax, lambda t: sparsegen_lin(t, -2.0), lambda t: torch.softmax(t, -1)):
         p = fn(z)
         assert p.shape == z.shape and p.dtype == z.dtype
+
+
+# ----------------------------------------------------------------------------- found by a sweep of bad inputs
+
+
+@pytest.fixture
+def user_run(tiny_bert, data, tmp_path):
+    """A finished run of the user's, copied where commands may aim outputs at its files."""
+    import shutil
+
+    out = tmp_path / "user_run"
+    assert main(args(tiny_bert, data, out)) == 0
+    return out
+
+
+@pytest.mark.parametrize("argv,target", [
+    (["evaluate", "--output", "{run}/model/config.json"], "model/config.json"),
+    (["evaluate", "--output", "{run}/metrics.json"], "metrics.json"),
+    (["explain", "good film", "--output", "{tmp}/g.png", "--stats", "{run}/model/config.json"], "model/config.json"),
+    (["words", "--output", "{tmp}/w.png", "--json", "{run}/run_config.json", "--min-count", "1"], "run_config.json"),
+    (["predict", "good film", "--output", "{run}/model/tokenizer.json"], "model/tokenizer.json"),
+    (["predict", "--split", "validation", "--task", "csv", "--output", "{data}/dev.csv"], "DATA/dev.csv"),
+])
+def test_an_output_never_replaces_the_models_or_the_datas_files(user_run, data, tmp_path, capsys, argv, target):
+    fill = {"run": str(user_run), "tmp": str(tmp_path), "data": str(data)}
+    argv = [x.format(**fill) for x in argv]
+    path = data / target[5:] if target.startswith("DATA/") else user_run / target
+    before, run_before = path.read_bytes(), snapshot(user_run)
+    extra = [] if argv[0] == "explain" or (argv[0] == "predict" and "--split" not in argv) else ["--data-dir", str(data)]
+    assert main([argv[0], "--model", str(user_run), *extra] + argv[1:]) == 2
+    one_line_error(capsys, "that attnkit did not write as an output")
+    assert path.read_bytes() == before and snapshot(user_run) == run_before
+
+
+def test_a_diverged_run_is_refused_not_reported(tiny_bert, data, tmp_path, capsys):
+    out = tmp_path / "nan"
+    assert main(args(tiny_bert, data, out, "--lr", "1e9", "--max-steps", "4", "--eval-steps", "4")) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the training's progress bars
+    assert "training diverged" in last and "lower --lr (it was 1e+09)" in last
+    assert not (out / "model").exists() and not (out / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--max-steps", "0"], "--max-steps 0"), (["--max-steps", "-5"], "--max-steps -5"), (["--epochs", "nan"], "--epochs nan"),
+    (["--freeze", ","], "--freeze ','"), (["--seed", "-1"], "--seed -1"), (["--seed", "99999999999"], "--seed 99999999999"),
+])
+def test_more_settings_that_were_silently_odd(tiny_bert, data, tmp_path, capsys, extra, needle):
+    assert main(args(tiny_bert, data, tmp_path / "o", *extra)) == 2
+    one_line_error(capsys, needle)
+
+
+def test_labels_that_differ_only_in_case_are_refused(tiny_bert, tmp_path, capsys):
+    d = _csv(tmp_path / "d", [("good film", "Positive"), ("bad film", "negative"), ("fine film", "positive")], [("dull", "negative")])
+    assert main(args(tiny_bert, d, tmp_path / "o")) == 2
+    one_line_error(capsys, "train.csv, line 4", "differs only in case")
+
+
+def test_sweeps_and_runs_keep_to_their_own_folders(tiny_bert, data, user_run, tmp_path, capsys):
+    sweep = ["sweep", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--lams", "-2", "--seeds", "1",
+             "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--max-steps", "2", "--eval-steps", "2"]
+    before = snapshot(user_run)
+    assert main(sweep + ["--output-dir", str(user_run)]) == 2
+    one_line_error(capsys, "holds a training run, not a sweep")
+    assert snapshot(user_run) == before
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "sweep.json").write_text("[]")
+    assert main(args(tiny_bert, data, tmp_path / "s")) == 2
+    one_line_error(capsys, "holds an attnkit sweep, not a run")
+    (tmp_path / "f.txt").write_text("mine")
+    assert main(sweep + ["--output-dir", str(tmp_path / "f.txt")]) == 2
+    one_line_error(capsys, "is a file, not a folder")
+    assert main([x for x in sweep if x not in ("--seeds", "1")] + ["--seeds", "-1", "--output-dir", str(tmp_path / "s2")]) == 2
+    one_line_error(capsys, "--seeds -1")
+    assert not (tmp_path / "s2").exists()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["predict", "good", "--task", "csv"], "--task csv: only with --split"),
+    (["predict", "good", "--output-dir", "x"], "--output-dir x: only with --split"),
+    (["evaluate", "--plot", "h.png"], "--plot h.png: only with --task hans"),
+    (["evaluate", "--hans-per-subcase", "5"], "--hans-per-subcase 5: only with --task hans"),
+    (["evaluate", "--output", "m.png"], "must end in .json"),
+    (["predict", "--file", "."], "is a folder"),
+])
+def test_inference_options_that_would_be_ignored_or_misread(user_run, data, tmp_path, capsys, monkeypatch, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    assert main([argv[0], "--model", str(user_run)] + (["--data-dir", str(data)] if argv[0] == "evaluate" else []) + argv[1:]) == 2
+    one_line_error(capsys, needle)
+
+
+def test_a_folder_where_a_file_belongs_and_a_missing_data_folder_are_named(tiny_bert, tmp_path, capsys):
+    d = tmp_path / "d"
+    (d / "train.csv").mkdir(parents=True)
+    (d / "dev.csv").write_text("text,label\na,x\n")
+    assert main(args(tiny_bert, d, tmp_path / "o")) == 2
+    one_line_error(capsys, "train.csv is a folder, not a file")
+    assert main(["tasks", "--data-dir", str(tmp_path / "nowhere")]) == 2
+    one_line_error(capsys, "does not exist")
+    assert main(["pretrain", "--task", "csv", "--data-dir", str(d), "--max-length", "1", "--output-dir", str(tmp_path / "p")]) == 2
+    one_line_error(capsys, "--max-length 1")

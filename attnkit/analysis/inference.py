@@ -93,6 +93,8 @@ def read_text_file(path: str | Path) -> list[str]:
     """One text per line (UTF-8, BOM and U+FEFF removed, blank lines at the end ignored); an empty line before the
     end is refused, naming it."""
     p = Path(path)
+    if p.is_dir():
+        raise FileNotFoundError(f"input file {p} is a folder, not a file")
     if not p.is_file():
         raise FileNotFoundError(f"input file {p} does not exist")
     try:

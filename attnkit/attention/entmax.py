@@ -42,7 +42,7 @@ import math
 
 import torch
 
-from .kernels import kernel_applies  # relative: this file also runs as a checkpoint's remote code
+from .kernels import kernel_applies, triton_applies, triton_kernels  # relative: this file also runs as a checkpoint's remote code
 from .maps import rowwise
 
 __all__ = ["entmax15", "entmax_bisect", "check_alpha", "bisect_steps"]
@@ -99,7 +99,12 @@ def _entmax15_forward(z: torch.Tensor) -> torch.Tensor:
 class _Entmax15Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z: torch.Tensor):
-        p = torch.ops.attnkit.entmax_forward(z, None) if kernel_applies(z) else _entmax15_forward(z)
+        if kernel_applies(z):
+            p = torch.ops.attnkit.entmax_forward(z, None)
+        elif triton_applies(z):
+            p = triton_kernels().entmax_forward(z, None)
+        else:
+            p = _entmax15_forward(z)
         ctx.save_for_backward(p)
         return p
 
@@ -108,6 +113,8 @@ class _Entmax15Function(torch.autograd.Function):
         (p,) = ctx.saved_tensors
         if kernel_applies(p):
             return torch.ops.attnkit.entmax_backward(p, g, None)[0]
+        if triton_applies(p):
+            return triton_kernels().entmax_backward(p, g, None)[0]
         return _grad_scores(p, g, p.sqrt())
 
 
@@ -154,7 +161,12 @@ def _entmax_bisect_forward(z: torch.Tensor, alpha: torch.Tensor, n_iter: int) ->
 class _EntmaxBisectFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z: torch.Tensor, alpha: torch.Tensor, n_iter: int):
-        p = torch.ops.attnkit.entmax_forward(z, alpha) if kernel_applies(z) else _entmax_bisect_forward(z, alpha, n_iter)
+        if kernel_applies(z):
+            p = torch.ops.attnkit.entmax_forward(z, alpha)
+        elif triton_applies(z):
+            p = triton_kernels().entmax_forward(z, alpha)
+        else:
+            p = _entmax_bisect_forward(z, alpha, n_iter)
         ctx.save_for_backward(p, alpha)
         return p
 
@@ -162,8 +174,9 @@ class _EntmaxBisectFunction(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         p, alpha = ctx.saved_tensors
         zero = torch.zeros((), dtype=p.dtype, device=p.device)
-        if kernel_applies(p):  # the kernel gives alpha's gradient per row from the same pass
-            grad_z, grad_alpha = torch.ops.attnkit.entmax_backward(p, g, alpha)
+        if kernel_applies(p) or triton_applies(p):  # the kernels give alpha's gradient per row from the same pass
+            bwd = torch.ops.attnkit.entmax_backward if kernel_applies(p) else triton_kernels().entmax_backward
+            grad_z, grad_alpha = bwd(p, g, alpha)
             return grad_z, (grad_alpha if ctx.needs_input_grad[1] else None), None
         q = torch.where(p > 0, p ** (2 - alpha), zero)
         grad_z = _grad_scores(p, g, q)

@@ -15,6 +15,7 @@ Where it cannot be built, or with ``ATTNKIT_KERNEL=torch``, the pure-torch path 
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -36,6 +37,12 @@ _OPENMP = ["-fopenmp"]
 _ext = None
 _tried = False
 _why = "not loaded yet"
+#: ATTNKIT_KERNEL: "auto" (the compiled kernel for CPU tensors, Triton for CUDA tensors where triton is importable,
+#: else pure torch), "torch" (pure torch everywhere), "triton" (Triton for every tensor: with TRITON_INTERPRET=1 it
+#: runs on CPU tensors, which is how it is tested without a GPU)
+MODE = os.environ.get("ATTNKIT_KERNEL", "auto").lower()
+_triton = None
+_triton_why = "not loaded yet"
 
 
 def _cpu_tag() -> str:
@@ -56,8 +63,8 @@ def _load():
     if _tried:
         return _ext
     _tried = True
-    if os.environ.get("ATTNKIT_KERNEL", "auto").lower() == "torch":
-        _why = "ATTNKIT_KERNEL=torch"
+    if MODE in ("torch", "triton"):
+        _why = f"ATTNKIT_KERNEL={MODE}"
         return None
     errors = []
     # First with OpenMP (parallel over rows); a compiler without it gets the one-thread build.
@@ -111,7 +118,7 @@ def cpu_kernel():
 def kernel_applies(t) -> bool:
     """Whether the compiled CPU kernel runs for ``t``: a CPU float32/64 tensor with a non-empty last dim, and the
     kernel built. Its calls go through the custom ops below, which ``torch.compile`` traces."""
-    if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64) or t.shape[-1] == 0:
+    if MODE == "triton" or t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64) or t.shape[-1] == 0:
         return False
     return cpu_kernel() is not None
 
@@ -160,11 +167,41 @@ def _define_ops() -> None:
 _define_ops()
 
 
+def triton_kernels():
+    """:mod:`attnkit.attention.triton_maps` if triton is importable (and ATTNKIT_KERNEL is not "torch"), else None."""
+    global _triton, _triton_why
+    if _triton is None and _triton_why == "not loaded yet":
+        if MODE == "torch":
+            _triton_why = "ATTNKIT_KERNEL=torch"
+        else:
+            try:
+                _triton = importlib.import_module(f"{__package__}.triton_maps")
+                _triton_why = "Triton kernels" + (" (TRITON_INTERPRET=1: interpreted on the CPU)" if os.environ.get("TRITON_INTERPRET") == "1" else "")
+            except ImportError as e:  # no triton (pip install -e ".[gpu]"), or this file runs as a checkpoint's remote code
+                _triton_why = f"triton unavailable ({e})"
+    return _triton
+
+
+def triton_applies(t) -> bool:
+    """Whether the Triton kernels run for ``t``: a float32/64 tensor with rows of 1 to MAX_COLS entries, on CUDA (or
+    any device with ATTNKIT_KERNEL=triton), and triton importable."""
+    if MODE == "torch" or t.dtype not in (torch.float32, torch.float64) or not 0 < t.shape[-1] <= 8192:
+        return False
+    if MODE != "triton" and t.device.type != "cuda":
+        return False
+    return triton_kernels() is not None
+
+
 def backend() -> str:
-    """'cpp' if the compiled CPU kernel runs, else 'torch'; see :func:`backend_reason`."""
+    """'triton' where ATTNKIT_KERNEL=triton and triton is importable, 'cpp' if the compiled CPU kernel runs, else
+    'torch' (CUDA tensors take Triton whenever it is importable); see :func:`backend_reason`."""
+    if MODE == "triton" and triton_kernels() is not None:
+        return "triton"
     return "cpp" if cpu_kernel() is not None else "torch"
 
 
 def backend_reason() -> str:
+    if backend() == "triton":
+        return _triton_why
     cpu_kernel()
     return _why

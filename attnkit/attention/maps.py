@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from .kernels import kernel_applies  # relative: this file also runs as a checkpoint's remote code
+from .kernels import kernel_applies, triton_applies, triton_kernels  # relative: this file also runs as a checkpoint's remote code
 
 __all__ = ["sparsemax", "sparsegen_lin", "sparsemax_threshold", "rowwise", "TOPK"]
 
@@ -119,6 +119,8 @@ class _SparsemaxFunction(torch.autograd.Function):
     def forward(ctx, z: torch.Tensor, scale: float, topk: int):
         if _kernel_for(z):
             p = torch.ops.attnkit.sparsemax_forward(z, scale)
+        elif triton_applies(z):
+            p = triton_kernels().sparsemax_forward(z, scale)
         else:
             p = _torch_forward(z, scale, topk)
         ctx.scale = scale
@@ -130,6 +132,8 @@ class _SparsemaxFunction(torch.autograd.Function):
         (p,) = ctx.saved_tensors
         if _kernel_for(p):
             return torch.ops.attnkit.sparsemax_backward(p, g, ctx.scale), None, None
+        if triton_applies(p):
+            return triton_kernels().sparsemax_backward(p, g, ctx.scale), None, None
         s = p > 0
         gs = torch.where(s, g, torch.zeros((), dtype=g.dtype, device=g.device))
         size = s.sum(-1, keepdim=True).clamp(min=1).to(g.dtype)

@@ -140,7 +140,7 @@ def cmd_train(a) -> int:
     for name in metrics:
         if name.startswith(("test", "validation_")) and isinstance(metrics[name], dict):
             print(f"[attnkit] {name} {main_metric} {metrics[name][main_metric]:.4f}")
-    print(f"[attnkit] model written to {metrics['model_dir']}")
+    print(f"[attnkit] model {'in' if metrics.get('already_complete') else 'written to'} {out / MODEL_DIR}")
     print(f"[attnkit] metrics written to {out / METRICS_FILE}")
     if (out / "curves.png").is_file():
         print(f"[attnkit] training curves (loss, dev metric per epoch) in {out / 'curves.png'}")
@@ -180,6 +180,18 @@ def cmd_sweep(a) -> int:
     return 0
 
 
+def _protected(a) -> dict:
+    """The folders whose files an output the user names must not replace: the model's run folder and the data."""
+    d = model_dir(a.model)
+    return {"the model's run folder": d.parent if d.name == MODEL_DIR else d,
+            "the data folder": getattr(a, "data_dir", None) or default_data_dir()}
+
+
+def _output(a, path, option: str) -> Path:
+    """An output file the user named (``path``), checked before anything is written (see check_output_file)."""
+    return check_output_file(path, option, _protected(a))
+
+
 def _model_and_split(a):
     """The model named by --model and the --split of --task (default: the task it was trained on)."""
     d, model, tok = load_for_inference(a.model)
@@ -195,10 +207,15 @@ def _model_and_split(a):
 def cmd_evaluate(a) -> int:
     if a.plot:
         figure_path(a.plot, f"--plot {a.plot}: the HANS chart")  # before the model loads
+    if a.output and Path(a.output).suffix.lower() != ".json":
+        raise UserError(f"--output {a.output}: the metrics file must end in .json")
     d, model, tok = load_for_inference(a.model, qa_ok=True)
     task = a.task or run_info(d).get("task")
     if not task:
         raise UserError("--task is needed: the checkpoint does not record what it was trained on")
+    ignored = [f"{o} {v}" for o, v in (("--hans-per-subcase", a.hans_per_subcase), ("--plot", a.plot)) if v is not None]
+    if ignored and task != "hans":
+        raise UserError(f"{', '.join(ignored)}: only with --task hans")
     if is_qa_task(task):
         return _evaluate_qa(a, d, model, tok, task)
     if _qa_model(model):
@@ -210,9 +227,9 @@ def cmd_evaluate(a) -> int:
         raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
     if list(data.label_names) != [model.config.id2label[i] for i in range(model.config.num_labels)]:
         raise UserError(f"task {task} has labels {data.label_names} but the model predicts {list(model.config.id2label.values())}")
+    out = _output(a, a.output, "--output") if a.output else d / f"eval_{task}_{a.split}.json"
     metrics = evaluate_split(model, tok, data.splits[a.split], batch_size=a.batch_size, max_length=a.max_length, kind=data.metric)
     metrics = {"task": task, "split": a.split, "model": str(d), **metrics, WRITTEN_BY: "attnkit evaluate"}
-    out = Path(a.output) if a.output else d / f"eval_{task}_{a.split}.json"
     write_json_atomic(out, metrics)
     for k, v in metrics.items():
         print(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}")
@@ -227,8 +244,8 @@ def _evaluate_hans(a, d: Path, model, tok) -> int:
         raise UserError(f"HANS: no data folder; pass --data-dir holding {HANS_FILE}")
     path = root if root.is_file() else root / HANS_FILE  # --data-dir may name the HANS file itself
     ent = entailment_index(label_names_of(model))
-    out = check_output_file(Path(a.output) if a.output else d / "eval_hans.json", "--output")
-    plot_path = Path(a.plot) if a.plot else check_side_file(out.with_suffix(".png"), f"the HANS chart beside --output {out}")
+    out = _output(a, a.output, "--output") if a.output else d / "eval_hans.json"
+    plot_path = _output(a, a.plot, "--plot") if a.plot else check_side_file(out.with_suffix(".png"), f"the HANS chart beside --output {out}")
     rows = hans_subset(read_hans(path), a.hans_per_subcase)
     logits = predict_logits(model, tok, rows["text"], rows["text_pair"], batch_size=a.batch_size, max_length=a.max_length)
     report = hans_report(rows, logits.argmax(-1) == ent)
@@ -261,7 +278,7 @@ def _evaluate_qa(a, d: Path, model, tok, task: str) -> int:
     splits = load_squad(a.data_dir)
     if a.split not in splits:
         raise UserError(f"task {task} has no {a.split} split (it has {', '.join(splits)})")
-    out = check_output_file(Path(a.output) if a.output else d / f"eval_{task}_{a.split}.json", "--output")
+    out = _output(a, a.output, "--output") if a.output else d / f"eval_{task}_{a.split}.json"
     answers = check_side_file(out.with_name(out.stem + "_predictions.json"), f"the answers beside --output {out}")
     metrics, preds = evaluate_qa(model, tok, splits[a.split], max_length=a.max_length, doc_stride=_qa_stride(d, a.max_length),
                                  batch_size=a.batch_size)
@@ -316,6 +333,7 @@ def _predict_qa(a, d: Path, model, tok) -> int:
 
 def _predict_split(a) -> int:
     d, model, tok, task, data, ds = _model_and_split(a)
+    out = _output(a, a.output, "--output") if a.output else d / f"predictions_{task}_{a.split}.jsonl"
     pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
     logits = predict_logits(model, tok, list(ds["text"]), pairs, batch_size=a.batch_size, max_length=a.max_length)
     preds = predictions_of(data.metric, logits)
@@ -328,7 +346,6 @@ def _predict_split(a) -> int:
     lines = "".join(
         json.dumps({"idx": int(i), "prediction": float(p) if data.metric == "regression" else names[int(p)]}) + "\n" for i, p in zip(idx, preds)
     )
-    out = Path(a.output) if a.output else d / f"predictions_{task}_{a.split}.jsonl"
     write_text_atomic(out, lines)
     print(f"[attnkit] {len(preds)} predictions written to {out}")
     return 0
@@ -339,8 +356,11 @@ def cmd_predict(a) -> int:
         return _predict_split(a)
     if not (a.texts or a.file or a.question or a.context):  # before loading the model: nothing to do
         raise UserError("nothing to predict: give texts as arguments, --file with one text per line, or --question and --context")
+    ignored = [f"{o} {v}" for o, v in (("--task", a.task), ("--output-dir", a.output_dir), ("--data-dir", a.data_dir)) if v is not None]
+    if ignored:
+        raise UserError(f"{', '.join(ignored)}: only with --split (predicting a whole split of a task)")
     if a.output:
-        check_output_file(a.output, "--output")
+        _output(a, a.output, "--output")
         check_not_input(a.output, "--output", {"--file": a.file})
     for i, t in enumerate(a.texts, 1):
         if not t.strip():
@@ -366,7 +386,7 @@ def cmd_explain(a) -> int:
     outputs = {"--output": a.output, "--stats": a.stats, "--html": a.html}
     for option, path in outputs.items():  # every output checked before the first is written: a failure writes nothing
         if path:
-            check_output_file(path, option)
+            _output(a, path, option)
     given = {k: str(Path(v).expanduser().resolve()) for k, v in outputs.items() if v}
     if len(set(given.values())) < len(given):
         raise UserError(f"{', '.join(f'{k} {outputs[k]}' for k in given)}: each output needs a file of its own")
@@ -397,7 +417,7 @@ def cmd_explain(a) -> int:
 
 def cmd_layer_weights(a) -> int:
     figure_path(a.output, f"--output {a.output}: the chart")
-    check_output_file(a.output, "--output")
+    _output(a, a.output, "--output")
     js = check_side_file(Path(a.output).with_suffix(".json"), f"the layer weights beside --output {a.output}")
     d, model, tok, task, data, ds = _model_and_split(a)
     ds = ds.select(range(min(a.max_samples, len(ds))))
@@ -435,9 +455,9 @@ def cmd_pretrain(a) -> int:
 
 def cmd_words(a) -> int:
     figure_path(a.output, f"--output {a.output}: the chart")
-    check_output_file(a.output, "--output")
+    _output(a, a.output, "--output")
     if a.json:
-        js = check_output_file(a.json, "--json")
+        js = _output(a, a.json, "--json")
         if Path(a.json).expanduser().resolve() == Path(a.output).expanduser().resolve():
             raise UserError(f"--json {a.json} is also --output: name another file")
     else:
@@ -471,8 +491,8 @@ def cmd_faithfulness(a) -> int:
         raise UserError(f"task {task} pairs two texts: faithfulness explains single texts (removing words of a pair is not defined here)")
     if isinstance(tok, LemmatizingTokenizer):
         raise UserError(f"{d} reads lemmas: removing the user's words would not remove what it reads; faithfulness needs a model of plain words")
-    out = check_output_file(Path(a.output) if a.output else d / f"faithfulness_{task}_{a.split}.json", "--output")
-    plot = Path(a.plot) if a.plot else check_side_file(out.with_suffix(".png"), f"the curves beside --output {out}")
+    out = _output(a, a.output, "--output") if a.output else d / f"faithfulness_{task}_{a.split}.json"
+    plot = _output(a, a.plot, "--plot") if a.plot else check_side_file(out.with_suffix(".png"), f"the curves beside --output {out}")
     texts, rationales = list(ds["text"]), None
     if task == "sst2-ptb":
         pairs = sst_rationales(a.data_dir or default_data_dir(), a.split)

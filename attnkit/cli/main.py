@@ -22,6 +22,8 @@ log = logging.getLogger("attnkit")
 
 def cmd_tasks(a) -> int:
     root = Path(a.data_dir) if a.data_dir else default_data_dir()
+    if a.data_dir and not root.is_dir():
+        raise UserError(f"--data-dir {root} {'is a file, not a folder' if root.exists() else 'does not exist'}")
     folders = dict(TASK_FOLDERS, hans="hans", squad="squad_v1.1")
     print(f"data folder: {root if root else 'none found (pass --data-dir or set $ATTNKIT_DATA)'}")
     width = max(len(t) for t in list_tasks() + list(QA_TASKS))

@@ -29,6 +29,8 @@ def parse_groups(spec: str | list[str] | None) -> list[str]:
             raise ValueError(f"--freeze {n!r}: unknown parameter group; expected a comma-separated list of {', '.join(GROUPS)}")
         if n not in out:
             out.append(n)
+    if not out:
+        raise ValueError(f"--freeze {spec!r} names no parameter group; expected a comma-separated list of {', '.join(GROUPS)}")
     return out
 
 

@@ -19,8 +19,8 @@ def _pick_file(folder: Path, given: str | None, stems: tuple[str, ...], fmt: str
     if given:
         return require_file(folder / given, fmt)
     for stem in stems:
-        if (folder / f"{stem}.{fmt}").is_file():
-            return folder / f"{stem}.{fmt}"
+        if (folder / f"{stem}.{fmt}").exists():
+            return require_file(folder / f"{stem}.{fmt}", fmt)  # a folder of that name is named as such
     return None
 
 
@@ -59,7 +59,8 @@ def _read_generic_split(
 
 def _check_labels(rows: list[_RawRow]) -> None:
     """Refuse labels a model would silently split or garble: the same number written two ways ("1" and "1.0"; whole
-    numbers such as "01" and "1" are one label already), and control characters (a stray tab or carriage return)."""
+    numbers such as "01" and "1" are one label already), labels that differ only in case ("Positive", "positive"), and
+    control characters (a stray tab or carriage return)."""
     first: dict[str, _RawRow] = {}
     numeric: dict[float, _RawRow] = {}
     for r in rows:
@@ -78,6 +79,12 @@ def _check_labels(rows: list[_RawRow]) -> None:
             raise DataFormatError(r.path, r.line, f"label {r.label!r} is the number {value:g}, written {o.label!r} on line "
                                   f"{o.line} of {o.path.name}: write each label one way (they would be two classes)")
         numeric.setdefault(value, r)
+    folded: dict[str, _RawRow] = {}
+    for label, r in first.items():
+        o = folded.setdefault(label.casefold(), r)
+        if o.label != label:
+            raise DataFormatError(r.path, r.line, f"label {label!r} differs only in case from {o.label!r} on line {o.line} of "
+                                  f"{o.path.name}: write each label one way (they would be two classes)")
 
 
 def _label_names(train_labels: set[str]) -> tuple[list[str], Callable[[str], str]]:

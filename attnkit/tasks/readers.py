@@ -32,6 +32,8 @@ def require_dir(data_dir: Path | None, sub: str, task: str) -> Path:
 
 
 def require_file(path: Path, task: str) -> Path:
+    if path.is_dir():
+        raise FileNotFoundError(f"task {task}: {path} is a folder, not a file")
     if not path.is_file():
         raise FileNotFoundError(f"task {task}: file {path} does not exist")
     return path

@@ -38,6 +38,13 @@ PAPER_LAM = {
 PAPER_EPOCHS = {"sst5": 4, "sst5-phrases": 4, "sst2": 4, "sst2-ptb": 4, "sentube-auto": 5, "sentube-tablets": 6, "semeval2013": 8, "squad": 2, "scitail": 3}
 
 
+def check_seed(seed, option: str = "--seed") -> int:
+    """A seed as numpy and torch take it: a whole number from 0 to 2**32 - 1."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ValueError(f"{option} {seed}: expected a whole number from 0 to {2**32 - 1}")
+    return seed
+
+
 @dataclass
 class TrainConfig:
     """Everything a training run depends on; written to ``<output>/run_config.json``."""
@@ -92,8 +99,11 @@ class TrainConfig:
 
     def validate(self) -> None:
         """ValueError naming the first setting that cannot give a meaningful run."""
-        if self.max_steps <= 0 and not (isinstance(self.epochs, (int, float)) and math.isfinite(self.epochs) and self.epochs > 0):
-            raise ValueError(f"--epochs {self.epochs:g}: expected a number of epochs > 0 (or --max-steps > 0)")
+        if not isinstance(self.max_steps, int) or self.max_steps == 0 or self.max_steps < -1:
+            raise ValueError(f"--max-steps {self.max_steps}: expected a number of steps >= 1 (or no --max-steps: --epochs decides)")
+        if not (isinstance(self.epochs, (int, float)) and math.isfinite(self.epochs) and self.epochs > 0):
+            raise ValueError(f"--epochs {self.epochs:g}: expected a number of epochs > 0")
+        check_seed(self.seed)
         for name, v in (("--batch-size", self.batch_size), ("eval batch size", self.eval_batch_size)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} {v}: expected a whole number >= 1")
@@ -200,9 +210,12 @@ class PretrainConfig:
         if self.lemmatize:
             lemmatizer(self.lemmatize)
         self.spec()
-        for name in ("layers", "heads", "dim", "batch_size", "max_length"):
+        for name in ("layers", "heads", "dim", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)}")
+        if self.max_length < 2:
+            raise ValueError(f"--max-length {self.max_length}: expected a whole number of tokens of at least 2 (with [CLS] and [SEP])")
+        check_seed(self.seed)
         if self.dim % self.heads:
             raise ValueError(f"--dim {self.dim} is not divisible by --heads {self.heads}")
         if not (isinstance(self.epochs, (int, float)) and math.isfinite(self.epochs) and self.epochs > 0):

@@ -27,7 +27,7 @@ from attnkit.tasks.metrics import MAIN_METRIC, predictions_of, task_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
 from attnkit.training.pretrain import init_mini_checkpoint
 from attnkit.training.runs import (
-    AttnkitTrainer, best_checkpoint, check_length, check_resume, finish_run, finished_metrics, fit, prepare_output, run_folder, strip_prefix,
+    AttnkitTrainer, best_checkpoint, check_finite, check_length, check_resume, finish_run, finished_metrics, fit, prepare_output, run_folder, strip_prefix,
     subsample, training_arguments,
 )
 from attnkit.training.span_qa import train_qa
@@ -225,6 +225,7 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
     prepare_output(cfg, out)  # everything before training worked: only now --no-resume moves checkpoints aside
     train_result = fit(trainer, cfg)
     history = list(trainer.state.log_history)  # every logged loss and per-epoch dev metric (checkpoints go at the end)
+    check_finite(trainer.model, cfg, history)
 
     metrics: dict = {"train": dict(train_result.metrics)}
     metrics["validation"] = strip_prefix(trainer.evaluate(dev_ds, metric_key_prefix="eval"), "eval_")

@@ -28,7 +28,7 @@ from attnkit.attention.spec import AttentionSpec
 from attnkit.models.build import save_checkpoint
 from attnkit.models.mini import MiniBertForMaskedLM, MiniBertModel, attention_parameter_count, make_config
 from attnkit.runfiles import write_json_atomic
-from attnkit.training.runs import finished_metrics, prepare_output, run_folder
+from attnkit.training.runs import check_finite, finished_metrics, prepare_output, run_folder
 from attnkit.tasks import load_task
 from attnkit.tasks.lemmas import lemmatizer
 from attnkit.training.config import DEFAULT_VOCAB, MAX_POSITIONS, SPECIALS, PretrainConfig
@@ -146,6 +146,7 @@ def _pretrain(cfg: PretrainConfig, out: Path) -> dict:
                       processing_class=tok)
     prepare_output(cfg, out, keep=())  # everything before training worked: only now is an earlier run moved aside
     result = trainer.train()
+    check_finite(model, cfg, list(trainer.state.log_history))
     # MLM loss on the training text, re-masked with a fixed seed (no dev/test text is ever used)
     trainer.data_collator = mlm_collator(tok, cfg.mlm_probability, seed=cfg.seed)
     final = trainer.evaluate(ds, metric_key_prefix="mlm")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -88,8 +89,10 @@ def _read_json(path: Path) -> dict:
 
 
 def is_run_folder(out: Path) -> bool:
-    """Whether ``out`` holds something of an attnkit run (settings, metrics, model, checkpoints, lock, set-aside runs)."""
-    names = ("run_config.json", METRICS_FILE, MODEL_DIR, LOCK_FILE, "mini_init")
+    """Whether ``out`` holds something of an attnkit run (settings, metrics, model, checkpoints, set-aside runs)."""
+    if not out.is_dir():
+        return False
+    names = ("run_config.json", METRICS_FILE, MODEL_DIR, "mini_init")
     return (any((out / n).exists() for n in names) or bool(_checkpoint_dirs(out))
             or any(p.name.startswith((".replaced-", ".incomplete-")) for p in out.iterdir()))
 
@@ -103,7 +106,9 @@ def run_folder(out: Path, option: str = "--output-dir"):
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"{option} {out} is a file, not a folder")
-    if out.is_dir() and any(out.iterdir()) and not is_run_folder(out):
+    if (out / "sweep.json").is_file():
+        raise ValueError(f"{option} {out} holds an attnkit sweep, not a run: pick a new or empty folder")
+    if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()) and not is_run_folder(out):
         raise ValueError(f"{option} {out} is not empty and holds no attnkit run (a run writes model/, metrics.json, "
                          "run_config.json, ... there): pick a new or empty folder")
     made = first_missing(out)
@@ -323,6 +328,18 @@ def fit(trainer, cfg: TrainConfig):
     if resume:
         log.warning("resuming from %s", resume)
     return trainer.train(resume_from_checkpoint=resume)
+
+
+def check_finite(model, cfg, history: list[dict]) -> None:
+    """After training: weights that hold NaN or inf (a diverged run) are refused before anything is evaluated or
+    saved as the model, naming the first logged non-finite loss; a diverged model would otherwise report the
+    accuracy of a constant prediction and write NaN probabilities."""
+    bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        first = next((h.get("step") for h in history if "loss" in h and not math.isfinite(float(h["loss"]))), None)
+        raise ValueError(f"training diverged: {len(bad)} weight tensor(s) hold NaN or inf (e.g. {bad[0]})"
+                         f"{f', the loss was NaN by step {first}' if first is not None else ''}; nothing was saved as the "
+                         f"model: lower --lr (it was {cfg.lr:g})")
 
 
 def check_length(cfg: TrainConfig, model_path: str) -> None:

@@ -13,7 +13,7 @@ from attnkit.models.build import build_qa_model, load_tokenizer, save_checkpoint
 from attnkit.runfiles import write_json_atomic
 from attnkit.tasks.squad import QA_TASKS, best_spans, featurize, load_squad, squad_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
-from attnkit.training.runs import AttnkitTrainer, best_checkpoint, check_length, check_resume, finish_run, fit, prepare_output, strip_prefix, subsample, training_arguments
+from attnkit.training.runs import AttnkitTrainer, best_checkpoint, check_finite, check_length, check_resume, finish_run, fit, prepare_output, strip_prefix, subsample, training_arguments
 
 
 def train_qa(cfg: TrainConfig, out: Path) -> dict:
@@ -51,6 +51,7 @@ def train_qa(cfg: TrainConfig, out: Path) -> dict:
     prepare_output(cfg, out)  # everything before training worked: only now --no-resume moves checkpoints aside
     result = fit(trainer, cfg)
     history = list(trainer.state.log_history)  # every logged loss and per-epoch dev metric
+    check_finite(trainer.model, cfg, history)
     dev = trainer.evaluate(dev_ds, metric_key_prefix="eval")
     metrics: dict = {
         "train": dict(result.metrics),

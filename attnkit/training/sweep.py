@@ -35,9 +35,9 @@ from attnkit.analysis.explain import attention_maps, figure_path, pyplot, save_f
 from attnkit.models.build import MODEL_DIR, load_model, load_tokenizer, resolve_model
 from attnkit.runfiles import LOCK_FILE, folder_lock, write_json_atomic, write_text_atomic
 from attnkit.tasks import is_qa_task, load_task
-from attnkit.training.config import TrainConfig, is_mini_alias
+from attnkit.training.config import TrainConfig, check_seed, is_mini_alias
 from attnkit.training.finetune import train
-from attnkit.training.runs import first_missing, same_paths
+from attnkit.training.runs import first_missing, is_run_folder, same_paths
 
 SUPPORT_TEXTS = 256  # dev texts the mean support is measured on
 
@@ -165,6 +165,8 @@ def run_sweep(base: TrainConfig, values: list[float], seeds: list[int], out_dir:
         raise ValueError(f"a sweep sweeps one of {', '.join(SWEPT)}, not {param!r}")
     if not values or not seeds:
         raise ValueError(f"attnkit sweep needs at least one --{param}s value and one --seeds value")
+    for seed in seeds:
+        check_seed(seed, "--seeds")
     for name, vs in ((f"--{param}s", [float(x) for x in values]), ("--seeds", list(seeds))):
         twice = sorted({f"{v:g}" for v in vs if vs.count(v) > 1})
         if twice:
@@ -174,7 +176,11 @@ def run_sweep(base: TrainConfig, values: list[float], seeds: list[int], out_dir:
     for c in cells:  # a bad lam fails now, not after hours of training
         cell_config(base, c, out).spec()
     check_view(base, view_layer, view_head)  # and a bad figure setting before anything is written
-    if out.is_dir() and any(out.iterdir()) and not _is_sweep_folder(out, cells):
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--output-dir {out} is a file, not a folder")
+    if is_run_folder(out):
+        raise ValueError(f"--output-dir {out} holds a training run, not a sweep: pick a new or empty folder")
+    if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()) and not _is_sweep_folder(out):
         raise ValueError(f"--output-dir {out} is not empty and holds no attnkit sweep (sweep.json or cell folders such as "
                          f"{cells[0].name}/): pick a new or empty folder")
     made = first_missing(out)
@@ -188,8 +194,8 @@ def run_sweep(base: TrainConfig, values: list[float], seeds: list[int], out_dir:
         raise
 
 
-def _is_sweep_folder(out: Path, cells: list[Cell]) -> bool:
-    return (out / "sweep.json").is_file() or (out / LOCK_FILE).exists() or any(
+def _is_sweep_folder(out: Path) -> bool:
+    return (out / "sweep.json").is_file() or any(
         p.is_dir() and re.fullmatch(r"(softmax|lam-?[\d.e+-]+|alpha[\d.e+-]+)_seed-?\d+", p.name) for p in out.iterdir())
 
 
