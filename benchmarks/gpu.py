@@ -9,7 +9,9 @@
    AdamW) and inference, for softmax eager, sdpa, and attnkit's sparsemax, sparsegen-lin and 1.5-entmax (Triton).
 
 Times are CUDA-event medians over interleaved rounds; every ratio is to softmax eager measured in the same run. It
-refuses to run without CUDA, in one line. Where no GPU has been lent, the README says that the GPU path is exact (the
+refuses to run without CUDA, in one line. ``--self-check`` runs the same code on the CPU at toy sizes (the Triton
+kernels through triton's interpreter, wall-clock timing; nothing written): its numbers mean nothing, it shows that
+every variant runs and gives a row. Where no GPU has been lent, the README says that the GPU path is exact (the
 map tests run on the Triton kernels through triton's interpreter) and that its speed is unmeasured.
 """
 
@@ -21,16 +23,26 @@ import json
 import platform
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+#: where the benchmark runs ("cpu" only for --self-check)
+DEVICE = "cuda"
 
 
 def cuda_time(fn, rounds: int) -> list[float]:
-    """Milliseconds of ``fn()`` per round (CUDA events), after one warm-up call."""
+    """Milliseconds of ``fn()`` per round (CUDA events; wall clock on the CPU), after one warm-up call."""
     fn()
+    if DEVICE == "cpu":
+        out = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            fn()
+            out.append(1e3 * (time.perf_counter() - t0))
+        return out
     torch.cuda.synchronize()
     out = []
     for _ in range(rounds):
@@ -53,6 +65,8 @@ def interleaved(fns: dict, rounds: int) -> dict[str, float]:
 
 
 def peak_mib(fn) -> float:
+    if DEVICE == "cpu":
+        return float("nan")
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
@@ -102,7 +116,7 @@ def bench_normaliser(lengths, rounds, heads=12, entries=8 * 2**20) -> list[dict]
     rows = []
     for L in lengths:
         b = max(1, entries // (heads * L * L))
-        z = torch.randn(b, heads, L, L, device="cuda") * 2
+        z = torch.randn(b, heads, L, L, device=DEVICE) * 2
         g = torch.randn_like(z)
         fns = {}
         for name, f in normaliser_variants().items():
@@ -121,18 +135,18 @@ SHAPES = {"MiniLM": dict(hidden_size=384, num_hidden_layers=6, num_attention_hea
           "BERT-base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)}
 
 
-def bench_models(lengths, rounds, batch: int = 16) -> list[dict]:
+def bench_models(lengths, rounds, batch: int = 16, shapes: dict | None = None) -> list[dict]:
     from transformers import BertConfig, BertForSequenceClassification
 
     from attnkit.attention.spec import AttentionSpec
     from attnkit.models.build import sparsify
 
     rows = []
-    for shape, kw in SHAPES.items():
+    for shape, kw in (shapes or SHAPES).items():
         for L in lengths:
-            ids = torch.randint(1000, 30000, (batch, L), device="cuda")
+            ids = torch.randint(1000, 30000, (batch, L), device=DEVICE)
             mask = torch.ones_like(ids)
-            labels = torch.randint(0, 2, (batch,), device="cuda")
+            labels = torch.randint(0, 2, (batch,), device=DEVICE)
             variants = {"softmax (eager)": ("eager", None), "sdpa": ("sdpa", None),
                         "attnkit sparsemax": ("attnkit", AttentionSpec("sparsemax")),
                         "attnkit sparsegen-lin lam=-4": ("attnkit", AttentionSpec("sparsegen-lin", -4.0)),
@@ -145,7 +159,7 @@ def bench_models(lengths, rounds, batch: int = 16) -> list[dict]:
                     m.set_attn_implementation(impl)
                 else:
                     sparsify(m, spec.attention, spec.lam)
-                models[name] = m.cuda()
+                models[name] = m.to(DEVICE)
             opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-5) for k, m in models.items()}
 
             def step(k):
@@ -168,8 +182,34 @@ def bench_models(lengths, rounds, batch: int = 16) -> list[dict]:
                     rows.append({"bench": f"{shape} {what}", "shape": f"b{batch} x L{L}", "variant": k, "ms": ms,
                                  "ratio": ms / t["softmax (eager)"], "peak_mib": peak_mib(fns[k])})
             del models, opts
-            torch.cuda.empty_cache()
+            if DEVICE == "cuda":
+                torch.cuda.empty_cache()
     return rows
+
+
+def self_check() -> int:
+    """Every variant of both benchmarks, on the CPU at toy sizes; the Triton kernels through triton's interpreter."""
+    global DEVICE
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        print("benchmarks/gpu.py --self-check: set TRITON_INTERPRET=1 (the Triton kernels run interpreted on the CPU)", file=sys.stderr)
+        return 2
+    from attnkit.attention import kernels
+
+    if kernels.triton_kernels() is None:
+        print(f"benchmarks/gpu.py --self-check: the Triton kernels are unavailable ({kernels.backend_reason()})", file=sys.stderr)
+        return 2
+    DEVICE = "cpu"
+    tiny = {"tiny BERT": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)}
+    rows = bench_normaliser([8, 16], rounds=1, heads=2, entries=2 * 2 * 16 * 16) + bench_models([8], rounds=1, batch=2, shapes=tiny)
+    print(to_markdown(rows))
+    want = len(normaliser_variants()) * 2 + 5 * 2
+    if len(rows) != want or not all(r["ms"] > 0 for r in rows):
+        print(f"benchmarks/gpu.py --self-check: {len(rows)} rows, expected {want}", file=sys.stderr)
+        return 1
+    print(f"self-check: {len(rows)} rows, every variant ran (CPU, toy sizes: the times mean nothing)")
+    return 0
 
 
 def to_markdown(rows) -> str:
@@ -184,7 +224,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--lengths", nargs="+", type=int, default=[128, 512, 2048, 4096])
     ap.add_argument("--model-lengths", nargs="+", type=int, default=[128, 512])
+    ap.add_argument("--self-check", action="store_true", help="run every variant on the CPU at toy sizes (Triton interpreted); write nothing")
     a = ap.parse_args()
+    if a.self_check:
+        return self_check()
     if not torch.cuda.is_available():
         print("benchmarks/gpu.py: no CUDA device here (torch.cuda.is_available() is False): run it on a GPU machine", file=sys.stderr)
         return 2
