@@ -70,7 +70,9 @@ def test_gradcheck_entmax15(gen):
 
 
 @pytest.mark.parametrize("alpha", [1.0, 1.3, 1.5, 1.9])
-def test_gradcheck_entmax_bisect_scores(alpha, gen):
+def test_gradcheck_entmax_bisect_scores(alpha, gen, backend):
+    if backend == "triton" and alpha != 1.3:
+        pytest.skip("one alpha is enough on the interpreted Triton path (a gradcheck takes ~20 s there)")
     z = rows(gen, 4, 9).requires_grad_()
     assert torch.autograd.gradcheck(lambda t: entmax_bisect(t, alpha), (z,))
 
