@@ -24,6 +24,9 @@ METRICS_FILE = "metrics.json"
 RUN_INFO = "attnkit_run.json"
 #: the lock a process holds on a run folder while it writes there (released by the OS when the process dies)
 LOCK_FILE = ".attnkit.lock"
+#: the files a training run writes for itself: never replaced by another command's output, attnkit's own or not
+RUN_FILES = frozenset({METRICS_FILE, "run_config.json", RUN_INFO, "curves.png", "curves.svg", "attention.png", "attention_grid.png",
+                       "lam_learned.png", "lam_learned.svg", "alpha_learned.png", "alpha_learned.svg"})
 #: the key by which a JSON file says attnkit wrote it (its value: "attnkit <command>")
 WRITTEN_BY = "written_by"
 #: what attnkit writes into the PNG (tEXt "Software") and SVG (dc:creator) figures it draws
@@ -114,15 +117,16 @@ def check_side_file(path: str | os.PathLike, made_by: str) -> Path:
 def check_output_file(path: str | os.PathLike, option: str, protect: dict[str, str | os.PathLike | None] | None = None) -> Path:
     """An output file the user named, checked before anything is written: not a folder, its folder (made if missing)
     not a file, and not an existing file inside one of the ``protect`` folders (``{what: folder}``: the model's run
-    folder, the data being read) unless attnkit wrote it as an output: a model's weights, config or tokenizer, a run's
-    metrics or the data are never replaced by a command's output."""
+    folder, the data being read or trained on) unless attnkit wrote it as a command's output: a model's weights,
+    config or tokenizer, a run's own files (RUN_FILES: metrics, settings, curves, heatmaps) and the data are never
+    replaced by a command's output."""
     path = Path(path)
     if path.is_dir() or str(path) in ("", "."):
         raise UserError(f"{option} {path} is a folder: expected a file name")
     parent = next((p for p in path.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         raise UserError(f"{option} {path}: {parent} is a file, not a folder")
-    if path.exists() and not written_by_attnkit(path):
+    if path.exists() and (path.name in RUN_FILES or not written_by_attnkit(path)):
         real = path.resolve()
         for what, folder in (protect or {}).items():
             if folder is not None and Path(folder).exists() and real.is_relative_to(Path(folder).resolve()):

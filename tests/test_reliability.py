@@ -465,3 +465,18 @@ def test_a_folder_where_a_file_belongs_and_a_missing_data_folder_are_named(tiny_
     one_line_error(capsys, "does not exist")
     assert main(["pretrain", "--task", "csv", "--data-dir", str(d), "--max-length", "1", "--output-dir", str(tmp_path / "p")]) == 2
     one_line_error(capsys, "--max-length 1")
+
+
+def test_a_runs_own_files_and_its_training_data_are_never_an_output(user_run, data, tmp_path, capsys):
+    before, run_before = (data / "dev.csv").read_bytes(), snapshot(user_run)
+    # the data the model was trained on, though this command reads none of it
+    assert main(["predict", "--model", str(user_run), "good film", "--output", str(data / "dev.csv")]) == 2
+    one_line_error(capsys, "the data the model was trained on")
+    # the run's own figures, though attnkit drew them
+    assert main(["explain", "--model", str(user_run), "good film", "--output", str(user_run / "curves.png")]) == 2
+    one_line_error(capsys, "curves.png")
+    assert (data / "dev.csv").read_bytes() == before and snapshot(user_run) == run_before
+    # a command's own earlier output there may be replaced (evaluate's default file, then named)
+    assert main(["evaluate", "--model", str(user_run), "--data-dir", str(data)]) == 0
+    out = next((user_run / "model").glob("eval_*.json"))
+    assert main(["evaluate", "--model", str(user_run), "--data-dir", str(data), "--output", str(out)]) == 0

@@ -181,10 +181,17 @@ def cmd_sweep(a) -> int:
 
 
 def _protected(a) -> dict:
-    """The folders whose files an output the user names must not replace: the model's run folder and the data."""
+    """The folders whose files an output the user names must not replace: the model's run folder, the data read and
+    the data the model was trained on (its run's run_config.json says which)."""
     d = model_dir(a.model)
-    return {"the model's run folder": d.parent if d.name == MODEL_DIR else d,
-            "the data folder": getattr(a, "data_dir", None) or default_data_dir()}
+    run = d.parent if d.name == MODEL_DIR else d
+    settings = run / "run_config.json"
+    try:
+        trained_on = json.loads(settings.read_text()).get("data_dir") if settings.is_file() else None
+    except ValueError:
+        trained_on = None
+    return {"the model's run folder": run, "the data folder": getattr(a, "data_dir", None) or default_data_dir(),
+            "the data the model was trained on": trained_on}
 
 
 def _output(a, path, option: str) -> Path:
