@@ -480,3 +480,45 @@ def test_a_runs_own_files_and_its_training_data_are_never_an_output(user_run, da
     assert main(["evaluate", "--model", str(user_run), "--data-dir", str(data)]) == 0
     out = next((user_run / "model").glob("eval_*.json"))
     assert main(["evaluate", "--model", str(user_run), "--data-dir", str(data), "--output", str(out)]) == 0
+
+
+def test_default_outputs_keep_a_users_file(user_run, data, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("attention.png").write_bytes(b"my picture")
+    assert main(["explain", "--model", str(user_run), "good film"]) == 2
+    one_line_error(capsys, "attention.png exists and was not written by attnkit")
+    assert Path("attention.png").read_bytes() == b"my picture"
+    mine = user_run / "model" / "eval_csv_validation.json"
+    mine.write_text("my notes")
+    assert main(["evaluate", "--model", str(user_run), "--data-dir", str(data)]) == 2
+    one_line_error(capsys, "was not written by attnkit", "--output")
+    assert mine.read_text() == "my notes"
+    mine.unlink()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["train", "--attention", "softmax", "--alpha", "1.5"], "--alpha 1.5 (only entmax-alpha"),
+    (["train", "--blur-sigma", "0.3"], "--blur-size/--blur-sigma"),
+    (["train", "--se-ratio", "3"], "--se-ratio 3"),
+    (["sweep", "--lams", "-2", "--no-resume"], "--no-resume: a sweep reuses"),
+    (["sweep", "--alphas", "2.5"], "--alphas 2.5"),
+])
+def test_explicit_defaults_and_sweep_options_are_not_ignored(tiny_bert, data, tmp_path, capsys, argv, needle):
+    base = ["--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(tmp_path / "o"), "--max-steps", "2"]
+    assert main(argv[:1] + base + argv[1:]) == 2
+    one_line_error(capsys, needle)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["faithfulness", "--seed", "-5"], "--seed -5"), (["faithfulness", "--seed", "4294967296"], "--seed 4294967296"),
+    (["faithfulness", "--ig-steps", "100000000"], "--ig-steps 100000000"),
+    (["predict", "--split", "validation", "--task", "csv", "--output-dir", "x"], "--output-dir x: only for a GLUE test split"),
+])
+def test_inference_values_out_of_range(user_run, data, capsys, argv, needle):
+    assert main([argv[0], "--model", str(user_run), "--data-dir", str(data)] + argv[1:]) == 2
+    one_line_error(capsys, needle)
+
+
+def test_a_data_dir_that_is_a_file_is_named_so(tiny_bert, data, tmp_path, capsys):
+    assert main(args(tiny_bert, data / "train.csv", tmp_path / "o")) == 2
+    one_line_error(capsys, "is a file, not a folder")

@@ -33,7 +33,7 @@ from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.tasks.readers import read_jsonl
 from attnkit.tasks.sentiment import sst_rationales
 from attnkit.tasks.squad import evaluate_qa, load_squad, predict_answers
-from attnkit.training.config import DEFAULT_MINI_LR, METRICS_FILE, MODEL_DIR, PAPER_EPOCHS, PretrainConfig, TrainConfig, is_mini_alias
+from attnkit.training.config import DEFAULT_MINI_LR, METRICS_FILE, MODEL_DIR, PAPER_EPOCHS, PretrainConfig, TrainConfig, check_seed, is_mini_alias
 from attnkit.training.finetune import train
 from attnkit.training.pretrain import pretrain
 from attnkit.training.sweep import SWEPT, run_sweep
@@ -49,10 +49,12 @@ def train_config(a) -> TrainConfig:
     ignored = []
     if getattr(a, "command", "train") == "train" and a.lam is not None and cfg.attention != "sparsegen-lin":
         ignored.append(f"--lam {a.lam:g} (only sparsegen-lin has a lam; the attention is {cfg.attention})")
-    if cfg.blur == "none" and (cfg.blur_size != d.blur_size or cfg.blur_sigma != d.blur_sigma):
+    if cfg.blur == "none" and (a.blur_size is not None or a.blur_sigma is not None):
         ignored.append("--blur-size/--blur-sigma (they shape the blur: add --blur context or --blur value)")
-    if not cfg.se and cfg.se_ratio != d.se_ratio:
+    if not cfg.se and a.se_ratio is not None:
         ignored.append(f"--se-ratio {cfg.se_ratio} (add --se)")
+    if a.alpha is not None and cfg.attention != "entmax-alpha":
+        ignored.append(f"--alpha {a.alpha:g} (only entmax-alpha has an alpha; the attention is {cfg.attention})")
     if cfg.doc_stride is not None and not is_qa_task(cfg.task):
         ignored.append(f"--doc-stride {cfg.doc_stride} (span QA only; task {cfg.task} is classification)")
     if ignored:
@@ -67,9 +69,12 @@ def _train_config(a) -> TrainConfig:
         weight_decay=a.weight_decay, max_length=a.max_length, doc_stride=a.doc_stride, seed=a.seed, output_dir=a.output_dir,
         resume=not a.no_resume, max_train_samples=a.max_train_samples, max_eval_samples=a.max_eval_samples,
         eval_steps=a.eval_steps, logging_steps=a.logging_steps, group_by_length=a.group_by_length,
-        learn_lam=a.learn_lam, lam_lr=a.lam_lr, lam_warmup=a.lam_warmup, alpha=a.alpha, learn_alpha=a.learn_alpha,
+        learn_lam=a.learn_lam, lam_lr=a.lam_lr, lam_warmup=a.lam_warmup, alpha=TrainConfig.alpha if a.alpha is None else a.alpha,
+        learn_alpha=a.learn_alpha,
         alpha_lr=a.alpha_lr, alpha_warmup=a.alpha_warmup, keep_checkpoints=a.keep_checkpoints, lemmatize=a.lemmatize,
-        blur=a.blur, blur_size=a.blur_size, blur_sigma=a.blur_sigma, pooling=a.layer_pooling, se=a.se, se_ratio=a.se_ratio,
+        blur=a.blur, blur_size=TrainConfig.blur_size if a.blur_size is None else a.blur_size,
+        blur_sigma=TrainConfig.blur_sigma if a.blur_sigma is None else a.blur_sigma, pooling=a.layer_pooling, se=a.se,
+        se_ratio=TrainConfig.se_ratio if a.se_ratio is None else a.se_ratio,
         **mini_train_settings(a, TrainConfig.attention, TrainConfig.lr),  # model, attention, lam, lr, freeze, MiniBERT shape
     )
 
@@ -163,9 +168,11 @@ def cmd_train(a) -> int:
 def cmd_sweep(a) -> int:
     param, values = ("lam", a.lams) if a.lams is not None else ("alpha", a.alphas)
     ignored = [f"--{name} {getattr(a, name)}" for name in ("attention", "lam") if getattr(a, name) is not None]
-    if param == "lam" and (a.alpha != TrainConfig.alpha or a.learn_alpha or a.alpha_lr is not None or a.alpha_warmup):
+    if a.no_resume:
+        raise UserError("--no-resume: a sweep reuses its finished cells; give another --output-dir to train afresh")
+    if param == "lam" and (a.alpha is not None or a.learn_alpha or a.alpha_lr is not None or a.alpha_warmup):
         ignored.append("--alpha/--learn-alpha/--alpha-lr/--alpha-warmup")
-    if param == "alpha" and (a.alpha != TrainConfig.alpha or a.learn_alpha or a.learn_lam or a.lam_lr is not None or a.lam_warmup):
+    if param == "alpha" and (a.alpha is not None or a.learn_alpha or a.learn_lam or a.lam_lr is not None or a.lam_warmup):
         ignored.append("--alpha/--learn-alpha/--learn-lam/--lam-lr/--lam-warmup")
     if ignored:
         raise UserError(f"{', '.join(ignored)}: attnkit sweep trains {SWEPT[param]} at each --{param}s value and a "
@@ -190,8 +197,18 @@ def _protected(a) -> dict:
         trained_on = json.loads(settings.read_text()).get("data_dir") if settings.is_file() else None
     except ValueError:
         trained_on = None
+    try:
+        base = json.loads(settings.read_text()).get("model") if settings.is_file() else None
+    except ValueError:
+        base = None
+    base = base if base and Path(str(base)).is_dir() else None
     return {"the model's run folder": run, "the data folder": getattr(a, "data_dir", None) or default_data_dir(),
-            "the data the model was trained on": trained_on}
+            "the data the model was trained on": trained_on, "the model it was trained from": base}
+
+
+def _default(path: Path) -> Path:
+    """An output at a path attnkit chose (no --output given): a file there that attnkit did not write is kept."""
+    return check_side_file(path, "the default output (give --output to write elsewhere)")
 
 
 def _output(a, path, option: str) -> Path:
@@ -234,7 +251,7 @@ def cmd_evaluate(a) -> int:
         raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
     if list(data.label_names) != [model.config.id2label[i] for i in range(model.config.num_labels)]:
         raise UserError(f"task {task} has labels {data.label_names} but the model predicts {list(model.config.id2label.values())}")
-    out = _output(a, a.output, "--output") if a.output else d / f"eval_{task}_{a.split}.json"
+    out = _output(a, a.output, "--output") if a.output else _default(d / f"eval_{task}_{a.split}.json")
     metrics = evaluate_split(model, tok, data.splits[a.split], batch_size=a.batch_size, max_length=a.max_length, kind=data.metric)
     metrics = {"task": task, "split": a.split, "model": str(d), **metrics, WRITTEN_BY: "attnkit evaluate"}
     write_json_atomic(out, metrics)
@@ -251,7 +268,7 @@ def _evaluate_hans(a, d: Path, model, tok) -> int:
         raise UserError(f"HANS: no data folder; pass --data-dir holding {HANS_FILE}")
     path = root if root.is_file() else root / HANS_FILE  # --data-dir may name the HANS file itself
     ent = entailment_index(label_names_of(model))
-    out = _output(a, a.output, "--output") if a.output else d / "eval_hans.json"
+    out = _output(a, a.output, "--output") if a.output else _default(d / "eval_hans.json")
     plot_path = _output(a, a.plot, "--plot") if a.plot else check_side_file(out.with_suffix(".png"), f"the HANS chart beside --output {out}")
     rows = hans_subset(read_hans(path), a.hans_per_subcase)
     logits = predict_logits(model, tok, rows["text"], rows["text_pair"], batch_size=a.batch_size, max_length=a.max_length)
@@ -285,7 +302,7 @@ def _evaluate_qa(a, d: Path, model, tok, task: str) -> int:
     splits = load_squad(a.data_dir)
     if a.split not in splits:
         raise UserError(f"task {task} has no {a.split} split (it has {', '.join(splits)})")
-    out = _output(a, a.output, "--output") if a.output else d / f"eval_{task}_{a.split}.json"
+    out = _output(a, a.output, "--output") if a.output else _default(d / f"eval_{task}_{a.split}.json")
     answers = check_side_file(out.with_name(out.stem + "_predictions.json"), f"the answers beside --output {out}")
     metrics, preds = evaluate_qa(model, tok, splits[a.split], max_length=a.max_length, doc_stride=_qa_stride(d, a.max_length),
                                  batch_size=a.batch_size)
@@ -340,7 +357,10 @@ def _predict_qa(a, d: Path, model, tok) -> int:
 
 def _predict_split(a) -> int:
     d, model, tok, task, data, ds = _model_and_split(a)
-    out = _output(a, a.output, "--output") if a.output else d / f"predictions_{task}_{a.split}.jsonl"
+    if a.output_dir and not (data.submission or {}).get(a.split):
+        raise UserError(f"--output-dir {a.output_dir}: only for a GLUE test split's submission file; task {task} {a.split} "
+                        "writes JSON lines (--output)")
+    out = _output(a, a.output, "--output") if a.output else _default(d / f"predictions_{task}_{a.split}.jsonl")
     pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
     logits = predict_logits(model, tok, list(ds["text"]), pairs, batch_size=a.batch_size, max_length=a.max_length)
     preds = predictions_of(data.metric, logits)
@@ -387,6 +407,8 @@ def cmd_predict(a) -> int:
 
 
 def cmd_explain(a) -> int:
+    if a.output is None:
+        a.output = str(_default(Path("attention.png")))
     figure_path(a.output, f"--output {a.output}: the heatmap")
     if a.html and Path(a.html).suffix.lower() not in (".html", ".htm"):
         raise UserError(f"--html {a.html}: the page file must end in .html")
@@ -423,6 +445,8 @@ def cmd_explain(a) -> int:
 
 
 def cmd_layer_weights(a) -> int:
+    if a.output is None:
+        a.output = str(_default(Path("layer_weights.png")))
     figure_path(a.output, f"--output {a.output}: the chart")
     _output(a, a.output, "--output")
     js = check_side_file(Path(a.output).with_suffix(".json"), f"the layer weights beside --output {a.output}")
@@ -441,6 +465,8 @@ def cmd_layer_weights(a) -> int:
 
 
 def cmd_pretrain(a) -> int:
+    if a.lam != PretrainConfig.lam and a.attention != "sparsegen-lin":
+        raise UserError(f"--lam {a.lam:g}: only sparsegen-lin has a lam; the attention is {a.attention}")
     cfg = PretrainConfig(
         task=a.task, data_dir=a.data_dir, kind=a.kind, attention=a.attention, lam=a.lam, layers=a.layers, heads=a.heads,
         dim=a.dim, vocab_size=a.vocab_size, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, max_length=a.max_length,
@@ -461,6 +487,8 @@ def cmd_pretrain(a) -> int:
 
 
 def cmd_words(a) -> int:
+    if a.output is None:
+        a.output = str(_default(Path("words.png")))
     figure_path(a.output, f"--output {a.output}: the chart")
     _output(a, a.output, "--output")
     if a.json:
@@ -491,6 +519,9 @@ def cmd_words(a) -> int:
 
 
 def cmd_faithfulness(a) -> int:
+    check_seed(a.seed)
+    if a.ig_steps > 1000:
+        raise UserError(f"--ig-steps {a.ig_steps}: expected at most 1000 (the steps of one text run as one batch)")
     if a.plot:
         figure_path(a.plot, f"--plot {a.plot}: the curves")
     d, model, tok, task, data, ds = _model_and_split(a)
@@ -498,7 +529,7 @@ def cmd_faithfulness(a) -> int:
         raise UserError(f"task {task} pairs two texts: faithfulness explains single texts (removing words of a pair is not defined here)")
     if isinstance(tok, LemmatizingTokenizer):
         raise UserError(f"{d} reads lemmas: removing the user's words would not remove what it reads; faithfulness needs a model of plain words")
-    out = _output(a, a.output, "--output") if a.output else d / f"faithfulness_{task}_{a.split}.json"
+    out = _output(a, a.output, "--output") if a.output else _default(d / f"faithfulness_{task}_{a.split}.json")
     plot = _output(a, a.plot, "--plot") if a.plot else check_side_file(out.with_suffix(".png"), f"the curves beside --output {out}")
     texts, rationales = list(ds["text"]), None
     if task == "sst2-ptb":

@@ -99,7 +99,7 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--learn-lam", action="store_true", help="sparsegen-lin: learn lam per layer and head, started at --lam (lam < 1 by construction)")
     t.add_argument("--lam-lr", type=float, default=None, help="with --learn-lam: learning rate of the lam parameters (default: --lr; at 2e-5 lam barely moves)")
     t.add_argument("--lam-warmup", type=float, default=0.0, help="sparsegen-lin: start 4x denser and reach --lam after this fraction of the steps (< 1) or step count (default 0: off)")
-    t.add_argument("--alpha", type=float, default=d.alpha, help=f"entmax-alpha: alpha in [1, 2] (1 softmax, 1.5 1.5-entmax, 2 sparsemax; default {d.alpha:g})")
+    t.add_argument("--alpha", type=float, default=None, help=f"entmax-alpha: alpha in [1, 2] (1 softmax, 1.5 1.5-entmax, 2 sparsemax; default {d.alpha:g})")
     t.add_argument("--learn-alpha", action="store_true", help="entmax-alpha: learn alpha per layer and head (1 + sigmoid(a)), started at --alpha")
     t.add_argument("--alpha-lr", type=float, default=None, help="with --learn-alpha: learning rate of the alpha parameters (default: --lr)")
     t.add_argument("--alpha-warmup", type=float, default=0.0, help="entmax15/entmax-alpha: alpha starts at 1 (softmax) and reaches its target after this fraction of the steps (< 1) or step count (default 0: off)")
@@ -109,12 +109,12 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--no-heatmap", action="store_true", help="do not draw an attention heatmap at the end")
     s = t.add_argument_group("SesameBERT: Gaussian blur and layer pooling")
     s.add_argument("--blur", default="none", choices=["none", "context", "value"], help="Gaussian blur on each head's output (context) or on the values (default none)")
-    s.add_argument("--blur-size", type=int, default=d.blur_size, help=f"odd blur window k (default {d.blur_size})")
-    s.add_argument("--blur-sigma", type=float, default=d.blur_sigma, help=f"blur sigma > 0 (default {d.blur_sigma:g})")
+    s.add_argument("--blur-size", type=int, default=None, help=f"odd blur window k (default {d.blur_size})")
+    s.add_argument("--blur-sigma", type=float, default=None, help=f"blur sigma > 0 (default {d.blur_sigma:g})")
     s.add_argument("--layer-pooling", default=d.pooling, choices=["first", "second", "second-to-last", "last", "sum-last-four", "sum-all", "weighted"],
                    help="which layers the classifier reads (SesameBERT Table 3; default last)")
     s.add_argument("--se", action=argparse.BooleanOptionalAction, default=False, help="Squeeze-and-Excitation over the layer outputs (default off)")
-    s.add_argument("--se-ratio", type=int, default=d.se_ratio, help=f"SE reduction ratio r (default {d.se_ratio})")
+    s.add_argument("--se-ratio", type=int, default=None, help=f"SE reduction ratio r (default {d.se_ratio})")
     add_mini_train_options(t)
 
 
@@ -189,7 +189,7 @@ def add_words_parser(sub) -> argparse.ArgumentParser:
     w.add_argument("--top", type=positive_int, default=20, help="words per class (default 20)")
     w.add_argument("--min-count", type=positive_int, default=3, help="rank only words seen at least this often in the class (default 3)")
     w.add_argument("--max-samples", type=positive_int, default=None, help="read only the first N sentences of the split")
-    w.add_argument("--output", default="words.png", help="bar chart, .png or .svg (default words.png)")
+    w.add_argument("--output", default=None, help="bar chart, .png or .svg (default words.png; an existing one attnkit did not write is kept)")
     w.add_argument("--json", default=None, help="ranking as JSON (default: the chart's path with .json, e.g. words.json; an existing "
                                                 "file there that attnkit did not write is never replaced)")
     w.add_argument("--max-length", type=int, default=None, help="truncate inputs to this many tokens (default: the length the model was trained with, else 128)")
@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     x = sub.add_parser("explain", help="draw one sentence's attention as a heatmap (PNG or SVG)")
     add_model_io(x)
     x.add_argument("text", help="the sentence")
-    x.add_argument("--output", default="attention.png", help="heatmap file, .png or .svg (default attention.png)")
+    x.add_argument("--output", default=None, help="heatmap file, .png or .svg (default attention.png; an existing one attnkit did not write is kept)")
     x.add_argument("--layer", type=int, default=None, help="layer (0-based); omit for every layer")
     x.add_argument("--head", type=int, default=None, help="head (0-based); omit for every head")
     x.add_argument("--stats", default=None, help="also write the sparsity statistics to this JSON file")
@@ -258,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--data-dir", default=None)
     w.add_argument("--split", default="validation")
     w.add_argument("--max-samples", type=positive_int, default=500, help="average over at most this many texts (default 500)")
-    w.add_argument("--output", default="layer_weights.png", help="chart file, .png or .svg (default layer_weights.png); the values "
+    w.add_argument("--output", default=None, help="chart file, .png or .svg (default layer_weights.png); the values "
                                                                  "go beside it as JSON (layer_weights.json)")
 
     add_words_parser(sub)
@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--data-dir", default=None)
     f.add_argument("--split", default="test", help="split to explain (default test)")
     f.add_argument("--max-examples", type=positive_int, default=None, help="the first N texts of the split (default all)")
-    f.add_argument("--ig-steps", type=positive_int, default=20, help="integrated gradients: steps of the path integral (default 20)")
+    f.add_argument("--ig-steps", type=positive_int, default=20, help="integrated gradients: steps of the path integral, at most 1000 (default 20)")
     f.add_argument("--seed", type=int, default=0, help="seed of the random ranking (default 0)")
     f.add_argument("--output", default=None, help="JSON file (default: <model>/faithfulness_<task>_<split>.json); the curves are drawn "
                                                    "beside it (.png), or to --plot")

@@ -91,7 +91,8 @@ def load_task(task: str, data_dir: str | os.PathLike | None = None, **options: A
         raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(list_tasks())}")
     loader = TASKS[task]
     if data_dir is not None and not Path(data_dir).is_dir():
-        raise FileNotFoundError(f"data folder {data_dir} does not exist (given as --data-dir for task {task})")
+        why = "is a file, not a folder" if Path(data_dir).exists() else "does not exist"
+        raise FileNotFoundError(f"data folder {data_dir} {why} (given as --data-dir for task {task})")
     directory = Path(data_dir) if data_dir is not None else default_data_dir()
     try:
         inspect.signature(loader).bind(directory, **options)

@@ -173,8 +173,11 @@ def run_sweep(base: TrainConfig, values: list[float], seeds: list[int], out_dir:
             raise ValueError(f"{name}: {', '.join(twice)} given more than once (each cell is trained once)")
     out = Path(out_dir)
     cells = sweep_cells(values, seeds, param)
-    for c in cells:  # a bad lam fails now, not after hours of training
-        cell_config(base, c, out).spec()
+    for c in cells:  # a bad lam or alpha fails now, not after hours of training
+        try:
+            cell_config(base, c, out).spec()
+        except ValueError as e:
+            raise ValueError(f"--{param}s {c.value:g}: {e}") from None
     check_view(base, view_layer, view_head)  # and a bad figure setting before anything is written
     if out.exists() and not out.is_dir():
         raise ValueError(f"--output-dir {out} is a file, not a folder")
