@@ -522,3 +522,10 @@ def test_inference_values_out_of_range(user_run, data, capsys, argv, needle):
 def test_a_data_dir_that_is_a_file_is_named_so(tiny_bert, data, tmp_path, capsys):
     assert main(args(tiny_bert, data / "train.csv", tmp_path / "o")) == 2
     one_line_error(capsys, "is a file, not a folder")
+
+
+def test_a_warmup_that_outlasts_the_run_is_refused(tiny_bert, data, tmp_path, capsys):
+    assert main(args(tiny_bert, data, tmp_path / "o", "--attention", "entmax15", "--alpha-warmup", "1e9")) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the tokenising progress bars
+    assert "--alpha-warmup 1e+09: the run has 2 steps" in last and "Traceback" not in last
+    assert not (tmp_path / "o" / "run_config.json").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -194,6 +195,11 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
     enc = tokenize_splits(splits, tokenizer, cfg.max_length)
     train_ds = subsample(enc["train"], cfg.max_train_samples, cfg.seed)
     dev_ds = subsample(enc["validation"], cfg.max_eval_samples, cfg.seed)
+    steps = cfg.max_steps if cfg.max_steps > 0 else math.ceil(len(train_ds) / cfg.batch_size * cfg.epochs)
+    for name, w in (("--lam-warmup", cfg.lam_warmup), ("--alpha-warmup", cfg.alpha_warmup)):
+        if w >= 1 and w >= steps:  # a step count that outlasts the run: the schedule would never reach its target
+            raise ValueError(f"{name} {w:g}: the run has {steps} steps, so the warm-up would never end; give a fraction "
+                             "of the steps (< 1) or fewer steps")
     if data.metric != "regression" and cfg.max_train_samples is not None:
         _check_classes(cfg, data, train_ds["label"], f"random subset of {len(train_ds)} training examples (--max-train-samples)")
     # every other labelled split is evaluated at the end (test, MNLI's validation_mismatched, ...)
