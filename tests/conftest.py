@@ -62,6 +62,21 @@ def use_backend(name: str, monkeypatch) -> None:
         pytest.skip(f"compiled kernel not available here: {kernels.backend_reason()}")
 
 
+@pytest.fixture(params=["cpp", "torch", "triton"])
+def backend(request, monkeypatch):
+    """The sparse maps on each of their paths in turn (modules that test every path use it for every test:
+    ``pytestmark = pytest.mark.usefixtures("backend")``)."""
+    use_backend(request.param, monkeypatch)
+    return request.param
+
+
+@pytest.fixture
+def gen():
+    import torch
+
+    return torch.Generator().manual_seed(0)
+
+
 def logits_of(model, tok, texts, **kw):
     """The model's outputs on ``texts`` (padded batch), in eval mode without gradients."""
     import torch

@@ -11,18 +11,8 @@ from attnkit import entmax15, entmax_bisect, sparsemax
 entmax = pytest.importorskip("entmax", reason="the entmax package (pip install -e '.[test]') is the reference")
 
 
-@pytest.fixture
-def gen():
-    return torch.Generator().manual_seed(0)
-
-
-@pytest.fixture(autouse=True, params=["cpp", "torch", "triton"])
-def backend(request, monkeypatch):
-    """Every property holds for the compiled kernel, the pure-torch path (bisection, sort) and the Triton kernels."""
-    from conftest import use_backend
-
-    use_backend(request.param, monkeypatch)
-    return request.param
+#: every property holds for the compiled kernel, the pure-torch path and the Triton kernels (interpreted)
+pytestmark = pytest.mark.usefixtures("backend")
 
 
 def rows(gen, *shape, scale=3.0):

@@ -20,18 +20,8 @@ def reference_sparsemax(z: torch.Tensor) -> torch.Tensor:
     return (z - tau).clamp(min=0)
 
 
-@pytest.fixture
-def gen():
-    return torch.Generator().manual_seed(0)
-
-
-@pytest.fixture(autouse=True, params=["cpp", "torch", "triton"])
-def backend(request, monkeypatch):
-    """Every property holds for the compiled kernel, the pure-torch path and the Triton kernels (interpreted)."""
-    from conftest import use_backend
-
-    use_backend(request.param, monkeypatch)
-    return request.param
+#: every property holds for the compiled kernel, the pure-torch path and the Triton kernels (interpreted)
+pytestmark = pytest.mark.usefixtures("backend")
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 16, 17, 64, 130])
