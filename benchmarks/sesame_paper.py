@@ -20,7 +20,6 @@ import argparse
 import datetime as dt
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -73,12 +72,6 @@ def run_cell(task: str, name: str, blur: str, sigma: float | None, seed: int, a)
     }
 
 
-def _ms(xs: list[float]) -> str:
-    if not xs:
-        return "—"
-    return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs) if len(xs) > 1 else 0.0:.1f}"
-
-
 def render(recs: list[dict]) -> str:
     by: dict = {}
     for r in recs:
@@ -102,8 +95,8 @@ def render(recs: list[dict]) -> str:
             d = [100 * (cell[s]["dev_metric"] - soft[s]["dev_metric"]) for s in sorted(set(cell) & set(soft))] if name != "softmax" else []
             k = rs[0]["kernel"]
             lines.append(f"| {t} ({rs[0]['metric']}) | {name} | {'—' if k is None else ', '.join(f'{x:.3f}' for x in k)} "
-                         f"| {','.join(map(str, sorted(cell)))} | {_ms([100 * r['dev_metric'] for r in rs])} "
-                         f"| {_ms(d) + f' ({sum(x > 0 for x in d)}/{len(d)})' if d else '—'} | {ssaf_table2.verdict(d) if d else '—'} |")
+                         f"| {','.join(map(str, sorted(cell)))} | {ssaf_table2._ms([100 * r['dev_metric'] for r in rs])} "
+                         f"| {ssaf_table2._ms(d) + f' ({sum(x > 0 for x in d)}/{len(d)})' if d else '—'} | {ssaf_table2.verdict(d) if d else '—'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -139,11 +132,7 @@ def main():
                         continue
                     print(f"[sesame] {task} {name} seed {seed}: training", flush=True)
                     rec = run_cell(task, name, blur, sigma, seed, a)
-                    with ssaf_table2.locked(path):
-                        recs = [r for r in ssaf_table2.read_records(path) if tuple(r[k] for k in KEY) != (task, name, seed)] + [rec]
-                        recs.sort(key=lambda r: (r["task"], r["variant"], r["seed"]))
-                        ssaf_table2.write_records(path, recs)
-                        write_text_atomic(md, render(recs))
+                    ssaf_table2.add_record(path, rec, KEY, then=lambda recs: write_text_atomic(md, render(recs)))
                     print(f"[sesame] {task} {name} seed {seed}: dev {rec['metric']} {rec['dev_metric']:.4f} ({rec['train_seconds'] / 60:.1f} min)", flush=True)
     write_text_atomic(md, render(ssaf_table2.read_records(path)))
     print(md.read_text())

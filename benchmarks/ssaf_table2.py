@@ -101,12 +101,16 @@ def read_records(path: Path) -> list[dict]:
     return json.loads(path.read_text()) if path.is_file() else []
 
 
-def add_record(path: Path, rec: dict) -> None:
+def add_record(path: Path, rec: dict, key: tuple[str, ...] = ("task", "method", "seed"), then=None) -> list[dict]:
+    """Add (or replace) the record with ``rec``'s ``key`` under the lock; ``then(records)`` runs still holding it."""
     with locked(path):
-        recs = [r for r in read_records(path) if (r["task"], r["method"], r["seed"]) != (rec["task"], rec["method"], rec["seed"])]
+        recs = [r for r in read_records(path) if tuple(r[k] for k in key) != tuple(rec[k] for k in key)]
         recs.append(rec)
-        recs.sort(key=lambda r: (r["task"], r["method"], r["seed"]))
+        recs.sort(key=lambda r: tuple(r[k] for k in key))
         write_records(path, recs)
+        if then is not None:
+            then(recs)
+        return recs
 
 
 def write_records(path: Path, recs: list[dict]) -> None:

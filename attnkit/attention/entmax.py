@@ -174,8 +174,8 @@ class _EntmaxBisectFunction(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         p, alpha = ctx.saved_tensors
         zero = torch.zeros((), dtype=p.dtype, device=p.device)
-        if kernel_applies(p) or triton_applies(p):  # the kernels give alpha's gradient per row from the same pass
-            bwd = torch.ops.attnkit.entmax_backward if kernel_applies(p) else triton_kernels().entmax_backward
+        bwd = torch.ops.attnkit.entmax_backward if kernel_applies(p) else triton_kernels().entmax_backward if triton_applies(p) else None
+        if bwd is not None:  # the kernels give alpha's gradient per row from the same pass
             grad_z, grad_alpha = bwd(p, g, alpha)
             return grad_z, (grad_alpha if ctx.needs_input_grad[1] else None), None
         q = torch.where(p > 0, p ** (2 - alpha), zero)

@@ -192,15 +192,11 @@ def _protected(a) -> dict:
     the data the model was trained on (its run's run_config.json says which)."""
     d = model_dir(a.model)
     run = d.parent if d.name == MODEL_DIR else d
-    settings = run / "run_config.json"
-    try:
-        trained_on = json.loads(settings.read_text()).get("data_dir") if settings.is_file() else None
+    try:  # the run's settings name the data it was trained on and the model it started from
+        settings = json.loads((run / "run_config.json").read_text()) if (run / "run_config.json").is_file() else {}
     except ValueError:
-        trained_on = None
-    try:
-        base = json.loads(settings.read_text()).get("model") if settings.is_file() else None
-    except ValueError:
-        base = None
+        settings = {}
+    trained_on, base = settings.get("data_dir"), settings.get("model")
     base = base if base and Path(str(base)).is_dir() else None
     return {"the model's run folder": run, "the data folder": getattr(a, "data_dir", None) or default_data_dir(),
             "the data the model was trained on": trained_on, "the model it was trained from": base}

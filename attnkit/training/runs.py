@@ -150,11 +150,12 @@ def finished_metrics(cfg, out: Path | None = None, free: tuple = _FINISHED_FREE)
     if not cfg.resume or not (metrics.is_file() and (out / MODEL_DIR / "config.json").is_file()):
         return None
     fields = type(cfg).__dataclass_fields__
-    if saved.is_file():
-        diffs = settings_differences(_read_json(saved), asdict(cfg), free, fields)
+    old = _read_json(saved) if saved.is_file() else None
+    if old is not None:
+        diffs = settings_differences(old, asdict(cfg), free, fields)
     else:  # a run of an older attnkit: its model says which attention it has; the rest is unknown
         diffs = _spec_differences(cfg, out / MODEL_DIR / "config.json") or ["its settings are not recorded (no run_config.json)"]
-    if diffs and _checkpoint_dirs(out) and saved.is_file() and not settings_differences(_read_json(saved), asdict(cfg), _RESUME_FREE, fields):
+    if diffs and _checkpoint_dirs(out) and old is not None and not settings_differences(old, asdict(cfg), _RESUME_FREE, fields):
         # only the length differs and the run kept its checkpoints (--keep-checkpoints): train it on from there
         log.warning("continuing the finished run in %s from its last checkpoint (%s)", out, "; ".join(diffs))
         return None
