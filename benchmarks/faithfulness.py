@@ -9,6 +9,11 @@ once (a cell already there is skipped). The markdown table gives mean ± std ove
 sparse map minus softmax with a verdict.
 
     OMP_NUM_THREADS=1 python benchmarks/faithfulness.py --tasks sst2-ptb --methods softmax SSAF entmax15 --data-dir ../shared/data
+    OMP_NUM_THREADS=1 python benchmarks/faithfulness.py --tasks semeval2013 --methods MiniSA MiniSSA MiniNTA --data-dir ../shared/data
+
+MiniBERT's cells (``MiniSA``/``MiniSSA``/``MiniNTA``) take the models of ``benchmarks/minibert.py`` (MLM on the task's
+training text, then fine-tuned; 1 layer x 1 head, d = 32), trained there where missing; their paired comparison is
+against MiniSA (the kind with every projection), since all three use softmax.
     python benchmarks/faithfulness.py --render-only
 """
 
@@ -27,11 +32,41 @@ from pathlib import Path
 from attnkit.runfiles import write_text_atomic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import minibert  # noqa: E402  (MiniBERT's runs and their settings)
 import ssaf_table2  # noqa: E402  (the runs, their settings and the verdict rule)
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the rankings the table compares (random is the floor)
 SHOWN = ("attention", "rollout", "received", "grad_x_input", "integrated_gradients", "random")
+#: MiniBERT's attention kinds (``benchmarks/minibert.py``'s runs: MLM on the task's text, then fine-tuned; 1 layer x 1 head)
+MINI = {"MiniSA": "sa", "MiniSSA": "ssa", "MiniNTA": "nta"}
+#: what each method is compared with, paired by seed (MiniBERT's projections-free kinds against its full MiniSA)
+BASELINE = {"MiniSSA": "MiniSA", "MiniNTA": "MiniSA"}
+
+
+def baseline(method: str) -> str | None:
+    if method in ("softmax", "MiniSA"):
+        return None
+    return BASELINE.get(method, "softmax")
+
+
+def model_run(task: str, method: str, seed: int, a) -> Path:
+    """The run folder of the cell's model; trained (Table 2's or MiniBERT's settings) where it has no model."""
+    if method in MINI:
+        mb = minibert.defaults()
+        mb.data_dir, mb.work_dir = a.data_dir, a.mini_work_dir
+        run = Path(mb.work_dir) / f"{task}__{MINI[method]}1x1__s{seed}__mlm"
+        if not (run / "model" / "config.json").is_file():
+            print(f"[faithfulness] {task} {method} seed {seed}: training MiniBERT in {run} (benchmarks/minibert.py's settings)", flush=True)
+            minibert.run_finetune(task, MINI[method], seed, "mlm", 1, 1, mb)
+        return run
+    run = Path(a.work_dir) / f"{task}__{method}__s{seed}"
+    if not (run / "model" / "config.json").is_file():
+        print(f"[faithfulness] {task} {method} seed {seed}: no model in {run}: training it (Table 2's settings)", flush=True)
+        rec = ssaf_table2.run_cell(task, method, seed, a)
+        if (task, method, seed) not in {(r["task"], r["method"], r["seed"]) for r in ssaf_table2.read_records(Path(a.table2_json))}:
+            ssaf_table2.add_record(Path(a.table2_json), rec)
+    return run
 
 
 def faithfulness_cell(task: str, method: str, seed: int, a) -> dict:
@@ -40,18 +75,14 @@ def faithfulness_cell(task: str, method: str, seed: int, a) -> dict:
     from attnkit.tasks import load_task
     from attnkit.tasks.sentiment import sst_rationales
 
-    run = Path(a.work_dir) / f"{task}__{method}__s{seed}"
-    if not (run / "model" / "config.json").is_file():
-        print(f"[faithfulness] {task} {method} seed {seed}: no model in {run}: training it (Table 2's settings)", flush=True)
-        rec = ssaf_table2.run_cell(task, method, seed, a)
-        if (task, method, seed) not in {(r["task"], r["method"], r["seed"]) for r in ssaf_table2.read_records(Path(a.table2_json))}:
-            ssaf_table2.add_record(Path(a.table2_json), rec)
+    run = model_run(task, method, seed, a)
     _, model, tok = load_for_inference(str(run))
+    max_length = json.loads((run / "run_config.json").read_text())["max_length"]
     texts = list(load_task(task, a.data_dir).splits["test"]["text"])[: a.max_examples]
     rationales = [r for _, r in sst_rationales(a.data_dir, "test")][: a.max_examples] if task == "sst2-ptb" else None
     t0 = time.time()
-    rep = faithfulness_report(WordClassifier(model, tok, max_length=128, ig_steps=a.ig_steps), texts, rationales=rationales, seed=seed)
-    return {"task": task, "method": method, "seed": seed, "run": str(run), "ig_steps": a.ig_steps, **rep,
+    rep = faithfulness_report(WordClassifier(model, tok, max_length=max_length, ig_steps=a.ig_steps), texts, rationales=rationales, seed=seed)
+    return {"task": task, "method": method, "seed": seed, "run": str(run), "ig_steps": a.ig_steps, "max_length": max_length, **rep,
             "seconds": round(time.time() - t0, 1), "torch_threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None,
             "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
 
@@ -74,7 +105,7 @@ def render(recs: list[dict]) -> str:
              "probability (× 100), mean ± std over seeds; plausibility: average precision (× 100) against SST's word labels.",
              "", "| task | method | seeds | texts | ranking | comprehensiveness AOPC | sufficiency AOPC | plausibility AP |",
              "|---|---|---|---|---|---|---|---|"]
-    order = ["softmax", "SSAF", *ssaf_table2.ENTMAX_METHODS]
+    order = ["softmax", "SSAF", *ssaf_table2.ENTMAX_METHODS, *MINI]
     for (task, method), cell in sorted(by.items(), key=lambda kv: (kv[0][0], order.index(kv[0][1]) if kv[0][1] in order else len(order))):
         rs = [cell[s] for s in sorted(cell)]
         for e in SHOWN:
@@ -83,15 +114,18 @@ def render(recs: list[dict]) -> str:
                          f"| {_ms([x['aopc_comprehensiveness'] for x in rows])} | {_ms([x['aopc_sufficiency'] for x in rows])} "
                          f"| {_ms([x.get('plausibility_auprc') for x in rows])} |")
     lines += ["", "## Sparse attention against softmax's, paired by seed", "",
-              "The attention ranking of a sparse map minus softmax's attention ranking, same task and seed, in points; verdict",
+              "The attention ranking of a sparse map minus softmax's attention ranking (MiniBERT: MiniSSA and MiniNTA minus",
+              "MiniSA), same task and seed, in points; verdict",
               "of Table 2's rule (**holds**: better by more than two standard errors; **reversed**; **within noise**). Better",
-              "is higher comprehensiveness, lower sufficiency, higher plausibility.", "",
-              "| task | method − softmax | ranking | comprehensiveness | verdict | sufficiency (softmax − method) | verdict | plausibility | verdict |",
+              "is higher comprehensiveness, lower sufficiency, higher plausibility. MiniBERT's classifier averages the attention",
+              "outputs over the tokens rather than reading [CLS], so its `received` ranking is the one its prediction uses.", "",
+              "| task | method − baseline | ranking | comprehensiveness | verdict | sufficiency (softmax − method) | verdict | plausibility | verdict |",
               "|---|---|---|---|---|---|---|---|---|"]
     for (task, method), cell in sorted(by.items()):
-        soft = by.get((task, "softmax"), {})
+        base = baseline(method)
+        soft = by.get((task, base), {})
         seeds = sorted(set(cell) & set(soft))
-        if method == "softmax" or not seeds:
+        if base is None or not seeds:
             continue
         for e in ("attention", "rollout", "received"):
             a = [cell[s]["explanations"][e] for s in seeds]
@@ -100,7 +134,7 @@ def render(recs: list[dict]) -> str:
             suff = [100 * (y["aopc_sufficiency"] - x["aopc_sufficiency"]) for x, y in zip(a, b)]
             pl = [100 * (x["plausibility_auprc"] - y["plausibility_auprc"]) for x, y in zip(a, b)
                   if x.get("plausibility_auprc") is not None and y.get("plausibility_auprc") is not None]
-            lines.append(f"| {task} | {method} − softmax ({','.join(map(str, seeds))}) | {e} | {_ms(comp, 1)} | {ssaf_table2.verdict(comp)} "
+            lines.append(f"| {task} | {method} − {base} ({','.join(map(str, seeds))}) | {e} | {_ms(comp, 1)} | {ssaf_table2.verdict(comp)} "
                          f"| {_ms(suff, 1)} | {ssaf_table2.verdict(suff)} | {_ms(pl, 1)} | {ssaf_table2.verdict(pl) if pl else '—'} |")
     taus = [(k, r["kendall_tau"]) for k, cell in sorted(by.items()) for r in cell.values()]
     if taus:
@@ -121,6 +155,7 @@ def main():
     ap.add_argument("--ig-steps", type=int, default=20)
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--work-dir", default="runs/ssaf_table2", help="Table 2's run folders (models are kept there)")
+    ap.add_argument("--mini-work-dir", default="runs/bench_minibert", help="MiniBERT's run folders (benchmarks/minibert.py)")
     ap.add_argument("--json", default=str(ROOT / "benchmarks/results/faithfulness.json"))
     ap.add_argument("--md", default=str(ROOT / "benchmarks/results/faithfulness.md"))
     ap.add_argument("--table2-json", default=str(ROOT / "benchmarks/results/ssaf_table2.json"),

@@ -101,7 +101,7 @@ def cell(rows):
     }
 
 
-def main():
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", nargs="+", default=TASKS)
     ap.add_argument("--kinds", nargs="+", default=list(KIND_NAMES), choices=list(KIND_NAMES))
@@ -121,7 +121,16 @@ def main():
     ap.add_argument("--work-dir", default="runs/bench_minibert")
     ap.add_argument("--out", default="benchmarks/results/minibert", help="writes <out>.json and <out>.md")
     ap.add_argument("--render-only", action="store_true", help="re-write <out>.md from <out>.json, running nothing")
-    a = ap.parse_args()
+    return ap
+
+
+def defaults() -> argparse.Namespace:
+    """The settings of a run with no options (what ``run_finetune`` reads)."""
+    return parser().parse_args([])
+
+
+def main():
+    a = parser().parse_args()
     if a.render_only:
         out = Path(a.out)
         results = json.loads(out.with_suffix(".json").read_text())
