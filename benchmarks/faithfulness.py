@@ -119,7 +119,7 @@ def render(recs: list[dict]) -> str:
               "of Table 2's rule (**holds**: better by more than two standard errors; **reversed**; **within noise**). Better",
               "is higher comprehensiveness, lower sufficiency, higher plausibility. MiniBERT's classifier averages the attention",
               "outputs over the tokens rather than reading [CLS], so its `received` ranking is the one its prediction uses.", "",
-              "| task | method − baseline | ranking | comprehensiveness | verdict | sufficiency (softmax − method) | verdict | plausibility | verdict |",
+              "| task | method − baseline | ranking | comprehensiveness | verdict | sufficiency (baseline − method) | verdict | plausibility | verdict |",
               "|---|---|---|---|---|---|---|---|---|"]
     for (task, method), cell in sorted(by.items()):
         base = baseline(method)
