@@ -139,3 +139,37 @@ def test_lam_lr_moves_lam_on_its_own_learning_rate(tiny_bert, tiny_task, tmp_pat
     for bad in (dict(lam_lr=1e-3, learn_lam=False), dict(lam_lr=0.0), dict(lam_lr=float("nan"))):
         with pytest.raises(ValueError, match="--lam-lr"):
             TrainConfig(**{**base, **bad}).spec()
+
+
+def test_holdout_trains_without_a_seeded_fraction_and_scores_it(tiny_bert, tiny_task, tmp_path):
+    """--holdout F: the same examples are held out for every run of one seed (whatever else differs), none of them is
+    trained on, and the final model is scored on them as "heldout"."""
+    from datasets import Dataset
+
+    from attnkit.training.finetune import hold_out
+
+    ds = Dataset.from_dict({"i": list(range(40))})
+    rest, held = hold_out(ds, 0.25, 7)
+    assert len(held) == 10 and len(rest) == 30 and set(rest["i"]) | set(held["i"]) == set(range(40))
+    assert not set(rest["i"]) & set(held["i"])
+    assert hold_out(ds, 0.25, 7)[1]["i"] == held["i"] and hold_out(ds, 0.25, 8)[1]["i"] != held["i"]
+    with pytest.raises(ValueError, match="--holdout 0.01: 0 of the 40"):
+        hold_out(ds, 0.01, 7)
+
+    base = dict(task="csv", data_dir=str(tiny_task), model=str(tiny_bert), attention="softmax", epochs=1, batch_size=16,
+                max_length=32, logging_steps=1, seed=3)
+    m = train(TrainConfig(**base, holdout=0.25, output_dir=str(tmp_path / "h")))
+    assert m["train_size"] == 72 and 0 <= m["heldout"]["accuracy"] <= 1 and "loss" in m["heldout"]
+    assert "heldout" not in train(TrainConfig(**base, output_dir=str(tmp_path / "n")))
+
+
+@pytest.mark.parametrize("bad", ["1", "-0.1", "nan", "1.5"])
+def test_bad_holdout_is_refused_in_one_line(tiny_bert, tiny_task, tmp_path, bad, capsys):
+    from attnkit.cli import main
+
+    rc = main(["train", "--task", "csv", "--data-dir", str(tiny_task), "--model", str(tiny_bert), "--holdout", bad,
+               "--output-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert rc != 0 and "--holdout" in err and "expected the fraction of the training split" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()

@@ -94,6 +94,9 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--keep-checkpoints", action="store_true", help="keep the checkpoint-N folders (optimizer state) after the run finishes")
     t.add_argument("--max-train-samples", type=int, default=None, help="train on a random subset of this size")
     t.add_argument("--max-eval-samples", type=int, default=None, help="evaluate on a random subset of this size")
+    t.add_argument("--holdout", type=float, default=0.0, metavar="F",
+                   help="keep a random fraction F of the training split (drawn with --seed) out of training and score the "
+                        "final model on it (\"heldout\" in metrics.json): choose settings on it and report the dev split clean")
     t.add_argument("--eval-steps", type=int, default=None, help="evaluate and checkpoint every N steps (default: every epoch)")
     t.add_argument("--logging-steps", type=int, default=d.logging_steps)
     t.add_argument("--learn-lam", action="store_true", help="sparsegen-lin: learn lam per layer and head, started at --lam (lam < 1 by construction)")

@@ -68,6 +68,7 @@ class TrainConfig:
     output_dir: str = "runs/attnkit"
     max_train_samples: int | None = None
     max_eval_samples: int | None = None
+    holdout: float = 0.0  # a seeded random fraction of the training split kept out of training and scored at the end ("heldout")
     eval_steps: int | None = None  # None: evaluate once per epoch (or at the end of --max-steps)
     resume: bool = True
     logging_steps: int = 50
@@ -125,6 +126,8 @@ class TrainConfig:
         for name, v in (("--max-train-samples", self.max_train_samples), ("--max-eval-samples", self.max_eval_samples), ("--eval-steps", self.eval_steps)):
             if v is not None and v < 1:
                 raise ValueError(f"{name} {v}: expected a whole number >= 1")
+        if not (isinstance(self.holdout, (int, float)) and math.isfinite(self.holdout) and 0 <= self.holdout < 1):
+            raise ValueError(f"--holdout {self.holdout}: expected the fraction of the training split to hold out, >= 0 and < 1")
         if self.lemmatize:
             lemmatizer(self.lemmatize)
         self.spec()

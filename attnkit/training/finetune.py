@@ -14,6 +14,7 @@ import math
 from dataclasses import asdict, replace
 from pathlib import Path
 
+import numpy as np
 from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
 
 from attnkit.analysis.explain import plot_learned_lam
@@ -129,6 +130,18 @@ def tokenize_splits(splits, tokenizer, max_length: int):
     return splits.map(enc, batched=True, remove_columns=drop, desc="tokenising")
 
 
+def hold_out(ds, fraction: float, seed: int):
+    """(the rest, a seeded random ``fraction`` of ``ds``): the same examples for every run of the same seed and data,
+    whatever its other settings, so that runs compared on the held-out part were all trained without it."""
+    n = len(ds)
+    k = round(n * fraction)
+    if k < 1 or k >= n:
+        raise ValueError(f"--holdout {fraction:g}: {k} of the {n} training examples would be held out; "
+                         "expected at least one held out and one left to train on")
+    order = np.random.default_rng(seed).permutation(n)
+    return ds.select(sorted(order[k:].tolist())), ds.select(sorted(order[:k].tolist()))
+
+
 def _check_classes(cfg: TrainConfig, data, labels, what: str) -> None:
     """A classifier trained on one class learns nothing and reports a meaningless accuracy: refuse it."""
     seen = sorted(set(labels))
@@ -151,6 +164,8 @@ def train(cfg: TrainConfig) -> dict:
     if qa:
         if cfg.lemmatize:
             raise ValueError(f"task {cfg.task} (span QA) answers with spans of the original text: --lemmatize does not apply")
+        if cfg.holdout:
+            raise ValueError(f"task {cfg.task} (span QA): --holdout applies to classification tasks")
         if not cfg.head().is_default or str(cfg.model).lower() in ("mini", "minibert") or cfg.freeze:
             raise ValueError(f"task {cfg.task} (span QA) takes the model's own span head: no --layer-pooling/--se, --model mini or --freeze")
     cfg.validate()
@@ -194,16 +209,22 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
     check_length(cfg, model_path)
     enc = tokenize_splits(splits, tokenizer, cfg.max_length)
     train_ds = subsample(enc["train"], cfg.max_train_samples, cfg.seed)
+    heldout = None
+    if cfg.holdout:
+        train_ds, heldout = hold_out(train_ds, cfg.holdout, cfg.seed)
     dev_ds = subsample(enc["validation"], cfg.max_eval_samples, cfg.seed)
     steps = cfg.max_steps if cfg.max_steps > 0 else math.ceil(len(train_ds) / cfg.batch_size * cfg.epochs)
     for name, w in (("--lam-warmup", cfg.lam_warmup), ("--alpha-warmup", cfg.alpha_warmup)):
         if w >= 1 and w >= steps:  # a step count that outlasts the run: the schedule would never reach its target
             raise ValueError(f"{name} {w:g}: the run has {steps} steps, so the warm-up would never end; give a fraction "
                              "of the steps (< 1) or fewer steps")
-    if data.metric != "regression" and cfg.max_train_samples is not None:
-        _check_classes(cfg, data, train_ds["label"], f"random subset of {len(train_ds)} training examples (--max-train-samples)")
+    if data.metric != "regression" and (cfg.max_train_samples is not None or cfg.holdout):
+        what = "--max-train-samples" if not cfg.holdout else "--holdout" if cfg.max_train_samples is None else "--max-train-samples, --holdout"
+        _check_classes(cfg, data, train_ds["label"], f"{len(train_ds)} training examples left for training ({what})")
     # every other labelled split is evaluated at the end (test, MNLI's validation_mismatched, ...)
     others = {k: subsample(v, cfg.max_eval_samples, cfg.seed) for k, v in enc.items() if k not in ("train", "validation") and _labelled(v)}
+    if heldout is not None:
+        others["heldout"] = heldout
     regression = data.metric == "regression"
 
     model = build_classifier(
