@@ -44,3 +44,45 @@ def test_render_pairs_by_seed_and_pools_every_pair(t2):
     assert sem[3] == "2.0 ± 0.0" and sem[4] == "2/2" and sem[5] == "holds"
     pooled = next(v for k, v in rows.items() if k[0].startswith("all 2 sets pooled (5 pairs)"))
     assert pooled[4] == "2/5" and pooled[5] == "within noise"
+
+
+@pytest.fixture(scope="module")
+def sesame():
+    import sys
+
+    sys.path.insert(0, str(_PATH.parent))
+    spec = importlib.util.spec_from_file_location("sesame_paper", _PATH.parent / "sesame_paper.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _srec(variant, seed, dev, sha="x", heldout=None, sigma=None, blur="none"):
+    return {"task": "rte", "variant": variant, "blur": blur, "blur_sigma": sigma, "kernel": None, "seed": seed, "metric": "accuracy",
+            "dev_metric": dev, "heldout_metric": heldout, "weights_sha256": sha}
+
+
+def test_sesame_identity_sigmas_borrow_softmax_only_where_checked_and_selection_is_rendered(sesame):
+    assert sesame.is_identity(0.01) and sesame.is_identity(0.1)
+    assert not sesame.is_identity(0.3) and not sesame.is_identity(None)
+    soft = [_srec("softmax", s, d, sha=f"s{s}") for s, d in ((1, 0.60), (2, 0.58), (3, 0.62), (4, 0.56))]
+    recs = soft + [_srec("blur-context-0.01", 1, 0.60, sha="s1", sigma=0.01, blur="context"),
+                   _srec("blur-context-0.1", 1, 0.60, sha="s1", sigma=0.1, blur="context"),
+                   _srec("blur-value-0.01", 1, 0.61, sha="other", sigma=0.01, blur="value")]  # not softmax's: no borrowing
+    recs += [_srec(f"blur-context-{x:g}", s, 0.61 if x == 0.5 else 0.55, sigma=x, blur="context") for s in (1, 2, 3, 4) for x in (0.3, 0.5)]
+    by = sesame.by_cell(recs)
+    assert by[("rte", "blur-context-0.01")][3]["dev_metric"] == 0.62 and by[("rte", "blur-context-0.01")][3]["same_as"] == "softmax"
+    assert set(by[("rte", "blur-value-0.01")]) == {1}
+    held = [_srec("softmax", s, 0.5, heldout=0.5) for s in (1, 2)]
+    held += [_srec(f"blur-context-{x:g}", s, 0.5 + (0.1 if x == 0.3 else 0), heldout=0.7 if x == 0.3 else 0.5, sigma=x, blur="context",
+                   sha="s" if x < 0.2 else "y") for s in (1, 2) for x in (0.01, 0.1, 0.3, 0.5)]
+    md = sesame.render(recs, held)
+    assert "| rte (accuracy) | blur-context-0.1 | 0.000, 1.000, 0.000 |" not in md  # kernel is None in these records
+    assert "1 (+2,3,4 = softmax's)" in md
+    paper = next(line for line in md.splitlines() if "paper: best sigma" in line and "| context |" in line)
+    # per seed the best of {softmax's run twice (0.01, 0.1), 0.55, 0.61}: seed 3's softmax run (0.62) wins at sigma 0.01
+    assert "| 1: 0.5, 2: 0.5, 3: 0.01, 4: 0.5 | 61.2 ± 0.5 | 2.2 ± 2.2 (3/4) |" in paper
+    clean = next(line for line in md.splitlines() if "clean: sigma by held-out" in line and "| context |" in line)
+    assert "| 1: 0.3, 2: 0.3 | 60.0 ± 0.0 | 10.0 ± 0.0 (2/2) |" in clean
+    alone = next(line for line in md.splitlines() if "selection alone: best of 4" in line)
+    assert "| 3.0 (over 1 choices of 4) |" in alone  # best of 60, 58, 62, 56 minus their mean 59
