@@ -87,6 +87,77 @@ def faithfulness_cell(task: str, method: str, seed: int, a) -> dict:
             "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
 
 
+#: what the example figure draws (random is left out: it explains nothing)
+EXAMPLE_ROWS = ("attention", "rollout", "received", "grad_x_input", "integrated_gradients")
+
+
+def example(task: str, methods: list[str], seed: int, a, min_words: int = 8, max_words: int = 16) -> tuple[dict, str]:
+    """One test sentence explained by each method's model (seed ``seed``), side by side: a figure (PNG + SVG) and a
+    markdown table of the words each explanation ranks in its top 20%. The sentence is the first test sentence of
+    ``min_words``..``max_words`` words that every model classifies correctly and that has at least one sentiment word
+    (SST's word labels), so that plausibility shows."""
+    import numpy as np
+
+    from attnkit.analysis.explain import pyplot, save_figure
+    from attnkit.analysis.faithfulness import WordClassifier, top_count
+    from attnkit.analysis.inference import load_for_inference
+    from attnkit.tasks import load_task
+    from attnkit.tasks.sentiment import sst_rationales
+
+    data = load_task(task, a.data_dir)
+    test = data.splits["test"]
+    rats = [r for _, r in sst_rationales(a.data_dir, "test")] if task == "sst2-ptb" else [None] * len(test)
+    clfs = {}
+    for m in methods:
+        run = model_run(task, m, seed, a)
+        _, model, tok = load_for_inference(str(run))
+        clfs[m] = WordClassifier(model, tok, max_length=json.loads((run / "run_config.json").read_text())["max_length"])
+    for i, (text, label) in enumerate(zip(test["text"], test["label"])):
+        words = text.split()
+        if not (min_words <= len(words) <= max_words) or (rats[i] is not None and not any(rats[i])):
+            continue
+        if all(int(c.probs([words])[0].argmax()) == label for c in clfs.values()):
+            break
+    else:
+        raise SystemExit(f"no test sentence of {min_words}-{max_words} words that every model gets right")
+    out = {"task": task, "seed": seed, "index": i, "text": text, "label": int(label), "sentiment_words": rats[i], "methods": {}}
+    for m, c in clfs.items():
+        _, scores = c.explain(words, np.random.default_rng(seed))
+        out["methods"][m] = {e: [round(float(x), 5) for x in scores[e]] for e in EXAMPLE_ROWS}
+    k = top_count(len(words), 20)
+
+    def draw():
+        plt = pyplot()
+        fig, axes = plt.subplots(len(methods), 1, figsize=(max(6.0, 0.62 * len(words)), 1.9 * len(methods)), squeeze=False)
+        for ax, m in zip(axes[:, 0], methods):
+            grid = np.array([np.asarray(out["methods"][m][e]) for e in EXAMPLE_ROWS])
+            grid = grid / np.maximum(np.abs(grid).max(1, keepdims=True), 1e-12)  # each row on its own scale
+            ax.imshow(grid, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
+            for r, e in enumerate(EXAMPLE_ROWS):
+                for j in np.argsort(-np.asarray(out["methods"][m][e]), kind="stable")[:k]:
+                    ax.add_patch(plt.Rectangle((j - 0.5, r - 0.5), 1, 1, fill=False, lw=1.6, ec="black"))
+            ax.set_yticks(range(len(EXAMPLE_ROWS)), EXAMPLE_ROWS, fontsize=7)
+            ax.set_xticks(range(len(words)), [w + (" *" if rats[i] and rats[i][j] else "") for j, w in enumerate(words)],
+                          rotation=45, ha="right", fontsize=8)
+            ax.set_title(f"{m} (seed {seed})", fontsize=9)
+        fig.suptitle(f"{task} test sentence {i}: boxes mark each explanation's top 20% of the words (rows on their own scale)"
+                     + ("; * SST's sentiment words" if rats[i] is not None else ""), fontsize=8)
+        return fig
+
+    stem = Path(a.example_out)
+    for ext in (".png", ".svg"):
+        save_figure(draw(), stem.with_suffix(ext))
+    rows = ["| model | " + " | ".join(EXAMPLE_ROWS) + " |", "|---|" + "---|" * len(EXAMPLE_ROWS)]
+    for m in methods:
+        tops = [", ".join(words[j] for j in sorted(np.argsort(-np.asarray(out["methods"][m][e]), kind="stable")[:k])) for e in EXAMPLE_ROWS]
+        rows.append(f"| {m} | " + " | ".join(tops) + " |")
+    sw = [w for w, r in zip(words, rats[i] or []) if r]
+    md = (f"Test sentence {i} of {task} (label: {data.label_names[label]}): *{text}*  \n"
+          + (f"SST's sentiment words: {', '.join(sw) or '—'}. " if rats[i] is not None else "")
+          + f"Each explanation's top 20% ({k} words), seed {seed}:\n\n" + "\n".join(rows) + "\n")
+    return out, md
+
+
 def _ms(xs: list[float], scale: float = 100.0, digits: int = 1) -> str:
     xs = [scale * x for x in xs if x is not None]
     if not xs:
@@ -161,10 +232,22 @@ def main():
     ap.add_argument("--table2-json", default=str(ROOT / "benchmarks/results/ssaf_table2.json"),
                     help="where a model trained again records its Table 2 cell, if it lacks one")
     ap.add_argument("--render-only", action="store_true")
+    ap.add_argument("--example", nargs="+", metavar="METHOD", default=None,
+                    help="instead of the table: one test sentence explained by these methods' models side by side "
+                         "(--seeds' first seed), a figure and a markdown table of the top words (e.g. --example softmax SSAF)")
+    ap.add_argument("--example-out", default=str(ROOT / "benchmarks/results/faithfulness_example"),
+                    help="writes <this>.png, .svg, .json and .md")
     a = ap.parse_args()
     for k, v in vars(ssaf_table2.defaults()).items():  # the Table 2 settings run_cell reads (lr, model, ...)
         if not hasattr(a, k):
             setattr(a, k, v)
+    if a.example:
+        rec, text = example(a.tasks[0], a.example, a.seeds[0], a)
+        stem = Path(a.example_out)
+        write_text_atomic(stem.with_suffix(".json"), json.dumps(rec, indent=1) + "\n")
+        write_text_atomic(stem.with_suffix(".md"), text)
+        print(text)
+        return
     path, md = Path(a.json), Path(a.md)
     if not a.render_only:
         for task in a.tasks:
