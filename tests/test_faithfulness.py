@@ -131,3 +131,7 @@ def test_faithfulness_command(tiny_bert, tiny_task, tmp_path, capsys):
                  "--output", str(tmp_path / "f" / "mine.json")]) == 2
     assert "mine.png exists and was not written by attnkit" in capsys.readouterr().err
     assert (tmp_path / "f" / "mine.png").read_bytes() == b"not attnkit's" and not (tmp_path / "f" / "mine.json").exists()
+    # no --split: a task without a test split is explained on its dev split, and says so
+    assert main(["faithfulness", "--model", str(run), "--data-dir", str(tiny_task), "--max-examples", "2", "--ig-steps", "2"]) == 0
+    assert "has no test split: explaining its validation split" in capsys.readouterr().out
+    assert json.loads((run / "model" / "faithfulness_csv_validation.json").read_text())["split"] == "validation"

@@ -219,6 +219,10 @@ def _model_and_split(a):
     if not task:
         raise UserError("--task is needed: the checkpoint does not record what it was trained on")
     data = load_task(task, a.data_dir)
+    if a.split is None:  # faithfulness: the test split where the task has one, else the dev split (said so)
+        a.split = "test" if "test" in data.splits else "validation"
+        if a.split != "test":
+            print(f"task {task} has no test split: explaining its {a.split} split")
     if a.split not in data.splits:
         raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
     return d, model, tok, task, data, data.splits[a.split]

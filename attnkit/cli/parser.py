@@ -270,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_io(f)
     f.add_argument("--task", default=None, help="dataset (default: the one the model was trained on); single texts only")
     f.add_argument("--data-dir", default=None)
-    f.add_argument("--split", default="test", help="split to explain (default test)")
+    f.add_argument("--split", default=None, help="split to explain (default: test, or validation where the task has no test split)")
     f.add_argument("--max-examples", type=positive_int, default=None, help="the first N texts of the split (default all)")
     f.add_argument("--ig-steps", type=positive_int, default=20, help="integrated gradients: steps of the path integral, at most 1000 (default 20)")
     f.add_argument("--seed", type=int, default=0, help="seed of the random ranking (default 0)")
