@@ -25,7 +25,12 @@ applied to plain softmax's seeds: how much of a gain selection alone produces.
 
     OMP_NUM_THREADS=1 python benchmarks/sesame_paper.py --tasks rte --seeds 1 2 3 4 5 --holdout 0.1 --data-dir ../shared/data
 
-Table 3, HANS and Figure 4 (the rest of issue 26) are not in this script yet.
+Table 3 (``--grid table3 --sigma S``: RTE, the seven extraction strategies x softmax / SE / blur on the context layer at
+S / SE + blur, 3 seeds, paired against the softmax cell of the same strategy), HANS (``--grid hans --sigma S``: softmax,
+SesameBERT = SE + weighted layers + blur on context, and SesameBERT with sparsegen-lin, trained on ``mnli-devsplit``,
+3 seeds, HANS per heuristic x label and the paper's lexical-overlap claim with a verdict) and Figure 4 (``--grid figure4``:
+the SE weight per layer on RTE dev from Table 3's SE runs, mean ± std over seeds) use the same budget and records.
+``--train-subset N`` shrinks every run for a smoke test (never for the committed tables).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import itertools
+import json
 import os
 import platform
 import statistics
@@ -52,7 +58,7 @@ PAPER_SIGMAS = (0.01, 0.1, 0.3, 0.5)
 #: a kernel whose side weights are below this is the identity for all practical purposes (see the module doc)
 IDENTITY_TAIL = 1e-20
 #: the GLUE dev metric each task is reported by in the paper's Table 2
-METRIC = {"rte": "accuracy", "mrpc": "accuracy", "cola": "mcc", "sst2": "accuracy"}
+METRIC = {"rte": "accuracy", "mrpc": "accuracy", "cola": "mcc", "sst2": "accuracy", "mnli-devsplit": "accuracy"}
 KEY = ("task", "variant", "seed")
 
 
@@ -94,28 +100,165 @@ def weights_digest(model_dir: Path) -> str:
     return h.hexdigest()
 
 
-def run_cell(task: str, name: str, blur: str, sigma: float | None, seed: int, a) -> dict:
+def run_cell(task: str, name: str, blur: str, sigma: float | None, seed: int, a, *, pooling: str = "last", se: bool = False,
+             attention: str = "softmax", lam: float = 0.0) -> dict:
     from attnkit.training.config import TrainConfig
     from attnkit.training.finetune import train
 
-    out = Path(a.work_dir) / f"{task}__{name}__s{seed}"
-    cfg = TrainConfig(task=task, data_dir=a.data_dir, model=a.model, attention="softmax", epochs=a.epochs, batch_size=a.batch_size,
+    out = Path(a.work_dir) / f"{task}__{name.replace('|', '-')}__s{seed}"
+    cfg = TrainConfig(task=task, data_dir=a.data_dir, model=a.model, attention=attention, lam=lam, epochs=a.epochs, batch_size=a.batch_size,
                       lr=a.lr, max_length=a.max_length, seed=seed, output_dir=str(out), logging_steps=50,
-                      max_train_samples=a.train_subset.get(task), holdout=a.holdout, blur=blur, blur_sigma=sigma if sigma is not None else 0.3)
+                      max_train_samples=a.train_subset.get(task), holdout=a.holdout, blur=blur,
+                      blur_sigma=sigma if sigma is not None else 0.3, pooling=pooling, se=se)
     t0 = time.time()
     m = train(cfg)
     metric = METRIC[task]
     per_epoch = [h[f"eval_{metric}"] for h in m["log_history"] if f"eval_{metric}" in h]
     return {
         "task": task, "variant": name, "blur": blur, "blur_sigma": sigma, "kernel": kernel_weights(sigma) if sigma is not None else None,
-        "se": False, "layer_pooling": "last", "seed": seed, "epochs": cfg.epochs, "lr": cfg.lr, "batch_size": cfg.batch_size,
-        "max_length": cfg.max_length, "train_size": m["train_size"], "metric": metric, "dev_metric": m["validation"][metric],
-        "dev_per_epoch": per_epoch, "holdout": a.holdout,
+        "se": se, "layer_pooling": pooling, "attention": attention, "seed": seed, "epochs": cfg.epochs, "lr": cfg.lr,
+        "batch_size": cfg.batch_size, "max_length": cfg.max_length, "train_size": m["train_size"], "metric": metric,
+        "dev_metric": m["validation"][metric], "dev_per_epoch": per_epoch, "holdout": a.holdout,
         "heldout_metric": m["heldout"][metric] if "heldout" in m else None, "weights_sha256": weights_digest(out / "model"),
-        "train_seconds": round(m["train"].get("train_runtime", time.time() - t0), 1),
+        "run": str(out), "train_seconds": round(m["train"].get("train_runtime", time.time() - t0), 1),
         "torch_threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None,
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
     }
+
+
+# ----------------------------------------------------------------------------- Table 3, HANS, Figure 4 (items 3-5)
+
+#: Table 3's columns: (name, SE, blur on the context layer)
+T3_VARIANTS = (("softmax", False, False), ("SE", True, False), ("blur", False, True), ("SE+blur", True, True))
+#: the HANS models: name -> run settings (SesameBERT = SE + weighted layers + blur on the context layer)
+HANS_MODELS = {"softmax": {}, "SesameBERT": dict(pooling="weighted", se=True, blur="context"),
+               "SesameBERT+sparsegen-lin": dict(pooling="weighted", se=True, blur="context", attention="sparsegen-lin", lam=-4.0)}
+HEURISTICS = ("lexical_overlap", "subsequence", "constituent")
+
+
+def strategies() -> tuple[str, ...]:
+    from attnkit.models.pooling import STRATEGIES
+
+    return STRATEGIES
+
+
+def table3_cells(a):
+    """(variant, blur, sigma, kwargs) of Table 3 on RTE: every extraction strategy x softmax / SE / blur / SE + blur."""
+    for pooling in a.strategies or strategies():
+        for v, se, blur in T3_VARIANTS:
+            yield f"{pooling}|{v}", "context" if blur else "none", a.sigma if blur else None, dict(pooling=pooling, se=se)
+
+
+def hans_record(rec: dict, a) -> dict:
+    """The HANS report of a trained MNLI model (``attnkit evaluate --task hans``, written beside its run) added to its record."""
+    from attnkit.cli import main as cli
+
+    out = Path(rec["run"]) / "hans.json"
+    if not out.is_file():
+        args = ["evaluate", "--model", rec["run"], "--task", "hans", "--output", str(out), "--max-length", str(a.max_length)]
+        if a.data_dir:
+            args += ["--data-dir", a.data_dir]
+        if a.hans_per_subcase:
+            args += ["--hans-per-subcase", str(a.hans_per_subcase)]
+        if cli(args) != 0:
+            raise SystemExit(f"HANS evaluation of {rec['run']} failed")
+    rep = json.loads(out.read_text())
+    return {**rec, "hans_accuracy": rep["accuracy"], "hans_n": rep["n"], "hans": rep["heuristic"]}
+
+
+def render_table3(recs: list[dict]) -> str:
+    by = by_cell(recs)
+    lines = ["# SesameBERT Table 3 at the paper's budget (MiniLM, RTE)", "",
+             "Made by `benchmarks/sesame_paper.py --grid table3` (records: `sesame_paper_table3.json`). RTE dev accuracy (× 100),",
+             "mean ± std over seeds, for each extraction strategy with plain softmax attention, SE over the layers, blur on the",
+             "context layer (the sigma in each record) and both; paired: minus the softmax cell of the same strategy and seed",
+             "(seeds won), Table 2's verdict rule.", "",
+             "| strategy | " + " | ".join(v for v, _, _ in T3_VARIANTS) + " | " + " | ".join(f"{v} − softmax" for v, _, _ in T3_VARIANTS[1:]) + " |",
+             "|---|" + "---|" * (2 * len(T3_VARIANTS) - 1)]
+    for pooling in strategies():
+        soft = by.get(("rte", f"{pooling}|softmax"), {})
+        if not any(("rte", f"{pooling}|{v}") in by for v, _, _ in T3_VARIANTS):
+            continue
+        cells, diffs = [], []
+        for v, _, _ in T3_VARIANTS:
+            cell = by.get(("rte", f"{pooling}|{v}"), {})
+            cells.append(f"{_mean_sd([100 * r['dev_metric'] for r in cell.values()])} ({len(cell)})" if cell else "—")
+            if v != "softmax":
+                d = [100 * (cell[s]["dev_metric"] - soft[s]["dev_metric"]) for s in sorted(set(cell) & set(soft))]
+                diffs.append(f"{_mean_sd(d)} ({sum(x > 0 for x in d)}/{len(d)}), {ssaf_table2.verdict(d)}" if d else "—")
+        lines.append(f"| {pooling} | " + " | ".join(cells) + " | " + " | ".join(diffs) + " |")
+    sig = sorted({r["blur_sigma"] for r in recs if r.get("blur_sigma") is not None})
+    lines += ["", f"Blur sigma: {', '.join(f'{x:g}' for x in sig) or '—'}; (n): seeds."]
+    return "\n".join(lines) + "\n"
+
+
+def render_hans(recs: list[dict]) -> str:
+    by = by_cell(recs)
+    lines = ["# HANS at the paper's budget (MiniLM trained on MNLI's dev-matched split)", "",
+             "Made by `benchmarks/sesame_paper.py --grid hans` (records: `sesame_paper_hans.json`). MNLI's training set is not",
+             "here, so every model trains on `mnli-devsplit` (its train part, 3 epochs, batch 32, lr 3e-5); accuracy (× 100) on",
+             "its held-back part and on HANS per heuristic and gold label (neutral and contradiction count as",
+             "non-entailment), mean ± std over seeds.", "",
+             "| model | seeds | MNLI dev-split | HANS | " + " | ".join(f"{h} ent | {h} non-ent" for h in HEURISTICS) + " |",
+             "|---|---|---|---|" + "---|---|" * len(HEURISTICS)]
+    for name in HANS_MODELS:
+        cell = by.get(("mnli-devsplit", name))
+        if not cell:
+            continue
+        rs = list(cell.values())
+        cols = [_mean_sd([100 * r["dev_metric"] for r in rs]), _mean_sd([100 * r["hans_accuracy"] for r in rs])]
+        cols += [_mean_sd([100 * r["hans"][h][g] for r in rs]) for h in HEURISTICS for g in ("entailment", "non-entailment")]
+        lines.append(f"| {name} | {_seeds(cell)} | " + " | ".join(cols) + " |")
+    soft = by.get(("mnli-devsplit", "softmax"), {})
+    for name in list(HANS_MODELS)[1:]:
+        cell = by.get(("mnli-devsplit", name), {})
+        d = [100 * (cell[s]["hans"]["lexical_overlap"]["non-entailment"] - soft[s]["hans"]["lexical_overlap"]["non-entailment"])
+             for s in sorted(set(cell) & set(soft))]
+        if d:
+            lines += ["", f"The paper's claim, lexical-overlap non-entailment, {name} − softmax (paired): {_mean_sd(d)} points "
+                          f"({sum(x > 0 for x in d)}/{len(d)} seeds ahead): **{ssaf_table2.verdict(d)}**."]
+    return "\n".join(lines) + "\n"
+
+
+def figure4(recs: list[dict], a, path: Path) -> Path | None:
+    """Figure 4: the mean SE weight per layer on RTE dev of the SE runs of Table 3's ``weighted`` strategy (and of the
+    last-layer SE runs), mean ± std over seeds, as a bar chart (PNG and SVG) with its numbers in JSON."""
+    import numpy as np
+
+    from attnkit.analysis.explain import layer_weights, pyplot, save_figure
+    from attnkit.analysis.inference import load_for_inference
+    from attnkit.tasks import load_task
+
+    dev = load_task("rte", a.data_dir).splits["validation"]
+    series = {}
+    for r in recs:
+        if not r.get("se") or not Path(r["run"], "model").is_dir():
+            continue
+        _, model, tok = load_for_inference(r["run"])
+        w = layer_weights(model, tok, list(dev["text"]), list(dev["text_pair"]), max_length=a.max_length)
+        series.setdefault(r["variant"], []).append(w["se_mean"])
+    if not series:
+        return None
+    plt = pyplot()
+    names = sorted(series)
+    out = {n: {"mean": np.mean(v, 0).tolist(), "std": np.std(v, 0, ddof=1 if len(v) > 1 else 0).tolist(), "seeds": len(v)} for n, v in series.items()}
+
+    def draw():
+        fig, ax = plt.subplots(figsize=(7, 3.2))
+        width = 0.8 / len(names)
+        for i, n in enumerate(names):
+            m, sd = np.asarray(out[n]["mean"]), np.asarray(out[n]["std"])
+            ax.bar(np.arange(len(m)) + i * width, m, width, yerr=sd, capsize=2, label=f"{n} ({out[n]['seeds']} seeds)")
+        ax.set_xticks(np.arange(len(m)) + 0.4 - width / 2, [f"L{i + 1}" for i in range(len(m))])
+        ax.set_ylabel("mean SE weight on RTE dev")
+        ax.legend(fontsize=6)
+        ax.set_title("SesameBERT Figure 4 on MiniLM: SE weight per layer (mean ± std over seeds)", fontsize=9)
+        return fig
+
+    for ext in (".png", ".svg"):
+        save_figure(draw(), path.with_suffix(ext))
+    write_text_atomic(path.with_suffix(".json"), json.dumps(out, indent=1) + "\n")
+    return path.with_suffix(".png")
 
 
 def by_cell(recs: list[dict]) -> dict:
@@ -220,9 +363,14 @@ def render(recs: list[dict], held_recs: list[dict] | None = None) -> str:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasks", nargs="+", default=["rte"], choices=list(METRIC))
-    ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3, 4, 5])
+    ap.add_argument("--grid", choices=["table2", "table3", "hans", "figure4"], default="table2",
+                    help="table2: every sigma (items 1-2); table3: RTE's extraction strategies x SE/blur (needs --sigma); "
+                         "hans: MNLI models on HANS; figure4: SE weights per layer from table3's runs (no training)")
+    ap.add_argument("--tasks", nargs="+", default=["rte"], choices=[t for t in METRIC if t != "mnli-devsplit"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=None, help="default: 1-5 for table2, 1-3 otherwise")
     ap.add_argument("--sigmas", nargs="+", type=float, default=list(SIGMAS))
+    ap.add_argument("--sigma", type=float, default=None, help="table3 and hans: the blur sigma (the best one chosen cleanly in table2)")
+    ap.add_argument("--strategies", nargs="+", default=None, help="table3: these extraction strategies only (default all seven)")
     ap.add_argument("--places", nargs="+", default=["none", "value", "context"], choices=["none", "value", "context"],
                     help="which variants: none (softmax), blur on values, blur on the context layer")
     ap.add_argument("--identity-check-seeds", nargs="+", type=int, default=[1],
@@ -231,6 +379,7 @@ def main():
     ap.add_argument("--holdout", type=float, default=0.0,
                     help="train without this seeded fraction of the training split and score it (the clean selection "
                          "protocol); records go to sesame_paper_holdout.json, runs to runs/sesame_paper_holdout")
+    ap.add_argument("--hans-per-subcase", type=int, default=None, help="hans: score this many pairs per HANS subcase (default all 1,000)")
     ap.add_argument("--model", default="minilm")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--epochs", type=float, default=3)
@@ -238,36 +387,54 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-5)
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--sst2-subset", type=int, default=None, help="SST-2: train on a random subset of this size (drawn with the seed)")
-    ap.add_argument("--work-dir", default=None, help="run folders (default runs/sesame_paper, or runs/sesame_paper_holdout)")
-    ap.add_argument("--json", default=str(ROOT / "benchmarks/results/sesame_paper.json"))
-    ap.add_argument("--holdout-json", default=str(ROOT / "benchmarks/results/sesame_paper_holdout.json"))
-    ap.add_argument("--md", default=str(ROOT / "benchmarks/results/sesame_paper.md"))
+    ap.add_argument("--train-subset", type=int, default=None, help="a smoke test: every task trains on this many examples")
+    ap.add_argument("--work-dir", default=None, help="run folders (default runs/sesame_paper[_holdout|_table3|_hans])")
+    ap.add_argument("--results", default=str(ROOT / "benchmarks/results"), help="folder of the records and tables")
     ap.add_argument("--render-only", action="store_true")
     a = ap.parse_args()
-    a.train_subset = {"sst2": a.sst2_subset} if a.sst2_subset else {}
-    a.work_dir = a.work_dir or ("runs/sesame_paper_holdout" if a.holdout else "runs/sesame_paper")
-    full, held, md = Path(a.json), Path(a.holdout_json), Path(a.md)
-    path = held if a.holdout else full
+    a.train_subset = {t: a.train_subset for t in METRIC} if a.train_subset else {"sst2": a.sst2_subset} if a.sst2_subset else {}
+    a.seeds = a.seeds or ([1, 2, 3, 4, 5] if a.grid == "table2" else [1, 2, 3])
+    suffix = {"table2": "_holdout" if a.holdout else "", "table3": "_table3", "hans": "_hans", "figure4": "_table3"}[a.grid]
+    a.work_dir = a.work_dir or f"runs/sesame_paper{suffix}"
+    res = Path(a.results)
+    if a.grid == "figure4":
+        png = figure4(ssaf_table2.read_records(res / "sesame_paper_table3.json"), a, res / "sesame_paper_figure4")
+        print(f"written {png}" if png else "no SE runs of table3 with their models yet")
+        return
+    if a.grid in ("table3", "hans") and a.sigma is None and not a.render_only:
+        ap.error(f"--grid {a.grid} needs --sigma: the blur sigma chosen cleanly (table2's held-out protocol)")
+    if a.grid == "table2":
+        full, held, md = res / "sesame_paper.json", res / "sesame_paper_holdout.json", res / "sesame_paper.md"
+        path = held if a.holdout else full
 
-    def rerender(_recs=None):
-        write_text_atomic(md, render(ssaf_table2.read_records(full), ssaf_table2.read_records(held)))
+        def rerender():
+            write_text_atomic(md, render(ssaf_table2.read_records(full), ssaf_table2.read_records(held)))
 
+        cells = [(task, seed, name, blur, sigma, {}) for task in a.tasks for seed in a.seeds for name, blur, sigma in variants(a.sigmas)
+                 if blur in a.places and not (is_identity(sigma) and seed not in a.identity_check_seeds)]
+    else:
+        path, md = res / f"sesame_paper{suffix}.json", res / f"sesame_paper{suffix}.md"
+        renderer = render_table3 if a.grid == "table3" else render_hans
+
+        def rerender():
+            write_text_atomic(md, renderer(ssaf_table2.read_records(path)))
+
+        if a.grid == "table3":
+            cells = [("rte", seed, name, blur, sigma, kw) for seed in a.seeds for name, blur, sigma, kw in table3_cells(a)]
+        else:
+            cells = [("mnli-devsplit", seed, name, kw.get("blur", "none"), a.sigma if kw.get("blur") else None,
+                      {k: v for k, v in kw.items() if k != "blur"}) for seed in a.seeds for name, kw in HANS_MODELS.items()]
     if not a.render_only:
-        for task in a.tasks:
-            for seed in a.seeds:  # seed-major: paired comparisons are ready after each seed
-                for name, blur, sigma in variants(a.sigmas):
-                    if blur not in a.places:
-                        continue
-                    if is_identity(sigma) and seed not in a.identity_check_seeds:
-                        continue  # softmax's run, bit for bit (checked at --identity-check-seeds)
-                    done = {tuple(r[k] for k in KEY) for r in ssaf_table2.read_records(path)}
-                    if (task, name, seed) in done:
-                        continue
-                    print(f"[sesame] {task} {name} seed {seed}: training", flush=True)
-                    rec = run_cell(task, name, blur, sigma, seed, a)
-                    ssaf_table2.add_record(path, rec, KEY)
-                    rerender()
-                    print(f"[sesame] {task} {name} seed {seed}: dev {rec['metric']} {rec['dev_metric']:.4f} ({rec['train_seconds'] / 60:.1f} min)", flush=True)
+        for task, seed, name, blur, sigma, kw in cells:  # seed-major: paired comparisons are ready after each seed
+            if (task, name, seed) in {tuple(r[k] for k in KEY) for r in ssaf_table2.read_records(path)}:
+                continue
+            print(f"[sesame] {task} {name} seed {seed}: training", flush=True)
+            rec = run_cell(task, name, blur, sigma, seed, a, **kw)
+            if a.grid == "hans":
+                rec = hans_record(rec, a)
+            ssaf_table2.add_record(path, rec, KEY)
+            rerender()
+            print(f"[sesame] {task} {name} seed {seed}: dev {rec['metric']} {rec['dev_metric']:.4f} ({rec['train_seconds'] / 60:.1f} min)", flush=True)
     rerender()
     print(md.read_text())
 

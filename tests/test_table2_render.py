@@ -86,3 +86,20 @@ def test_sesame_identity_sigmas_borrow_softmax_only_where_checked_and_selection_
     assert "| 1: 0.3, 2: 0.3 | 60.0 ± 0.0 | 10.0 ± 0.0 (2/2) |" in clean
     alone = next(line for line in md.splitlines() if "selection alone: best of 4" in line)
     assert "| 3.0 (over 1 choices of 4) |" in alone  # best of 60, 58, 62, 56 minus their mean 59
+
+
+def test_sesame_table3_and_hans_pair_by_seed(sesame):
+    recs = [dict(_srec(f"last|{v}", s, 0.6 + (0.02 if v == "SE" else 0) + 0.001 * s), se=v.startswith("SE"),
+                 blur_sigma=0.5 if "blur" in v else None) for v in ("softmax", "SE", "blur", "SE+blur") for s in (1, 2, 3)]
+    md = sesame.render_table3(recs)
+    row = next(line for line in md.splitlines() if line.startswith("| last |"))
+    assert "| 2.0 ± 0.0 (3/3), holds |" in row and "| 0.0 ± 0.0 (0/3), within noise |" in row and "Blur sigma: 0.5" in md
+
+    def hans(seed, name, lex_non):
+        by = {h: {"entailment": 0.9, "non-entailment": 0.1} for h in sesame.HEURISTICS}
+        by["lexical_overlap"]["non-entailment"] = lex_non
+        return {**_srec(name, seed, 0.7), "task": "mnli-devsplit", "hans_accuracy": 0.5, "hans": by}
+
+    recs = [hans(s, "softmax", 0.10) for s in (1, 2, 3)] + [hans(s, "SesameBERT", 0.10 + 0.05 * s) for s in (1, 2, 3)]
+    md = sesame.render_hans(recs)
+    assert "SesameBERT − softmax (paired): 10.0 ± 5.0 points (3/3 seeds ahead): **holds**" in md
