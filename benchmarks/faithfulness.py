@@ -111,7 +111,8 @@ def example(task: str, methods: list[str], seed: int, a, min_words: int = 8, max
     for m in methods:
         run = model_run(task, m, seed, a)
         _, model, tok = load_for_inference(str(run))
-        clfs[m] = WordClassifier(model, tok, max_length=json.loads((run / "run_config.json").read_text())["max_length"])
+        clfs[m] = WordClassifier(model, tok, max_length=json.loads((run / "run_config.json").read_text())["max_length"],
+                                 ig_steps=a.ig_steps)
     for i, (text, label) in enumerate(zip(test["text"], test["label"])):
         words = text.split()
         if not (min_words <= len(words) <= max_words) or (rats[i] is not None and not any(rats[i])):

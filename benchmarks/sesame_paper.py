@@ -13,15 +13,16 @@ re-rendered: every sigma with its kernel weights, mean ± std over seeds, and th
 Sigmas whose float32 kernel is the identity to within 1e-20 (0.01: exactly [0, 1, 0]; 0.1: tails of 1.9e-22, lost
 when added to anything of ordinary size) train the very same model as no blur, bit for bit
 (``tests/test_sesame.py::test_paper_sigmas_below_a_third_train_the_very_same_model_as_no_blur``). They are run at full
-budget for ``--identity-check-seeds`` only (default: seed 1), and every record holds the SHA-256 of its weights; where
+budget at ``--identity-check-seeds`` (default: seed 1) first, and every record holds the SHA-256 of its weights; where
 those runs' weights equal softmax's of the same seed, the other seeds' cells are softmax's (marked so in the table)
-rather than hours of the same run again.
+rather than hours of the same run again (where they do not, or no check seed was run, every seed is run).
 
 Selection (issue 26, item 2): ``--holdout 0.1`` trains every variant without a seeded 10% of the training split (the same
-10% for every variant of a seed) into ``sesame_paper_holdout.json``; the table then sets the paper's protocol (the best
-of sigma {0.01, 0.1, 0.3, 0.5} by dev, reported on dev, on the whole-train runs) beside the clean one (sigma chosen by
-the held-out 10%, that run reported on dev, minus the held-out softmax run of the seed), and the same "best of 4"
-applied to plain softmax's seeds: how much of a gain selection alone produces.
+10% for every variant of a seed; the epoch kept is chosen on it too) into ``sesame_paper_holdout.json``; the table then
+sets the paper's protocol (the best of sigma {0.01, 0.1, 0.3, 0.5} by dev, reported on dev, on the whole-train runs)
+beside the clean one (sigma chosen by the held-out 10%, that run reported on dev, minus the held-out softmax run of the
+seed), and the same best-of-k applied to plain softmax's seeds (k: the distinct models the grid holds, 3 where the
+identity sigmas are softmax's run): how much of a gain selection alone produces.
 
     OMP_NUM_THREADS=1 python benchmarks/sesame_paper.py --tasks rte --seeds 1 2 3 4 5 --holdout 0.1 --data-dir ../shared/data
 
@@ -118,7 +119,8 @@ def run_cell(task: str, name: str, blur: str, sigma: float | None, seed: int, a,
         "task": task, "variant": name, "blur": blur, "blur_sigma": sigma, "kernel": kernel_weights(sigma) if sigma is not None else None,
         "se": se, "layer_pooling": pooling, "attention": attention, "seed": seed, "epochs": cfg.epochs, "lr": cfg.lr,
         "batch_size": cfg.batch_size, "max_length": cfg.max_length, "train_size": m["train_size"], "metric": metric,
-        "dev_metric": m["validation"][metric], "dev_per_epoch": per_epoch, "holdout": a.holdout,
+        "dev_metric": m["validation"][metric], ("heldout_per_epoch" if a.holdout else "dev_per_epoch"): per_epoch, "holdout": a.holdout,
+        "test_metric": m["test"][metric] if isinstance(m.get("test"), dict) and metric in m["test"] else None,
         "heldout_metric": m["heldout"][metric] if "heldout" in m else None, "weights_sha256": weights_digest(out / "model"),
         "run": str(out), "train_seconds": round(m["train"].get("train_runtime", time.time() - t0), 1),
         "torch_threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None,
@@ -134,6 +136,8 @@ T3_VARIANTS = (("softmax", False, False), ("SE", True, False), ("blur", False, T
 HANS_MODELS = {"softmax": {}, "SesameBERT": dict(pooling="weighted", se=True, blur="context"),
                "SesameBERT+sparsegen-lin": dict(pooling="weighted", se=True, blur="context", attention="sparsegen-lin", lam=-4.0)}
 HEURISTICS = ("lexical_overlap", "subsequence", "constituent")
+#: Figure 4's series: the SE runs of Table 3 whose layers are pooled by learned weights or read at the last layer
+FIGURE4_VARIANTS = ("weighted|SE", "weighted|SE+blur", "last|SE", "last|SE+blur")
 
 
 def strategies() -> tuple[str, ...]:
@@ -232,7 +236,7 @@ def figure4(recs: list[dict], a, path: Path) -> Path | None:
     dev = load_task("rte", a.data_dir).splits["validation"]
     series = {}
     for r in recs:
-        if not r.get("se") or not Path(r["run"], "model").is_dir():
+        if r["variant"] not in FIGURE4_VARIANTS or not Path(r["run"], "model").is_dir():
             continue
         _, model, tok = load_for_inference(r["run"])
         w = layer_weights(model, tok, list(dev["text"]), list(dev["text_pair"]), max_length=a.max_length)
@@ -277,7 +281,7 @@ def by_cell(recs: list[dict]) -> dict:
         if same and all(same):
             for s in set(soft) - set(cell):
                 cell[s] = {**soft[s], "variant": name, "blur": next(iter(cell.values()))["blur"], "blur_sigma": sigma,
-                           "same_as": "softmax"}
+                           "kernel": kernel_weights(sigma), "same_as": "softmax"}
     return by
 
 
@@ -289,6 +293,29 @@ def _seeds(cell: dict) -> str:
 
 def _mean_sd(xs: list[float]) -> str:
     return ssaf_table2._ms(xs)
+
+
+def identity_checked(recs: list[dict], task: str, name: str) -> bool:
+    """Whether the identity-sigma variant ``name`` was run at some seed and trained softmax's model there, weight for
+    weight, at every seed where both were run (then its other seeds are softmax's records)."""
+    own = {r["seed"]: r.get("weights_sha256") for r in recs if (r["task"], r["variant"]) == (task, name)}
+    soft = {r["seed"]: r.get("weights_sha256") for r in recs if (r["task"], r["variant"]) == (task, "softmax")}
+    both = set(own) & set(soft)
+    return bool(both) and all(own[s] is not None and own[s] == soft[s] for s in both)
+
+
+def distinct_runs(by: dict, task: str) -> int | None:
+    """How many different models the paper's protocol chooses among at one seed: softmax's run and the sigma grid's,
+    counted by weights (the identity sigmas train softmax's own model), most common over seeds. Selection alone
+    is then the best of that many softmax seeds against their mean (an upper bound: seeds differ more than sigmas)."""
+    soft = by.get((task, "softmax"), {})
+    counts = []
+    for place in ("value", "context"):
+        names = [f"blur-{place}-{x:g}" for x in PAPER_SIGMAS]
+        for s in sorted(set(soft).intersection(*[set(by.get((task, n), {})) for n in names])):
+            digests = {soft[s].get("weights_sha256")} | {by[(task, n)][s].get("weights_sha256") for n in names}
+            counts.append(len(digests) if None not in digests else len(names) + 1)
+    return max(set(counts), key=counts.count) if counts else None
 
 
 def selection(by: dict, held: dict, task: str) -> list[str]:
@@ -311,15 +338,16 @@ def selection(by: dict, held: dict, task: str) -> list[str]:
             pick = {s: max(names, key=lambda n: held[(task, n)][s]["heldout_metric"]) for s in hseeds}  # ties: the smaller sigma
             gain = [100 * (held[(task, pick[s])][s]["dev_metric"] - hsoft[s]["dev_metric"]) for s in hseeds]
             picks = ", ".join(f"{s}: {held[(task, pick[s])][s]['blur_sigma']:g}" for s in hseeds)
-            lines.append(f"| {task} | {place} | clean: sigma by held-out 10% of train, on dev | {','.join(map(str, hseeds))} | {picks} "
+            frac = next(iter(hsoft.values())).get("holdout") or 0
+            lines.append(f"| {task} | {place} | clean: sigma (and epoch) by a held-out {100 * frac:g}% of train, on dev | {','.join(map(str, hseeds))} | {picks} "
                          f"| {_mean_sd([100 * held[(task, pick[s])][s]['dev_metric'] for s in hseeds])} | {_mean_sd(gain)} "
                          f"({sum(x > 0 for x in gain)}/{len(gain)}) | {ssaf_table2.verdict(gain)} |")
-    if len(soft) >= 4:
+    k = distinct_runs(by, task)
+    if k and len(soft) >= k:
         devs = {s: 100 * soft[s]["dev_metric"] for s in soft}
-        mean = statistics.mean(devs.values())
-        gains = [max(devs[s] for s in sub) - mean for sub in itertools.combinations(sorted(devs), 4)]
-        lines.append(f"| {task} | none | selection alone: best of 4 softmax seeds, minus softmax's mean | {','.join(map(str, sorted(devs)))} "
-                     f"| every 4 of the {len(devs)} seeds | — | {statistics.mean(gains):.1f} (over {len(gains)} choices of 4) | — |")
+        gains = [max(devs[s] for s in sub) - statistics.mean(devs[s] for s in sub) for sub in itertools.combinations(sorted(devs), k)]
+        lines.append(f"| {task} | none | selection alone: best of {k} softmax seeds, minus their mean | {','.join(map(str, sorted(devs)))} "
+                     f"| every {k} of the {len(devs)} seeds | — | {statistics.mean(gains):.1f} (over {len(gains)} choices of {k}) | — |")
     return lines
 
 
@@ -352,10 +380,11 @@ def render(recs: list[dict], held_recs: list[dict] | None = None) -> str:
     if sel:
         lines += ["", "## Choosing sigma: the paper's protocol, a clean one, and selection alone", "",
                   "Per seed, sigma is chosen from the paper's grid {0.01, 0.1, 0.3, 0.5}. The paper's protocol picks the best dev",
-                  "score and reports it (on the whole-train runs above); the clean one picks by a held-out 10% of the training",
-                  "split (runs trained without it, the same 10% for every variant of a seed) and reports that run's dev score,",
-                  "minus the held-out softmax run of the seed. The last row is what picking the best of four runs does to plain",
-                  "softmax: the mean over every choice of 4 of its seeds of their best dev score, minus the mean of all seeds.", "",
+                  "score and reports it (on the whole-train runs above); the clean one trains without a held-out part of the",
+                  "training split (the same part for every variant of a seed), keeps the epoch and picks sigma by it, and",
+                  "reports that run's dev score (dev chose nothing), minus the held-out softmax run of the seed. The last row is",
+                  "what picking the best of as many runs as the paper's grid holds (the identity sigmas are softmax's own run)",
+                  "does to plain softmax: over every choice of that many of its seeds, the best dev score minus their mean.", "",
                   "| task | blur | protocol | seeds | sigma chosen (seed: sigma) | dev | gain over softmax (seeds won) | verdict |",
                   "|---|---|---|---|---|---|---|---|", *sel]
     return "\n".join(lines) + "\n"
@@ -403,6 +432,11 @@ def main():
         return
     if a.grid in ("table3", "hans") and a.sigma is None and not a.render_only:
         ap.error(f"--grid {a.grid} needs --sigma: the blur sigma chosen cleanly (table2's held-out protocol)")
+    if a.grid != "table2" and a.holdout:
+        ap.error("--holdout: only with --grid table2 (the selection protocol)")
+    if a.sigma is not None and is_identity(a.sigma):
+        ap.error(f"--sigma {a.sigma:g}: the kernel is the identity there (no blur: the runs would be softmax's); "
+                 "if the clean protocol chose it, blur does not help and the blur columns would only repeat softmax")
     if a.grid == "table2":
         full, held, md = res / "sesame_paper.json", res / "sesame_paper_holdout.json", res / "sesame_paper.md"
         path = held if a.holdout else full
@@ -410,8 +444,10 @@ def main():
         def rerender():
             write_text_atomic(md, render(ssaf_table2.read_records(full), ssaf_table2.read_records(held)))
 
+        if a.holdout and any(r.get("holdout") != a.holdout for r in ssaf_table2.read_records(held)):
+            ap.error(f"--holdout {a.holdout:g}: {held} holds runs of another held-out fraction; give another --results folder")
         cells = [(task, seed, name, blur, sigma, {}) for task in a.tasks for seed in a.seeds for name, blur, sigma in variants(a.sigmas)
-                 if blur in a.places and not (is_identity(sigma) and seed not in a.identity_check_seeds)]
+                 if blur in a.places]
     else:
         path, md = res / f"sesame_paper{suffix}.json", res / f"sesame_paper{suffix}.md"
         renderer = render_table3 if a.grid == "table3" else render_hans
@@ -426,14 +462,16 @@ def main():
                       {k: v for k, v in kw.items() if k != "blur"}) for seed in a.seeds for name, kw in HANS_MODELS.items()]
     if not a.render_only:
         for task, seed, name, blur, sigma, kw in cells:  # seed-major: paired comparisons are ready after each seed
-            if (task, name, seed) in {tuple(r[k] for k in KEY) for r in ssaf_table2.read_records(path)}:
+            recs = ssaf_table2.read_records(path)
+            if (task, name, seed) in {tuple(r[k] for k in KEY) for r in recs}:
                 continue
+            if is_identity(sigma) and seed not in a.identity_check_seeds and identity_checked(recs, task, name):
+                continue  # softmax's run, bit for bit (its weights matched softmax's at every check seed run)
             print(f"[sesame] {task} {name} seed {seed}: training", flush=True)
             rec = run_cell(task, name, blur, sigma, seed, a, **kw)
             if a.grid == "hans":
                 rec = hans_record(rec, a)
-            ssaf_table2.add_record(path, rec, KEY)
-            rerender()
+            ssaf_table2.add_record(path, rec, KEY, then=lambda _recs: rerender())  # under the records' lock
             print(f"[sesame] {task} {name} seed {seed}: dev {rec['metric']} {rec['dev_metric']:.4f} ({rec['train_seconds'] / 60:.1f} min)", flush=True)
     rerender()
     print(md.read_text())

@@ -58,8 +58,9 @@ def sesame():
 
 
 def _srec(variant, seed, dev, sha="x", heldout=None, sigma=None, blur="none"):
-    return {"task": "rte", "variant": variant, "blur": blur, "blur_sigma": sigma, "kernel": None, "seed": seed, "metric": "accuracy",
-            "dev_metric": dev, "heldout_metric": heldout, "weights_sha256": sha}
+    return {"task": "rte", "variant": variant, "blur": blur, "blur_sigma": sigma, "seed": seed, "metric": "accuracy",
+            "kernel": None if sigma is None else [round(x, 4) for x in __import__("sesame_paper").kernel_weights(sigma)],
+            "dev_metric": dev, "heldout_metric": heldout, "weights_sha256": sha, "holdout": 0.1 if heldout is not None else 0.0}
 
 
 def test_sesame_identity_sigmas_borrow_softmax_only_where_checked_and_selection_is_rendered(sesame):
@@ -69,7 +70,8 @@ def test_sesame_identity_sigmas_borrow_softmax_only_where_checked_and_selection_
     recs = soft + [_srec("blur-context-0.01", 1, 0.60, sha="s1", sigma=0.01, blur="context"),
                    _srec("blur-context-0.1", 1, 0.60, sha="s1", sigma=0.1, blur="context"),
                    _srec("blur-value-0.01", 1, 0.61, sha="other", sigma=0.01, blur="value")]  # not softmax's: no borrowing
-    recs += [_srec(f"blur-context-{x:g}", s, 0.61 if x == 0.5 else 0.55, sigma=x, blur="context") for s in (1, 2, 3, 4) for x in (0.3, 0.5)]
+    recs += [_srec(f"blur-context-{x:g}", s, 0.61 if x == 0.5 else 0.55, sigma=x, blur="context", sha=f"b{x}{s}")
+             for s in (1, 2, 3, 4) for x in (0.3, 0.5)]
     by = sesame.by_cell(recs)
     assert by[("rte", "blur-context-0.01")][3]["dev_metric"] == 0.62 and by[("rte", "blur-context-0.01")][3]["same_as"] == "softmax"
     assert set(by[("rte", "blur-value-0.01")]) == {1}
@@ -77,15 +79,20 @@ def test_sesame_identity_sigmas_borrow_softmax_only_where_checked_and_selection_
     held += [_srec(f"blur-context-{x:g}", s, 0.5 + (0.1 if x == 0.3 else 0), heldout=0.7 if x == 0.3 else 0.5, sigma=x, blur="context",
                    sha="s" if x < 0.2 else "y") for s in (1, 2) for x in (0.01, 0.1, 0.3, 0.5)]
     md = sesame.render(recs, held)
-    assert "| rte (accuracy) | blur-context-0.1 | 0.000, 1.000, 0.000 |" not in md  # kernel is None in these records
-    assert "1 (+2,3,4 = softmax's)" in md
+    assert "| rte (accuracy) | blur-context-0.1 | 0.000, 1.000, 0.000 | 1 (+2,3,4 = softmax's) | 59.0 ± 2.6 | 0.0 ± 0.0 (0/4) |" in md
+    assert "| rte (accuracy) | blur-context-0.5 | 0.106, 0.787, 0.106 | 1,2,3,4 |" in md
     paper = next(line for line in md.splitlines() if "paper: best sigma" in line and "| context |" in line)
     # per seed the best of {softmax's run twice (0.01, 0.1), 0.55, 0.61}: seed 3's softmax run (0.62) wins at sigma 0.01
     assert "| 1: 0.5, 2: 0.5, 3: 0.01, 4: 0.5 | 61.2 ± 0.5 | 2.2 ± 2.2 (3/4) |" in paper
-    clean = next(line for line in md.splitlines() if "clean: sigma by held-out" in line and "| context |" in line)
-    assert "| 1: 0.3, 2: 0.3 | 60.0 ± 0.0 | 10.0 ± 0.0 (2/2) |" in clean
-    alone = next(line for line in md.splitlines() if "selection alone: best of 4" in line)
-    assert "| 3.0 (over 1 choices of 4) |" in alone  # best of 60, 58, 62, 56 minus their mean 59
+    clean = next(line for line in md.splitlines() if "clean: sigma (and epoch) by a held-out" in line and "| context |" in line)
+    assert "| 1: 0.3, 2: 0.3 | 60.0 ± 0.0 | 10.0 ± 0.0 (2/2) |" in clean and "held-out 10% of train" in clean
+    # the grid holds 3 distinct models per seed (softmax's run twice, 0.3, 0.5): selection alone is the best of 3
+    # softmax seeds minus their mean, over the 4 choices of 3 of (60, 58, 62, 56): (2 + 2 + 2.67 + 3.33) / 4 = 2.5
+    alone = next(line for line in md.splitlines() if "selection alone: best of 3" in line)
+    assert "| 2.5 (over 4 choices of 3) |" in alone
+    # an identity sigma whose run is not softmax's model at its check seed is never borrowed for other seeds
+    assert sesame.identity_checked(recs, "rte", "blur-context-0.01") and not sesame.identity_checked(recs, "rte", "blur-value-0.01")
+    assert not sesame.identity_checked(recs, "rte", "blur-context-1")  # never run
 
 
 def test_sesame_table3_and_hans_pair_by_seed(sesame):

@@ -181,9 +181,9 @@ def plot_learned_lam(lams: list[list[float]], path: str | Path, start: float | N
     return save_figure(fig, path)
 
 
-def plot_curves(history: list[dict], path: str | Path, metric: str = "accuracy", title: str = "") -> Path:
-    """A run's training loss (each logging step) and dev ``metric`` (each evaluation) against the epoch, from the
-    Trainer's ``log_history`` (kept in metrics.json), as PNG or SVG."""
+def plot_curves(history: list[dict], path: str | Path, metric: str = "accuracy", title: str = "", eval_name: str = "dev") -> Path:
+    """A run's training loss (each logging step) and dev ``metric`` (each evaluation; ``eval_name``: what was
+    evaluated) against the epoch, from the Trainer's ``log_history`` (kept in metrics.json), as PNG or SVG."""
     plt = pyplot()
     path = figure_path(path, "plot")
     loss = [(h["epoch"], h["loss"]) for h in history if "loss" in h and "epoch" in h]
@@ -196,7 +196,7 @@ def plot_curves(history: list[dict], path: str | Path, metric: str = "accuracy",
     if dev:
         ax2 = ax.twinx()
         ax2.plot(*zip(*dev), "o--", color="C1")
-        ax2.set_ylabel(f"dev {metric}", color="C1")
+        ax2.set_ylabel(f"{eval_name} {metric}", color="C1")
     if title:
         ax.set_title(title, fontsize=9)
     return save_figure(fig, path)

@@ -95,8 +95,10 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--max-train-samples", type=int, default=None, help="train on a random subset of this size")
     t.add_argument("--max-eval-samples", type=int, default=None, help="evaluate on a random subset of this size")
     t.add_argument("--holdout", type=float, default=0.0, metavar="F",
-                   help="keep a random fraction F of the training split (drawn with --seed) out of training and score the "
-                        "final model on it (\"heldout\" in metrics.json): choose settings on it and report the dev split clean")
+                   help="keep a random fraction F of the training split (drawn with --seed) out of training; the checkpoint "
+                        "kept is the best on it and it is scored at the end (\"heldout\" in metrics.json), so that the dev "
+                        "split, scored once at the end, chose nothing: choose settings on \"heldout\" and report dev clean "
+                        "(a MiniBERT from scratch still builds its vocabulary from the whole training split)")
     t.add_argument("--eval-steps", type=int, default=None, help="evaluate and checkpoint every N steps (default: every epoch)")
     t.add_argument("--logging-steps", type=int, default=d.logging_steps)
     t.add_argument("--learn-lam", action="store_true", help="sparsegen-lin: learn lam per layer and head, started at --lam (lam < 1 by construction)")

@@ -224,6 +224,8 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
     # every other labelled split is evaluated at the end (test, MNLI's validation_mismatched, ...)
     others = {k: subsample(v, cfg.max_eval_samples, cfg.seed) for k, v in enc.items() if k not in ("train", "validation") and _labelled(v)}
     if heldout is not None:
+        if "heldout" in enc:
+            raise ValueError(f"task {cfg.task} has a split named 'heldout' already: --holdout would hide it")
         others["heldout"] = heldout
     regression = data.metric == "regression"
 
@@ -241,7 +243,9 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
         args=args,
         head_lr=cfg.head_lr,
         train_dataset=train_ds,
-        eval_dataset=dev_ds,
+        # with --holdout the checkpoint kept (and the per-epoch curve) is chosen on the held-out part: dev is scored
+        # once, at the end, by a model that never saw it chosen on it
+        eval_dataset=heldout if heldout is not None else dev_ds,
         data_collator=collator,
         processing_class=tokenizer,
         compute_metrics=metrics_fn(data.metric),

@@ -131,8 +131,22 @@ def first_missing(path: Path) -> Path | None:
     return path
 
 
+def with_defaults(saved: dict, fields) -> dict:
+    """A recorded run's settings with the ones it predates filled in with their defaults: a setting added to attnkit
+    later defaults to what older runs did (e.g. ``holdout`` 0), so asking for another value is a difference."""
+    import dataclasses
+
+    out = dict(saved)
+    for k, f in fields.items():
+        if k not in out and f.default is not dataclasses.MISSING:
+            out[k] = f.default
+    return out
+
+
 def settings_differences(saved: dict, now: dict, free: tuple, fields) -> list[str]:
-    """``"name: old there, new now"`` for every setting (of ``fields``, but for ``free``) that differs."""
+    """``"name: old there, new now"`` for every setting (of ``fields``, but for ``free``) that differs (one the
+    record predates counts as its default)."""
+    saved = with_defaults(saved, fields)
     old = same_paths({k: v for k, v in saved.items() if k not in free and k in fields})
     new = same_paths({k: v for k, v in now.items() if k not in free and k in fields})
     return [f"{k}: {old.get(k)!r} there, {new[k]!r} now" for k in sorted(new) if k in old and old[k] != new[k]]
@@ -176,7 +190,8 @@ def finish_run(cfg: TrainConfig, out: Path, history: list[dict], metric: str, ti
             shutil.rmtree(c, ignore_errors=True)
     for ext in ("png", "svg"):
         try:
-            plot_curves(history, out / f"curves.{ext}", metric, title=title)
+            plot_curves(history, out / f"curves.{ext}", metric, title=title,
+                        eval_name="held-out" if getattr(cfg, "holdout", 0) else "dev")
         except Exception as e:  # noqa: BLE001 - a plotting backend's error must not undo a finished run
             log.warning("could not draw %s: %s: %s (the model and metrics.json are saved)", out / f"curves.{ext}", type(e).__name__, e)
 

@@ -37,7 +37,7 @@ from attnkit.runfiles import LOCK_FILE, folder_lock, write_json_atomic, write_te
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.training.config import TrainConfig, check_seed, is_mini_alias
 from attnkit.training.finetune import train
-from attnkit.training.runs import first_missing, is_run_folder, same_paths
+from attnkit.training.runs import first_missing, is_run_folder, same_paths, with_defaults
 
 SUPPORT_TEXTS = 256  # dev texts the mean support is measured on
 
@@ -122,6 +122,7 @@ def _check_same(rec: dict, base: TrainConfig, where: str) -> None:
     old, new = rec.get("settings"), sweep_settings(base)
     if old is None:
         return
+    old = {k: v for k, v in with_defaults(old, TrainConfig.__dataclass_fields__).items() if k in new}  # settings it predates: defaults
     old, new = same_paths(old), same_paths(new)
     diff = [f"{k}: {old.get(k)!r} there, {new.get(k)!r} now" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if diff:
