@@ -63,7 +63,7 @@ def test_a_finished_run_with_other_settings_is_refused_and_kept(tiny_bert, data,
     before = snapshot(out)
     capsys.readouterr()
     assert main(args(tiny_bert, data, out, "--attention", "softmax")) == 2
-    one_line_error(capsys, "finished run with other settings", "attention: 'sparsegen-lin' there, 'softmax' now",
+    one_line_error(capsys, "finished run with other settings", "--attention: 'sparsegen-lin' there, 'softmax' now",
                    "--output-dir", "--no-resume")
     assert snapshot(out) == before
     # the same settings: nothing changes

@@ -165,7 +165,7 @@ def test_holdout_trains_without_a_seeded_fraction_and_scores_it(tiny_bert, tiny_
     # is another run (refused, naming it), asking for none is that run
     rc = tmp_path / "n" / "run_config.json"
     rc.write_text(json.dumps({k: v for k, v in json.loads(rc.read_text()).items() if k != "holdout"}))
-    with pytest.raises(ValueError, match="holdout: 0.0 there, 0.25 now"):
+    with pytest.raises(ValueError, match="--holdout: 0.0 there, 0.25 now"):
         train(TrainConfig(**base, holdout=0.25, output_dir=str(tmp_path / "n")))
     assert train(TrainConfig(**base, output_dir=str(tmp_path / "n")))["already_complete"]
 
@@ -178,7 +178,7 @@ def test_a_sweep_cell_recorded_before_a_setting_existed_is_reused_only_at_its_de
     base = TrainConfig(task="csv", data_dir=str(tiny_task), model=str(tiny_bert), attention="softmax")
     old = {"settings": {k: v for k, v in sweep_settings(base).items() if k not in ("holdout", "alpha_warmup", "learn_alpha")}}
     _check_same(old, base, "the cell")  # the settings it predates were at their defaults
-    with pytest.raises(ValueError, match="holdout: 0.0 there, 0.25 now"):
+    with pytest.raises(ValueError, match="--holdout: 0.0 there, 0.25 now"):
         _check_same(old, replace(base, holdout=0.25), "the cell")
 
 

@@ -412,7 +412,7 @@ def test_cli_rejects_bad_blur_size(tmp_path, capsys):
     from attnkit.cli import main
 
     assert main(["train", "--blur", "context", "--blur-size", "4", "--output-dir", str(tmp_path / "r")]) == 2
-    assert "blur_size=4" in capsys.readouterr().err
+    assert "--blur-size 4: expected an odd positive integer" in capsys.readouterr().err
 
 
 @pytest.mark.slow

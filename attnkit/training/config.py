@@ -10,6 +10,7 @@ modules, which it imports in those methods only: the one kind of import inside a
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,15 @@ def check_seed(seed, option: str = "--seed") -> int:
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ValueError(f"{option} {seed}: expected a whole number from 0 to {2**32 - 1}")
     return seed
+
+
+#: settings whose command-line option is not --<name with dashes>
+_OPTIONS = {"pooling": "--layer-pooling", "warmup_ratio": "--warmup", "resume": "--no-resume", "eval_batch_size": "eval batch size"}
+
+
+def option_name(field: str) -> str:
+    """The command-line option of a TrainConfig/PretrainConfig setting (``max_steps`` -> ``--max-steps``), for messages."""
+    return _OPTIONS.get(field, "--" + field.replace("_", "-"))
 
 
 @dataclass
@@ -151,7 +161,9 @@ class TrainConfig:
             return AttentionSpec(self.attention, lam, blur=self.blur, blur_size=self.blur_size, blur_sigma=self.blur_sigma,
                                  learn_lam=self.learn_lam, alpha=self.alpha, learn_alpha=self.learn_alpha)
         except ValueError as e:
-            raise ValueError(f"--alpha {self.alpha}: {e}" if "alpha" in str(e) and "learn_lam" not in str(e) else str(e)) from None
+            msg = re.sub(r"^(\w+)=(.*?):", lambda m: f"{option_name(m.group(1))} {m.group(2).strip(chr(39))}:", str(e))  # blur_size=4: -> --blur-size 4:
+            msg = re.sub(r"^(learn_lam|learn_alpha) ", lambda m: f"{option_name(m.group(1))} ", msg)
+            raise ValueError(f"--alpha {self.alpha}: {msg}" if "alpha" in msg and not msg.startswith(("--alpha", "--learn")) else msg) from None
 
     @property
     def head_lr(self) -> float | None:

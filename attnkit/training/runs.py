@@ -23,7 +23,7 @@ from attnkit.analysis.explain import plot_curves
 from attnkit.attention.spec import LEARNED
 from attnkit.models.build import check_max_length, check_weights_file, resolve_model
 from attnkit.runfiles import LOCK_FILE, folder_lock, write_json_atomic
-from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
+from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig, option_name
 
 log = logging.getLogger("attnkit")
 
@@ -149,7 +149,7 @@ def settings_differences(saved: dict, now: dict, free: tuple, fields) -> list[st
     saved = with_defaults(saved, fields)
     old = same_paths({k: v for k, v in saved.items() if k not in free and k in fields})
     new = same_paths({k: v for k, v in now.items() if k not in free and k in fields})
-    return [f"{k}: {old.get(k)!r} there, {new[k]!r} now" for k in sorted(new) if k in old and old[k] != new[k]]
+    return [f"{option_name(k)}: {old.get(k)!r} there, {new[k]!r} now" for k in sorted(new) if k in old and old[k] != new[k]]
 
 
 def finished_metrics(cfg, out: Path | None = None, free: tuple = _FINISHED_FREE) -> dict | None:
@@ -252,7 +252,7 @@ def _spec_differences(cfg, config_file: Path) -> list[str]:
     """How the attention stored in a model's ``config.json`` differs from ``cfg``'s (for runs without run_config.json)."""
     stored = _read_json(config_file).get("attnkit") if config_file.is_file() else None
     now = cfg.spec().to_dict()
-    return [] if stored is None else [f"{k}: {stored.get(k)!r} there, {now[k]!r} now" for k in now if stored.get(k, now[k]) != now[k]]
+    return [] if stored is None else [f"{option_name(k)}: {stored.get(k)!r} there, {now[k]!r} now" for k in now if stored.get(k, now[k]) != now[k]]
 
 
 def prepare_output(cfg, out: Path, keep: tuple = ("mini_init",)) -> None:

@@ -35,7 +35,7 @@ from attnkit.analysis.explain import attention_maps, figure_path, pyplot, save_f
 from attnkit.models.build import MODEL_DIR, load_model, load_tokenizer, resolve_model
 from attnkit.runfiles import LOCK_FILE, folder_lock, write_json_atomic, write_text_atomic
 from attnkit.tasks import is_qa_task, load_task
-from attnkit.training.config import TrainConfig, check_seed, is_mini_alias
+from attnkit.training.config import TrainConfig, check_seed, is_mini_alias, option_name
 from attnkit.training.finetune import train
 from attnkit.training.runs import first_missing, is_run_folder, same_paths, with_defaults
 
@@ -124,7 +124,7 @@ def _check_same(rec: dict, base: TrainConfig, where: str) -> None:
         return
     old = {k: v for k, v in with_defaults(old, TrainConfig.__dataclass_fields__).items() if k in new}  # settings it predates: defaults
     old, new = same_paths(old), same_paths(new)
-    diff = [f"{k}: {old.get(k)!r} there, {new.get(k)!r} now" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    diff = [f"{option_name(k)}: {old.get(k)!r} there, {new.get(k)!r} now" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if diff:
         raise ValueError(f"{where} was trained with other settings ({'; '.join(diff)}): rerun with the same options, "
                          "or give a new --output-dir")
