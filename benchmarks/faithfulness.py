@@ -129,7 +129,7 @@ def example(task: str, methods: list[str], seed: int, a, min_words: int = 8, max
 
     def draw():
         plt = pyplot()
-        fig, axes = plt.subplots(len(methods), 1, figsize=(max(6.0, 0.62 * len(words)), 1.9 * len(methods)), squeeze=False)
+        fig, axes = plt.subplots(len(methods), 1, figsize=(max(7.0, 0.62 * len(words)), 0.4 + 1.9 * len(methods)), squeeze=False)
         for ax, m in zip(axes[:, 0], methods):
             grid = np.array([np.asarray(out["methods"][m][e]) for e in EXAMPLE_ROWS])
             grid = grid / np.maximum(np.abs(grid).max(1, keepdims=True), 1e-12)  # each row on its own scale
@@ -141,7 +141,7 @@ def example(task: str, methods: list[str], seed: int, a, min_words: int = 8, max
             ax.set_xticks(range(len(words)), [w + (" *" if rats[i] and rats[i][j] else "") for j, w in enumerate(words)],
                           rotation=45, ha="right", fontsize=8)
             ax.set_title(f"{m} (seed {seed})", fontsize=9)
-        fig.suptitle(f"{task} test sentence {i}: boxes mark each explanation's top 20% of the words (rows on their own scale)"
+        fig.suptitle(f"{task} test sentence {i}\nboxes: each explanation's top 20% of the words (each row on its own scale)"
                      + ("; * SST's sentiment words" if rats[i] is not None else ""), fontsize=8)
         return fig
 
