@@ -31,6 +31,7 @@ import torch
 
 from attnkit import entmax15, entmax_bisect, sparsegen_lin, sparsemax
 from attnkit.attention.spec import NORMALISERS, AttentionSpec
+from attnkit.runfiles import write_text_atomic
 
 LAM = -4.0
 #: alpha of the alpha-entmax rows: not 1.5, so that no code path can take 1.5-entmax's closed form
@@ -268,8 +269,7 @@ def main():
 
     env["attnkit_backend"] = f"{kernels.backend()} ({kernels.backend_reason()})"
     result = {"environment": env, "command": "python benchmarks/speed.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items() if v not in (None, False)), "rows": rows}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_text_atomic(Path(a.out), json.dumps(result, indent=2) + "\n")  # a run stopped early keeps the last results
     print(json.dumps(env))
     print(to_markdown(rows))
 
