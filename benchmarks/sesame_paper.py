@@ -190,7 +190,7 @@ def render_table3(recs: list[dict]) -> str:
             cells.append(f"{_mean_sd([100 * r['dev_metric'] for r in cell.values()])} ({len(cell)})" if cell else "—")
             if v != "softmax":
                 d = [100 * (cell[s]["dev_metric"] - soft[s]["dev_metric"]) for s in sorted(set(cell) & set(soft))]
-                diffs.append(f"{_mean_sd(d)} ({sum(x > 0 for x in d)}/{len(d)}), {ssaf_table2.verdict(d)}" if d else "—")
+                diffs.append(_paired(d, ", ") if d else "—")
         lines.append(f"| {pooling} | " + " | ".join(cells) + " | " + " | ".join(diffs) + " |")
     sig = sorted({r["blur_sigma"] for r in recs if r.get("blur_sigma") is not None})
     lines += ["", f"Blur sigma: {', '.join(f'{x:g}' for x in sig) or '—'}; (n): seeds."]
@@ -296,6 +296,11 @@ def _mean_sd(xs: list[float]) -> str:
     return ssaf_table2._ms(xs)
 
 
+def _paired(d: list[float], sep: str = " | ") -> str:
+    """Paired differences as the tables print them: mean ± std (seeds won), then the verdict after ``sep``."""
+    return f"{_mean_sd(d)} ({sum(x > 0 for x in d)}/{len(d)}){sep}{ssaf_table2.verdict(d)}"
+
+
 def identity_checked(recs: list[dict], task: str, name: str) -> bool:
     """Whether the identity-sigma variant ``name`` was run at some seed and trained softmax's model there, weight for
     weight, at every seed where both were run (then its other seeds are softmax's records)."""
@@ -331,8 +336,7 @@ def selection(by: dict, held: dict, task: str) -> list[str]:
             gain = [100 * (by[(task, best[s])][s]["dev_metric"] - soft[s]["dev_metric"]) for s in seeds]
             picks = ", ".join(f"{s}: {by[(task, best[s])][s]['blur_sigma']:g}" for s in seeds)
             lines.append(f"| {task} | {place} | paper: best sigma by dev, on dev | {','.join(map(str, seeds))} | {picks} "
-                         f"| {_mean_sd([100 * by[(task, best[s])][s]['dev_metric'] for s in seeds])} | {_mean_sd(gain)} "
-                         f"({sum(x > 0 for x in gain)}/{len(gain)}) | {ssaf_table2.verdict(gain)} |")
+                         f"| {_mean_sd([100 * by[(task, best[s])][s]['dev_metric'] for s in seeds])} | {_paired(gain)} |")
         hsoft = held.get((task, "softmax"), {})
         hseeds = sorted(set(hsoft).intersection(*[set(held.get((task, n), {})) for n in names]))
         if hseeds:
@@ -341,8 +345,7 @@ def selection(by: dict, held: dict, task: str) -> list[str]:
             picks = ", ".join(f"{s}: {held[(task, pick[s])][s]['blur_sigma']:g}" for s in hseeds)
             frac = next(iter(hsoft.values())).get("holdout") or 0
             lines.append(f"| {task} | {place} | clean: sigma (and epoch) by a held-out {100 * frac:g}% of train, on dev | {','.join(map(str, hseeds))} | {picks} "
-                         f"| {_mean_sd([100 * held[(task, pick[s])][s]['dev_metric'] for s in hseeds])} | {_mean_sd(gain)} "
-                         f"({sum(x > 0 for x in gain)}/{len(gain)}) | {ssaf_table2.verdict(gain)} |")
+                         f"| {_mean_sd([100 * held[(task, pick[s])][s]['dev_metric'] for s in hseeds])} | {_paired(gain)} |")
     k = distinct_runs(by, task)
     if k and len(soft) >= k:
         devs = {s: 100 * soft[s]["dev_metric"] for s in soft}
@@ -376,7 +379,7 @@ def render(recs: list[dict], held_recs: list[dict] | None = None) -> str:
             k = rs[0]["kernel"]
             lines.append(f"| {t} ({rs[0]['metric']}) | {name} | {'—' if k is None else ', '.join(f'{x:.3f}' for x in k)} "
                          f"| {_seeds(cell)} | {_mean_sd([100 * r['dev_metric'] for r in rs])} "
-                         f"| {_mean_sd(d) + f' ({sum(x > 0 for x in d)}/{len(d)})' if d else '—'} | {ssaf_table2.verdict(d) if d else '—'} |")
+                         f"| {_paired(d) if d else '— | —'} |")
     sel = [line for t in tasks for line in selection(by, held, t)]
     if sel:
         lines += ["", "## Choosing sigma: the paper's protocol, a clean one, and selection alone", "",
