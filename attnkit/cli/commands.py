@@ -453,7 +453,7 @@ def cmd_layer_weights(a) -> int:
     d, model, tok, task, data, ds = _model_and_split(a)
     ds = ds.select(range(min(a.max_samples, len(ds))))
     pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
-    w = layer_weights(model, tok, list(ds["text"]), pairs, max_length=a.max_length)
+    w = layer_weights(model, tok, list(ds["text"]), pairs, batch_size=a.batch_size, max_length=a.max_length)
     name = d.parent.name if d.name == MODEL_DIR else d.name
     path = plot_layer_weights(w, a.output, title=f"{name}: {task} {a.split} ({len(ds)} texts)")
     write_json_atomic(js, {**w, WRITTEN_BY: "attnkit layer-weights"})

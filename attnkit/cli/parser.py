@@ -64,10 +64,12 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_model_io(p: argparse.ArgumentParser) -> None:
+def add_model_io(p: argparse.ArgumentParser, *, batched: bool = True) -> None:
+    """--model, --max-length, --threads, and --batch-size where the command reads more than one text."""
     p.add_argument("--model", required=True, help="a checkpoint written by `attnkit train` (its model/ folder or the run folder)")
     p.add_argument("--max-length", type=int, default=None, help="truncate inputs to this many tokens (default: the length the model was trained with, else 128)")
-    p.add_argument("--batch-size", type=positive_int, default=64, help="inference batch size (default 64)")
+    if batched:
+        p.add_argument("--batch-size", type=positive_int, default=64, help="inference batch size (default 64)")
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: what torch picks, one per core)")
 
 
@@ -249,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", default=None, help="with --split: folder for the GLUE submission file (default <model>/glue_submission)")
 
     x = sub.add_parser("explain", help="draw one sentence's attention as a heatmap (PNG or SVG)")
-    add_model_io(x)
+    add_model_io(x, batched=False)
     x.add_argument("text", help="the sentence")
     x.add_argument("--output", default=None, help="heatmap file, .png or .svg (default attention.png; an existing one attnkit did not write is kept)")
     x.add_argument("--layer", type=int, default=None, help="layer (0-based); omit for every layer")
