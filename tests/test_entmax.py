@@ -27,6 +27,21 @@ def test_entmax15_matches_the_entmax_package(n, gen):
     assert torch.allclose(p.sum(-1), torch.ones(6, 5, dtype=torch.float64), atol=1e-12)
 
 
+def test_entmax15_exact_on_ties_and_entries_at_the_threshold():
+    # dyadic rows whose threshold is known in closed form: one entry exactly at it (p = 0 there), all tied, a
+    # pair tied at the top with the rest far below; and flat or peaked long rows, where the search takes
+    # the most passes, against the package
+    z = torch.tensor([[0.0, -2.0, -2.0, -7.0], [3.0, 3.0, 3.0, 3.0], [1.0, 1.0, -9.0, -9.0]], dtype=torch.float64)
+    want = torch.tensor([[1.0, 0, 0, 0], [0.25] * 4, [0.5, 0.5, 0, 0]], dtype=torch.float64)
+    for dtype, tol in ((torch.float64, 1e-15), (torch.float32, 1e-6)):
+        p = entmax15(z.to(dtype))
+        assert torch.equal(p == 0, want == 0) and (p.double() - want).abs().max() < tol
+    g = torch.Generator().manual_seed(3)
+    for scale in (0.05, 1.0, 30.0):
+        long = torch.randn(8, 300, generator=g, dtype=torch.float64) * scale
+        assert torch.allclose(entmax15(long), entmax.entmax15(long, dim=-1), atol=1e-12)
+
+
 @pytest.mark.parametrize("alpha", [1.1, 1.25, 1.5, 1.75, 2.0])
 def test_entmax_bisect_matches_the_entmax_package(alpha, gen):
     z = rows(gen, 40, 33)

@@ -200,14 +200,15 @@ torch::Tensor sparsemax_backward(torch::Tensor p, torch::Tensor g, double scale)
 }
 
 // ---------------------------------------------------------------------------------------------------- entmax
-// 1.5-entmax and alpha-entmax along the last dim, one row at a time (rows in parallel), in double.
+// 1.5-entmax and alpha-entmax along the last dim (rows in parallel), thresholds in double.
 //
 // A row z is shifted by its max m and written x_j = d (z_j - m), d = alpha - 1 (1/2 for 1.5-entmax), so that
 // p_j = [x_j - tau]_+^(1/d) with sum_j p_j = 1 and tau in [-1, 0) (the max entry has x = 0 and p <= 1). So only
 // entries with x > -1 can be in the support: one pass gathers them (a handful on attention rows), and the rest of
 // the work runs on those alone.
 //
-// 1.5-entmax (1/d = 2) is exact: the sort-based closed form (Peters et al. 2019) on the sorted candidates.
+// 1.5-entmax (1/d = 2) is exact: masked passes over the row (Newton's method from below, ended by the exact root on
+// the support; see entmax15_block), with the sort-based closed form (Peters et al. 2019) as the fallback.
 // alpha-entmax: f(tau) = sum_j [x_j - tau]_+^(1/d) - 1 is convex and decreasing for 1 < alpha <= 2 (1/d >= 1), so
 // Newton's method started below the root (tau = -1: f >= 0) rises monotonically to it and never overshoots; it
 // runs until tau stops moving (quadratic convergence: a handful of steps) on the scores' own scale (s = (tau + 1)
@@ -265,17 +266,15 @@ inline void candidates(const T* __restrict z, int64_t n, double m, double scale,
   c.k = k;
 }
 
+// 1.5-entmax's exact threshold from the sorted candidates (Peters et al. 2019, Algorithm 2): with x sorted descending,
+// tau_k = mean_k - sqrt(max(0, 1/k - var_k)); the support is the largest k with tau_k <= x_k. The fallback of
+// entmax15_row (a row where the passes below stall on rounding).
 template <typename T>
-inline void entmax15_row(const T* __restrict z, T* __restrict o, int64_t n) {
-  // exact, sort-based on the candidates (Peters et al. 2019, Algorithm 2): with x sorted descending,
-  // tau_k = mean_k - sqrt(max(0, 1/k - var_k)); the support is the largest k with tau_k <= x_k; p = [x - tau]_+^2
+inline double entmax15_sorted_tau(const T* __restrict z, int64_t n, double m) {
   using A = double;
-  A m = 0;
-  if (special_row(z, o, n, m)) return;
   thread_local Candidates c;
   candidates(z, n, m, 0.5, 2.0, c);
   const int64_t k = c.k;
-  // sort the candidates' values (few) descending; their indices are only needed for the output
   thread_local std::vector<A> sorted;
   sorted.assign(c.x.begin(), c.x.begin() + k);
   std::sort(sorted.begin(), sorted.end(), std::greater<A>());
@@ -289,10 +288,89 @@ inline void entmax15_row(const T* __restrict z, T* __restrict o, int64_t n) {
     if (t > x) break;  // x_i below tau_i: i - 1 is the support (the condition holds for a prefix)
     tau = t;
   }
-  std::fill(o, o + n, T(0));
-  for (int64_t i = 0; i < k; ++i) {
-    const A v = c.x[i] - tau;
-    if (v > 0) o[c.idx[i]] = T(v * v);
+  return tau;
+}
+
+// One masked pass over a row at a lower bound t of the threshold: over S = {x > t}, x = (z - m) / 2, the count and
+// the sums of u = x - t and u^2, and the smallest u (vectorised; no compaction, as sparsemax's passes).
+template <typename T>
+inline void above15(const T* __restrict z, int64_t n, double m, double t, double& k_out, double& su_out, double& su2_out,
+                    double& lo_out) {
+  using A = double;
+  A k = 0, su = 0, su2 = 0, lo = std::numeric_limits<A>::infinity();
+#pragma omp simd reduction(+ : k, su, su2) reduction(min : lo)
+  for (int64_t j = 0; j < n; ++j) {
+    const A u = (A(z[j]) - m) * 0.5 - t;
+    const bool keep = u > A(0);
+    k += keep ? A(1) : A(0);
+    su += keep ? u : A(0);
+    su2 += keep ? u * u : A(0);
+    lo = keep && u < lo ? u : lo;
+  }
+  k_out = k;
+  su_out = su;
+  su2_out = su2;
+  lo_out = lo;
+}
+
+// 1.5-entmax, exact, R rows at a time with their passes interleaved (as sparsemax's forward_block). With x = (z - m) / 2,
+// f(t) = sum_j [x_j - t]_+^2 is convex and decreasing and the threshold tau solves f(tau) = 1, tau in [-1, 0). From a
+// lower bound t (start: -1), one pass over S = {x > t} gives
+//   - the exact root r of sum_{j in S} (x_j - t')^2 = 1 (the smaller one): r >= tau. If no entry of S lies below r,
+//     {x > r} is S and f(r) = 1: r is tau, exactly as the sort-based formula on this support. Done.
+//   - otherwise Newton's step t <- t + (f(t) - 1) / -f'(t), which stays below tau (f is convex) and rises
+//     quadratically; S shrinks to the support in a few passes (3-4 on attention rows).
+// A row where rounding stalls the rise falls back to the sort-based threshold.
+template <typename T, int R>
+inline void entmax15_block(const T* __restrict z, T* __restrict out, int64_t n) {
+  using A = double;
+  A m[R], t[R], tau[R];
+  bool live[R], special[R];
+  int nlive = 0;
+  for (int i = 0; i < R; ++i) {
+    special[i] = special_row(z + i * n, out + i * n, n, m[i]);
+    live[i] = !special[i];
+    t[i] = -1;
+    tau[i] = -1;
+    nlive += live[i];
+  }
+  for (int it = 0; it < 64 && nlive > 0; ++it) {
+    A k[R], su[R], su2[R], lo[R];
+    for (int i = 0; i < R; ++i)
+      if (live[i]) above15(z + i * n, n, m[i], t[i], k[i], su[i], su2[i], lo[i]);
+    for (int i = 0; i < R; ++i) {
+      if (!live[i]) continue;
+      const A mean = su[i] / k[i], disc = A(1) / k[i] - (su2[i] / k[i] - mean * mean);
+      if (disc >= 0) {
+        const A r = mean - std::sqrt(disc);  // relative to t
+        if (r <= lo[i]) {
+          tau[i] = t[i] + r;
+          live[i] = false;
+          --nlive;
+          continue;
+        }
+      }
+      const A next = t[i] + (su2[i] - A(1)) / (A(2) * su[i]);
+      if (!(next > t[i])) {  // rounding: no progress
+        tau[i] = entmax15_sorted_tau(z + i * n, n, m[i]);
+        live[i] = false;
+        --nlive;
+      } else {
+        t[i] = next;
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    if (special[i]) continue;
+    if (live[i]) tau[i] = entmax15_sorted_tau(z + i * n, n, m[i]);  // did not settle in 64 passes
+    const T* __restrict zr = z + i * n;
+    T* __restrict o = out + i * n;
+    const A mi = m[i], ti = tau[i];
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const A v = (A(zr[j]) - mi) * 0.5 - ti;
+      o[j] = v > A(0) ? T(v * v) : T(0);
+    }
   }
 }
 
@@ -367,12 +445,13 @@ inline double entmax_backward_row(const T* __restrict pr, const T* __restrict gr
 #pragma omp simd reduction(+ : tq, tgq)
     for (int64_t j = 0; j < n; ++j) {
       const T q = std::sqrt(pr[j]);
+      out[j] = q;  // kept for the second pass: one square root per entry
       tq += q;
       tgq += q * gr[j];
     }
     const T mean = tq > T(0) ? tgq / tq : T(0);
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) out[j] = std::sqrt(pr[j]) * (gr[j] - mean);
+    for (int64_t j = 0; j < n; ++j) out[j] = out[j] * (gr[j] - mean);
     return 0.0;
   }
   A sq = 0, sgq = 0, sgp = 0, h = 0, sgpl = 0;
@@ -413,9 +492,13 @@ torch::Tensor entmax_forward(torch::Tensor z, torch::Tensor alpha) {
     const scalar_t* zp = zc.data_ptr<scalar_t>();
     scalar_t* pp = p.data_ptr<scalar_t>();
     at::parallel_for(0, rows, 16, [=](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        if (a == nullptr) entmax15_row<scalar_t>(zp + r * n, pp + r * n, n);
-        else entmax_alpha_row<scalar_t>(zp + r * n, pp + r * n, n, a[r]);
+      int64_t r = begin;
+      if (a == nullptr) {
+        constexpr int R = 4;
+        for (; r + R <= end; r += R) entmax15_block<scalar_t, R>(zp + r * n, pp + r * n, n);
+        for (; r < end; ++r) entmax15_block<scalar_t, 1>(zp + r * n, pp + r * n, n);
+      } else {
+        for (; r < end; ++r) entmax_alpha_row<scalar_t>(zp + r * n, pp + r * n, n, a[r]);
       }
     });
   });
