@@ -213,7 +213,7 @@ def render_hans(recs: list[dict]) -> str:
             continue
         rs = list(cell.values())
         tests = [100 * r["test_metric"] for r in rs if r.get("test_metric") is not None]
-        cols = [_mean_sd([100 * r["dev_metric"] for r in rs]), _mean_sd(tests) if tests else "—",
+        cols = [_mean_sd([100 * r["dev_metric"] for r in rs]), _mean_sd(tests) if len(tests) == len(rs) else "—",
                 _mean_sd([100 * r["hans_accuracy"] for r in rs])]
         cols += [_mean_sd([100 * r["hans"][h][g] for r in rs]) for h in HEURISTICS for g in ("entailment", "non-entailment")]
         lines.append(f"| {name} | {_seeds(cell)} | " + " | ".join(cols) + " |")

@@ -241,3 +241,13 @@ def test_tasks_says_which_datasets_are_found(tmp_path, capsys):
     assert "[found: sentube/auto/]" in rows["sentube-auto"] and "[found: glue/RTE/]" in rows["rte"]
     assert "[not found: semeval2013_taskB/]" in rows["semeval2013"] and "[not found: hans/]" in rows["hans"]
     assert "your own files" in rows["csv"] and {"hans", "squad", "scitail"} <= set(rows)
+
+
+def test_batch_size_only_where_more_than_one_text_is_read(capsys):
+    from attnkit.cli.parser import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["layer-weights", "--model", "m", "--batch-size", "8"]).batch_size == 8
+    with pytest.raises(SystemExit):  # explain draws one sentence: a batch size would be silently ignored
+        parser.parse_args(["explain", "--model", "m", "a sentence", "--batch-size", "8"])
+    assert "--batch-size" in capsys.readouterr().err

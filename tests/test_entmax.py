@@ -36,6 +36,11 @@ def test_entmax15_exact_on_ties_and_entries_at_the_threshold():
     for dtype, tol in ((torch.float64, 1e-15), (torch.float32, 1e-6)):
         p = entmax15(z.to(dtype))
         assert torch.equal(p == 0, want == 0) and (p.double() - want).abs().max() < tol
+    # rows whose first pass (at t = -1) sees entries outside the support, so Newton's steps must shrink it: four
+    # tied maxima (tau = -1/2 on x = z / 2) over entries at -1.8 and -1 (just below the threshold: p = 0 there)
+    z = torch.tensor([[0.0] * 4 + [-1.0] + [-1.8] * 10, [0.0, -0.5, -0.9] + [-1.9] * 12], dtype=torch.float64)
+    assert torch.allclose(entmax15(z), entmax.entmax15(z, dim=-1), atol=1e-15)
+    assert torch.equal(entmax15(z)[0, 4:], torch.zeros(11, dtype=torch.float64))
     g = torch.Generator().manual_seed(3)
     for scale in (0.05, 1.0, 30.0):
         long = torch.randn(8, 300, generator=g, dtype=torch.float64) * scale
@@ -47,6 +52,23 @@ def test_entmax_bisect_matches_the_entmax_package(alpha, gen):
     z = rows(gen, 40, 33)
     ref = entmax.entmax_bisect(z, alpha, dim=-1, n_iter=200)
     assert torch.allclose(entmax_bisect(z, alpha), ref, atol=1e-12)
+
+
+def test_alpha_entmax_exact_with_an_entry_at_the_edge_of_the_support(gen):
+    # an entry with p ~ 1e-12..1e-8 makes f's curvature unbounded near the root for 1.5 < alpha < 2, where a search
+    # that stops on a small step (rather than when s stops moving) can end short of the root
+    for alpha in (1.6, 1.8, 1.95):
+        z = rows(gen, 20, 12)
+        p = entmax_bisect(z, alpha)
+        d = alpha - 1
+        # move one entry of each row to where its probability is eps: [d (x - s)]^(1/d) with the row's own threshold
+        ref = entmax.entmax_bisect(z, alpha, dim=-1, n_iter=200)
+        tau_x = z.max(-1, keepdim=True).values - (ref.max(-1, keepdim=True).values ** d) / d  # z where p would be 0
+        eps = torch.logspace(-12, -8, 20, dtype=torch.float64).unsqueeze(-1)
+        z = torch.cat([z, tau_x + eps ** d / d], -1)
+        ref = entmax.entmax_bisect(z, alpha, dim=-1, n_iter=200)
+        assert (ref[:, -1] > 0).all()
+        assert torch.allclose(entmax_bisect(z, alpha), ref, atol=1e-12)
 
 
 def test_alpha_one_is_softmax_and_two_is_sparsemax(gen):
@@ -158,7 +180,7 @@ def test_empty_and_special_rows(fn):
 
 def test_bad_alpha_is_refused():
     z = torch.zeros(2, 3)
-    for bad in (0.5, math.nan, math.inf, "x"):
+    for bad in (0.5, 2.5, math.nan, math.inf, "x"):
         with pytest.raises(ValueError, match="alpha"):
             entmax_bisect(z, bad)
 

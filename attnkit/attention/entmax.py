@@ -194,22 +194,23 @@ class _EntmaxBisectFunction(torch.autograd.Function):
 
 
 def check_alpha(alpha) -> float:
-    """Validate a fixed alpha: a finite number >= 1 (1 is softmax, 2 sparsemax)."""
+    """Validate a fixed alpha: a number in [1, 2] (1 is softmax, 2 sparsemax; above 2 the threshold's function is no
+    longer convex and Newton's method, which the kernels use, can stop short of the root)."""
     try:
         a = float(alpha)
     except (TypeError, ValueError):
-        raise ValueError(f"alpha must be a real number >= 1, got {alpha!r}") from None
-    if not math.isfinite(a) or a < 1:
-        raise ValueError(f"alpha must be a finite number >= 1 (1: softmax, 1.5: 1.5-entmax, 2: sparsemax), got alpha={alpha!r}")
+        raise ValueError(f"alpha must be a real number in [1, 2], got {alpha!r}") from None
+    if not math.isfinite(a) or not 1 <= a <= 2:
+        raise ValueError(f"alpha must be a number in [1, 2] (1: softmax, 1.5: 1.5-entmax, 2: sparsemax), got alpha={alpha!r}")
     return a
 
 
 def entmax_bisect(scores: torch.Tensor, alpha=1.5, dim: int = -1, n_iter: int | None = None) -> torch.Tensor:
     """alpha-entmax along ``dim``: softmax at alpha = 1, sparsemax at 2, sparse for alpha > 1.
 
-    ``alpha`` is a float (>= 1) or a tensor broadcastable to ``scores`` with ``dim`` of size 1 (one alpha per row,
+    ``alpha`` is a float in [1, 2] or a tensor broadcastable to ``scores`` with ``dim`` of size 1 (one alpha per row,
     e.g. per head); a tensor that requires grad receives its gradient. Tensor values are not checked (that would
-    read them on the host): keep them >= 1, as ``1 + sigmoid(a)`` does. ``n_iter`` bisection steps (default: enough
+    read them on the host): keep them in [1, 2], as ``1 + sigmoid(a)`` does. ``n_iter`` bisection steps (default: enough
     for the dtype) are followed by two Newton steps on the found support.
     """
     if not isinstance(alpha, torch.Tensor):
