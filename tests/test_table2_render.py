@@ -115,3 +115,19 @@ def test_sesame_table3_and_hans_pair_by_seed(sesame):
     recs[0] = {k: v for k, v in recs[0].items() if k != "test_metric"}
     assert "| softmax | 1,2,3 | 70.0 ± 0.0 | — | 50.0 ± 0.0 |" in sesame.render_hans(recs)
     assert "SesameBERT − softmax (paired): 10.0 ± 5.0 points (3/3 seeds ahead): **holds**" in md
+
+
+def test_faithfulness_table_lists_models_that_are_not_table2s_to_the_bit():
+    spec = importlib.util.spec_from_file_location("faithfulness_bench", _PATH.with_name("faithfulness.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ex = {e: {"aopc_comprehensiveness": 0.1, "aopc_sufficiency": 0.2} for e in ("attention", "rollout", "received", "grad_x_input", "integrated_gradients", "random")}
+
+    def rec(method, seed, model, table2):
+        return {"task": "sentube-auto", "method": method, "seed": seed, "examples": 3, "explanations": ex,
+                "kendall_tau": {"attention vs integrated_gradients": 0.1}, "model_test_metric": model, "table2_test_metric": table2}
+
+    md = mod.render([rec("softmax", 1, 0.70, 0.70), rec("SSAF", 1, 0.6645, 0.6656), rec("SSAF", 2, 0.5, None)])
+    assert "| sentube-auto | SSAF | 1 | 66.5 | 66.6 |" in md
+    assert "| sentube-auto | softmax | 1 |" not in md.split("not Table 2's model to the bit")[1]  # the same model: not listed
+    assert "| sentube-auto | SSAF | 2 |" not in md.split("not Table 2's model to the bit")[1]  # no Table 2 record: nothing to compare
