@@ -74,8 +74,8 @@ def _load():
 
             src = Path(__file__).with_name("csrc") / "sparsemax_cpu.cpp"
             # -march=native: the build is only valid on this kind of CPU, so the cache name says which
-            name = f"attnkit_sparsemax_cpu_v18_{tag}_{_cpu_tag()}"
-            fresh = _announce_build([f"attnkit_sparsemax_cpu_v18_{t}_{_cpu_tag()}" for t in ("omp", "serial")])
+            name = f"attnkit_sparsemax_cpu_v19_{tag}_{_cpu_tag()}"
+            fresh = _announce_build([f"attnkit_sparsemax_cpu_v19_{t}_{_cpu_tag()}" for t in ("omp", "serial")])
             t0 = time.time()
             _ext = load(name=name, sources=[str(src)], extra_cflags=cflags, extra_ldflags=ldflags, verbose=False)
             if fresh:

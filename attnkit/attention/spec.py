@@ -191,9 +191,7 @@ class AttentionSpec:
             raise ValueError(f"learn_lam={self.learn_lam!r}: expected true or false")
         if self.learn_lam and name != "sparsegen-lin":
             raise ValueError(f"learn_lam needs attention sparsegen-lin (lam learned per layer and head), not {name}")
-        alpha = check_alpha(self.alpha)
-        if alpha > 2:
-            raise ValueError(f"alpha={self.alpha!r}: expected a number in [1, 2] (1: softmax, 1.5: 1.5-entmax, 2: sparsemax)")
+        alpha = check_alpha(self.alpha)  # [1, 2]
         object.__setattr__(self, "alpha", alpha)
         if not isinstance(self.learn_alpha, bool):
             raise ValueError(f"learn_alpha={self.learn_alpha!r}: expected true or false")

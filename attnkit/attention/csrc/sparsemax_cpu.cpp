@@ -204,8 +204,8 @@ torch::Tensor sparsemax_backward(torch::Tensor p, torch::Tensor g, double scale)
 //
 // A row z is shifted by its max m and written x_j = d (z_j - m), d = alpha - 1 (1/2 for 1.5-entmax), so that
 // p_j = [x_j - tau]_+^(1/d) with sum_j p_j = 1 and tau in [-1, 0) (the max entry has x = 0 and p <= 1). So only
-// entries with x > -1 can be in the support: one pass gathers them (a handful on attention rows), and the rest of
-// the work runs on those alone.
+// entries with x > -1 can be in the support: alpha-entmax (and 1.5-entmax's sort-based fallback) gather them in one
+// pass (a handful on attention rows) and run the rest of the work on those alone.
 //
 // 1.5-entmax (1/d = 2) is exact: masked passes over the row (Newton's method from below, ended by the exact root on
 // the support; see entmax15_block), with the sort-based closed form (Peters et al. 2019) as the fallback.
@@ -269,7 +269,7 @@ inline void candidates(const T* __restrict z, int64_t n, double m, double scale,
 
 // 1.5-entmax's exact threshold from the sorted candidates (Peters et al. 2019, Algorithm 2): with x sorted descending,
 // tau_k = mean_k - sqrt(max(0, 1/k - var_k)); the support is the largest k with tau_k <= x_k. The fallback of
-// entmax15_row (a row where the passes below stall on rounding).
+// entmax15_block (a row where its passes stall on rounding or do not settle).
 template <typename T>
 inline double entmax15_sorted_tau(const T* __restrict z, int64_t n, double m) {
   using A = double;
@@ -326,13 +326,13 @@ template <typename T, int R>
 inline void entmax15_block(const T* __restrict z, T* __restrict out, int64_t n) {
   using A = double;
   A m[R], t[R], tau[R];
-  bool live[R], special[R];
+  bool live[R], special[R], settled[R];
   int nlive = 0;
   for (int i = 0; i < R; ++i) {
     special[i] = special_row(z + i * n, out + i * n, n, m[i]);
     live[i] = !special[i];
+    settled[i] = false;
     t[i] = -1;
-    tau[i] = -1;
     nlive += live[i];
   }
   for (int it = 0; it < 64 && nlive > 0; ++it) {
@@ -346,14 +346,14 @@ inline void entmax15_block(const T* __restrict z, T* __restrict out, int64_t n) 
         const A r = mean - std::sqrt(disc);  // relative to t
         if (r <= lo[i]) {
           tau[i] = t[i] + r;
+          settled[i] = true;
           live[i] = false;
           --nlive;
           continue;
         }
       }
       const A next = t[i] + (su2[i] - A(1)) / (A(2) * su[i]);
-      if (!(next > t[i])) {  // rounding: no progress
-        tau[i] = entmax15_sorted_tau(z + i * n, n, m[i]);
+      if (!(next > t[i])) {  // rounding: no progress (the sort-based threshold answers below)
         live[i] = false;
         --nlive;
       } else {
@@ -363,7 +363,7 @@ inline void entmax15_block(const T* __restrict z, T* __restrict out, int64_t n) 
   }
   for (int i = 0; i < R; ++i) {
     if (special[i]) continue;
-    if (live[i]) tau[i] = entmax15_sorted_tau(z + i * n, n, m[i]);  // did not settle in 64 passes
+    if (!settled[i]) tau[i] = entmax15_sorted_tau(z + i * n, n, m[i]);  // stalled, or not settled in 64 passes
     const T* __restrict zr = z + i * n;
     T* __restrict o = out + i * n;
     const A mi = m[i], ti = tau[i];
