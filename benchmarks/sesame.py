@@ -68,13 +68,21 @@ def _n(runs, a) -> str:
     return "" if k == len(a.seeds) else f" (n={k})"
 
 
-def header(a, title):
+SMALL_BUDGET = ("**A small budget, not the SesameBERT paper's** (fewer epochs, training examples or tokens than its 3 epochs, "
+                "whole train split, max length 128): every variant sits near chance or the majority class, so these numbers say "
+                "nothing about the paper's claims. The paper-budget tables: `benchmarks/sesame_paper.py`, "
+                "`benchmarks/results/sesame_paper.md` (Table 2), `sesame_paper_table3.md`, `sesame_paper_hans.md`.")
+
+
+def header(a, title, trains=True):
     import torch
     import transformers
 
+    small = trains and (a.epochs < 3 or a.max_train_samples is not None or a.max_length < 128)
     return [
         f"# {title}",
         "",
+        *([SMALL_BUDGET, ""] if small else []),
         f"Command: `python benchmarks/sesame.py {' '.join(x for x in sys.argv[1:] if x != '--report-only')}`  ",
         f"Date: {dt.date.today().isoformat()}; machine: {platform.machine()}, {torch.get_num_threads()} torch threads (2-core VM, shared); "
         f"torch {torch.__version__}, transformers {transformers.__version__}.  ",
@@ -217,7 +225,7 @@ def cost(a):
             if r:  # round 0 is warm-up
                 times[k].append(time.perf_counter() - t)
     med = {k: statistics.median(v) for k, v in times.items()}
-    lines = header(a, "Extra cost per training step of SE and blur (MiniLM, b32 x L128, fwd + bwd + AdamW)")
+    lines = header(a, "Extra cost per training step of SE and blur (MiniLM, b32 x L128, fwd + bwd + AdamW)", trains=False)
     lines += [f"Median of {a.rounds} interleaved rounds.", "", "| variant | ms / step | ratio to plain |", "|---|---|---|"]
     for k, v in med.items():
         lines.append(f"| {k} | {v * 1e3:.0f} | {v / med['plain']:.3f}x |")

@@ -38,3 +38,21 @@ def test_the_gpu_benchmark_refuses_without_cuda_and_its_self_check_runs_every_va
                        text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "every variant ran" in r.stdout and "attnkit entmax15 (triton)" in r.stdout
+
+
+def test_sesame_small_budget_tables_say_so_at_their_top_and_paper_budget_ones_do_not():
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sesame_bench", ROOT / "benchmarks" / "sesame.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    base = dict(model="minilm", batch_size=32, lr=3e-5, blur_size=3, blur_sigma=0.5, se_ratio=3, seeds=[1])
+    paper = argparse.Namespace(epochs=3, max_train_samples=None, max_length=128, **base)
+    small = argparse.Namespace(epochs=1, max_train_samples=400, max_length=96, **base)
+    assert mod.SMALL_BUDGET in mod.header(small, "t")
+    assert mod.SMALL_BUDGET in mod.header(argparse.Namespace(**{**vars(paper), "max_length": 64}), "t")
+    assert mod.SMALL_BUDGET not in mod.header(paper, "t")
+    assert mod.SMALL_BUDGET not in mod.header(small, "cost", trains=False)  # a speed table has no budget to speak of
+    for name in ("sesame_table2", "sesame_table2_sst2", "sesame_hans", "sesame_table3"):  # the committed ones
+        assert mod.SMALL_BUDGET in (ROOT / "benchmarks" / "results" / f"{name}.md").read_text(), name
