@@ -252,6 +252,7 @@ def verdict(diffs: list[float]) -> str:
 def entmax_section(by: dict, tasks: list[str]) -> list[str]:
     """Markdown lines: each sparse map against softmax and against SSAF, paired by seed, with its sparsity on dev."""
     rows = []
+    pooled = {meth: ([], [], set()) for meth in ENTMAX_METHODS}  # meth -> (− softmax pairs, − SSAF pairs, sets)
     for t in tasks:
         soft, ssaf = by.get((t, "softmax"), {}), by.get((t, "SSAF"), {})
         for meth in ENTMAX_METHODS:
@@ -263,6 +264,9 @@ def entmax_section(by: dict, tasks: list[str]) -> list[str]:
             length = [r["dev_mean_length"] for r in rs if "dev_mean_length" in r]
             vs_soft = [100 * (cell[s]["test_accuracy"] - soft[s]["test_accuracy"]) for s in sorted(set(cell) & set(soft))]
             vs_ssaf = [100 * (cell[s]["test_accuracy"] - ssaf[s]["test_accuracy"]) for s in sorted(set(cell) & set(ssaf))]
+            pooled[meth][0].extend(vs_soft)
+            pooled[meth][1].extend(vs_ssaf)
+            pooled[meth][2].add(t)
             alpha = ""
             if "alpha_learned" in rs[0]:
                 flat = [a for r in rs for row in r["alpha_learned"] for a in row]
@@ -275,6 +279,11 @@ def entmax_section(by: dict, tasks: list[str]) -> list[str]:
                          f"| {_ms(vs_ssaf)} ({sum(x > 0 for x in vs_ssaf)}/{len(vs_ssaf)}) | {verdict(vs_ssaf) if vs_ssaf else '—'} |")
     if not rows:
         return []
+    for meth, (vs_soft, vs_ssaf, sets) in pooled.items():  # every (set, seed) pair as one sample, as SSAF's pooled row
+        if len(sets) > 1:
+            rows.append(f"| all {len(sets)} sets pooled | {meth} | {len(vs_soft)} pairs | — | — | {_ms(vs_soft)} "
+                        f"({sum(x > 0 for x in vs_soft)}/{len(vs_soft)}) | {verdict(vs_soft) if vs_soft else '—'} "
+                        f"| {_ms(vs_ssaf)} ({sum(x > 0 for x in vs_ssaf)}/{len(vs_ssaf)}) | {verdict(vs_ssaf) if vs_ssaf else '—'} |")
     return ["", "## The entmax family against softmax and SSAF (issue 24)", "",
             "Test accuracy in % (mean ± std over seeds); the mean non-zero weights per attention row of the trained model on",
             "the first 256 dev texts (every layer, head and real query token) against the mean tokens per text (softmax's",

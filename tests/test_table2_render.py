@@ -46,6 +46,23 @@ def test_render_pairs_by_seed_and_pools_every_pair(t2):
     assert pooled[4] == "2/5" and pooled[5] == "within noise"
 
 
+def test_entmax_section_pairs_each_map_with_softmax_and_ssaf_and_pools_sets(t2):
+    recs = []
+    for task, base in (("sentube-auto", 0.70), ("semeval2013", 0.75)):
+        recs += [_rec(task, "softmax", s, base) for s in (1, 2, 3)] + [_rec(task, "SSAF", s, base - 0.01) for s in (1, 2, 3)]
+        recs += [dict(_rec(task, "entmax15", s, base - 0.02 + 0.01 * (task == "semeval2013")), dev_nonzeros_per_row=5.0,
+                      dev_mean_length=30.0) for s in (1, 2, 3)]
+    recs.append(_rec("semeval2013", "entmax15+alpha-warmup", 1, 0.76))  # one set only: no pooled row
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): [c.strip() for c in line.split("|")[1:-1]]
+            for line in t2.render(recs, {}).split("## The entmax family")[1].splitlines() if line.startswith("| ")}
+    auto, sem = rows[("sentube-auto", "entmax15")], rows[("semeval2013", "entmax15")]
+    assert auto[4] == "5.00 of 30.0" and auto[5] == "-2.0 ± 0.0 (0/3)" and auto[6] == "reversed" and auto[7] == "-1.0 ± 0.0 (0/3)"
+    assert sem[5] == "-1.0 ± 0.0 (0/3)" and sem[7] == "0.0 ± 0.0 (0/3)"
+    pooled = rows[("all 2 sets pooled", "entmax15")]
+    assert pooled[2] == "6 pairs" and pooled[5] == "-1.5 ± 0.5 (0/6)" and pooled[6] == "reversed" and pooled[7] == "-0.5 ± 0.5 (0/6)"
+    assert not any(k[0].startswith("all") and k[1] == "entmax15+alpha-warmup" for k in rows)
+
+
 @pytest.fixture(scope="module")
 def sesame():
     import sys
