@@ -56,8 +56,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SIGMAS = (0.01, 0.1, 0.3, 0.5, 1.0)
 #: the grid the paper chose sigma from (by dev accuracy)
 PAPER_SIGMAS = (0.01, 0.1, 0.3, 0.5)
-#: a kernel whose side weights are below this is the identity for all practical purposes (see the module doc)
-IDENTITY_TAIL = 1e-20
 #: the GLUE dev metric each task is reported by in the paper's Table 2
 METRIC = {"rte": "accuracy", "mrpc": "accuracy", "cola": "mcc", "sst2": "accuracy", "mnli-devsplit": "accuracy"}
 KEY = ("task", "variant", "seed")
@@ -78,15 +76,10 @@ def kernel_weights(sigma: float, size: int = 3) -> list[float]:
 
 
 def is_identity(sigma: float | None, size: int = 3) -> bool:
-    """Whether the float32 blur kernel at ``sigma`` is the identity to within :data:`IDENTITY_TAIL`."""
-    import torch
+    """Whether the float32 blur kernel at ``sigma`` is the identity (``attnkit.attention.spec.blur_is_identity``)."""
+    from attnkit.attention.spec import blur_is_identity
 
-    from attnkit.attention.spec import gaussian_kernel
-
-    if sigma is None:
-        return False
-    k = gaussian_kernel(size, sigma, dtype=torch.float32)
-    return float(k[size // 2]) == 1.0 and float(k.max() if size == 1 else k[0]) < IDENTITY_TAIL
+    return sigma is not None and blur_is_identity(size, sigma)
 
 
 def weights_digest(model_dir: Path) -> str:

@@ -125,6 +125,32 @@ def test_tiny_sigma_blur_equals_no_blur(tiny_bert):
         assert torch.allclose(a(**enc).logits, b(**enc).logits, atol=1e-6)
 
 
+def test_an_identity_blur_is_named_so_and_the_train_command_says_it_does_not_blur(tiny_bert, tmp_path, capsys, monkeypatch):
+    from attnkit.attention.spec import blur_is_identity
+    from attnkit.cli import commands, main
+
+    # width 3: sigma 0.01 is exactly [0, 1, 0], 0.1 has tails of 1.9e-22; 0.3 ([0.004, 0.992, 0.004]) already blurs
+    assert blur_is_identity(3, 0.01) and blur_is_identity(3, 0.1) and blur_is_identity(7, 0.1)
+    assert not blur_is_identity(3, 0.3) and not blur_is_identity(3, 0.5) and not blur_is_identity(5, 0.2)
+    assert "no blur" in AttentionSpec("softmax", blur="value", blur_sigma=0.1).describe()
+    assert AttentionSpec("softmax", blur="value", blur_sigma=0.3).blur_note() is None
+    assert AttentionSpec("softmax", blur_sigma=0.01).blur_note() is None  # no blur asked for: nothing to say
+
+    class Stop(Exception):
+        pass
+
+    def stop(cfg):
+        raise Stop
+
+    monkeypatch.setattr(commands, "train", stop)  # the note comes before any training
+    for sigma, said in (("0.1", True), ("0.5", False)):
+        with pytest.raises(Stop):
+            main(["train", "--task", "csv", "--data-dir", str(tmp_path), "--model", str(tiny_bert), "--output-dir",
+                  str(tmp_path / f"run{sigma}"), "--blur", "context", "--blur-sigma", sigma])
+        err = capsys.readouterr().err
+        assert ("--blur-sigma 0.1 at --blur-size 3 does not blur" in err) is said, err
+
+
 @pytest.mark.parametrize("pooling", STRATEGIES)
 @pytest.mark.parametrize("se", [False, True])
 def test_every_strategy_with_and_without_se(tiny_bert, tmp_path, pooling, se):

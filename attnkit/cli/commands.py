@@ -127,6 +127,9 @@ def prepare_model_length(a) -> None:
 def cmd_train(a) -> int:
     cfg = train_config(a)
     cfg.validate()  # settings, attention and lam before any heavy work
+    note = cfg.spec().blur_note()
+    if note and int(os.environ.get("RANK", "0")) == 0:
+        print(f"[attnkit] note: {note}", file=sys.stderr)
     metrics = train(cfg)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
