@@ -104,11 +104,13 @@ def run_cell(task: str, name: str, blur: str, sigma: float | None, seed: int, a,
                       lr=a.lr, max_length=a.max_length, seed=seed, output_dir=str(out), logging_steps=50,
                       max_train_samples=a.train_subset.get(task), holdout=a.holdout, blur=blur,
                       blur_sigma=sigma if sigma is not None else 0.3, pooling=pooling, se=se,
-                      group_by_length=True)  # as Table 2: RTE's random batches pad to ~128 tokens, twice its mean length
+                      group_by_length=True,  # as Table 2: RTE's random batches pad to ~128 tokens, twice its mean length
+                      precision=a.precision)
     t0 = time.time()
     m = train(cfg)
     metric = METRIC[task]
     per_epoch = [h[f"eval_{metric}"] for h in m["log_history"] if f"eval_{metric}" in h]
+    extra = {"se_weights": se_weights(out, task, a)} if se else {}  # Figure 4's numbers, kept: run folders are not
     return {
         "task": task, "variant": name, "blur": blur, "blur_sigma": sigma, "kernel": kernel_weights(sigma) if sigma is not None else None,
         "se": se, "layer_pooling": pooling, "attention": attention, "seed": seed, "epochs": cfg.epochs, "lr": cfg.lr,
@@ -119,7 +121,20 @@ def run_cell(task: str, name: str, blur: str, sigma: float | None, seed: int, a,
         "run": str(out), "train_seconds": round(m["train"].get("train_runtime", time.time() - t0), 1),
         "torch_threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None,
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "precision": a.precision, **extra,
     }
+
+
+def se_weights(run: Path, task: str, a) -> list[float]:
+    """The mean SE weight per layer of a trained run on its task's dev split (Figure 4), ``attnkit layer-weights``'s numbers."""
+    from attnkit.analysis.explain import layer_weights
+    from attnkit.analysis.inference import load_for_inference
+    from attnkit.tasks import load_task
+
+    dev = load_task(task, a.data_dir).splits["validation"]
+    _, model, tok = load_for_inference(str(run))
+    pairs = list(dev["text_pair"]) if "text_pair" in dev.column_names else None
+    return [round(float(x), 6) for x in layer_weights(model, tok, list(dev["text"]), pairs, max_length=a.max_length)["se_mean"]]
 
 
 # ----------------------------------------------------------------------------- Table 3, HANS, Figure 4 (items 3-5)
@@ -164,10 +179,21 @@ def hans_record(rec: dict, a) -> dict:
     return {**rec, "hans_accuracy": rep["accuracy"], "hans_n": rep["n"], "hans": rep["heuristic"]}
 
 
-def render_table3(recs: list[dict]) -> str:
+#: how each precision is described at the top of a table
+PRECISION = {"fp32": "float32 throughout",
+             "bf16": "bfloat16 mixed precision (`attnkit train --bf16`: matrix products in bf16 under autocast, weights, optimizer "
+                     "and the attention normaliser in float32; about 4x faster per run here than float32)"}
+
+
+def _tag(precision: str) -> str:
+    return "" if precision == "fp32" else f"_{precision}"
+
+
+def render_table3(recs: list[dict], precision: str = "fp32") -> str:
     by = by_cell(recs)
-    lines = ["# SesameBERT Table 3 at the paper's budget (MiniLM, RTE)", "",
-             "Made by `benchmarks/sesame_paper.py --grid table3` (records: `sesame_paper_table3.json`). RTE dev accuracy (× 100),",
+    lines = [f"# SesameBERT Table 3 at the paper's budget (MiniLM, RTE{', bf16' if precision != 'fp32' else ''})", "",
+             f"Arithmetic: {PRECISION[precision]}.", "",
+             f"Made by `benchmarks/sesame_paper.py --grid table3` (records: `sesame_paper_table3{_tag(precision)}.json`). RTE dev accuracy (× 100),",
              "mean ± std over seeds, for each extraction strategy with plain softmax attention, SE over the layers, blur on the",
              "context layer (the sigma in each record) and both; paired: minus the softmax cell of the same strategy and seed",
              "(seeds won), Table 2's verdict rule.", "",
@@ -190,10 +216,11 @@ def render_table3(recs: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_hans(recs: list[dict]) -> str:
+def render_hans(recs: list[dict], precision: str = "fp32") -> str:
     by = by_cell(recs)
-    lines = ["# HANS at the paper's budget (MiniLM trained on MNLI's dev-matched split)", "",
-             "Made by `benchmarks/sesame_paper.py --grid hans` (records: `sesame_paper_hans.json`). MNLI's training set is not",
+    lines = [f"# HANS at the paper's budget (MiniLM trained on MNLI's dev-matched split{', bf16' if precision != 'fp32' else ''})", "",
+             f"Arithmetic: {PRECISION[precision]}.", "",
+             f"Made by `benchmarks/sesame_paper.py --grid hans` (records: `sesame_paper_hans{_tag(precision)}.json`). MNLI's training set is not",
              "here, so every model trains on `mnli-devsplit` (its train part, 3 epochs, batch 32, lr 3e-5); accuracy (× 100) on",
              "its validation part (which chose the epoch), on its test part (untouched by the choice) and on HANS per",
              "heuristic and gold label (neutral and contradiction count as non-entailment), mean ± std over seeds.", "",
@@ -226,18 +253,16 @@ def figure4(recs: list[dict], a, path: Path) -> Path | None:
     last-layer SE runs), mean ± std over seeds, as a bar chart (PNG and SVG) with its numbers in JSON."""
     import numpy as np
 
-    from attnkit.analysis.explain import layer_weights, pyplot, save_figure
-    from attnkit.analysis.inference import load_for_inference
-    from attnkit.tasks import load_task
+    from attnkit.analysis.explain import pyplot, save_figure
 
-    dev = load_task("rte", a.data_dir).splits["validation"]
     series = {}
     for r in recs:
-        if r["variant"] not in FIGURE4_VARIANTS or not Path(r["run"], "model").is_dir():
+        if r["variant"] not in FIGURE4_VARIANTS:
             continue
-        _, model, tok = load_for_inference(r["run"])
-        w = layer_weights(model, tok, list(dev["text"]), list(dev["text_pair"]), max_length=a.max_length)
-        series.setdefault(r["variant"], []).append(w["se_mean"])
+        if r.get("se_weights") is None and Path(r["run"], "model").is_dir():  # a record from before se_weights were kept
+            r = {**r, "se_weights": se_weights(Path(r["run"]), "rte", a)}
+        if r.get("se_weights") is not None:
+            series.setdefault(r["variant"], []).append(r["se_weights"])
     if not series:
         return None
     plt = pyplot()
@@ -351,10 +376,12 @@ def selection(by: dict, held: dict, task: str) -> list[str]:
     return lines
 
 
-def render(recs: list[dict], held_recs: list[dict] | None = None) -> str:
+def render(recs: list[dict], held_recs: list[dict] | None = None, precision: str = "fp32", fp32_recs: list[dict] | None = None) -> str:
     by, held = by_cell(recs), by_cell(held_recs or [])
-    lines = ["# SesameBERT Table 2 at the paper's budget (MiniLM)", "",
-             "Made by `benchmarks/sesame_paper.py` (records: `sesame_paper.json`; held-out runs: `sesame_paper_holdout.json`).",
+    t = _tag(precision)
+    lines = [f"# SesameBERT Table 2 at the paper's budget (MiniLM{', bf16' if precision != 'fp32' else ''})", "",
+             f"Arithmetic: {PRECISION[precision]}.", "",
+             f"Made by `benchmarks/sesame_paper.py{' --bf16' if precision == 'bf16' else ''}` (records: `sesame_paper{t}.json`; held-out runs: `sesame_paper_holdout{t}.json`).",
              "Every run: the bundled all-MiniLM-L6-v2, the whole train split, batch 32 (of similar lengths), lr 3e-5, 3 epochs, max length 128,",
              "softmax attention, classifier on the last layer; dev metric (× 100) of the best epoch, mean ± std over seeds;",
              "paired: minus softmax on the same seed, in points (seeds won), with Table 2's verdict rule (**holds** / **within",
@@ -387,7 +414,37 @@ def render(recs: list[dict], held_recs: list[dict] | None = None) -> str:
                   "does to plain softmax: over every choice of that many of its seeds, the best dev score minus their mean.", "",
                   "| task | blur | protocol | seeds | sigma chosen (seed: sigma) | dev | gain over softmax (seeds won) | verdict |",
                   "|---|---|---|---|---|---|---|---|", *sel]
+    if fp32_recs:
+        lines += precision_check(recs, fp32_recs, precision)
     return "\n".join(lines) + "\n"
+
+
+def precision_check(recs: list[dict], fp32_recs: list[dict], precision: str) -> list[str]:
+    """The cells run in both float32 and ``precision`` (same task, variant, seed), side by side: does the arithmetic
+    change the result? Paired differences per variant and pooled over every cell."""
+    budget = ("train_size", "epochs", "lr", "batch_size", "max_length", "blur_sigma", "holdout")
+    ours = {tuple(r[k] for k in KEY): r for r in recs}
+    theirs = {tuple(r[k] for k in KEY): r for r in fp32_recs}
+    both = sorted(k for k in set(ours) & set(theirs) if all(ours[k].get(b) == theirs[k].get(b) for b in budget))
+    if not both:
+        return []
+    out = ["", f"## {precision} against float32 on the same cells", "",
+           f"The cells run in float32 (`sesame_paper.json`) and again in {precision}: same data order, seed and settings.", "",
+           f"| task | variant | seeds | float32 dev | {precision} dev | {precision} − float32 (paired) | same dev score, epoch by epoch |",
+           "|---|---|---|---|---|---|---|"]
+    groups: dict = {}
+    for k in both:
+        groups.setdefault(k[:2], []).append(k)
+    every = []
+    for (task, variant), ks in groups.items():
+        d = [100 * (ours[k]["dev_metric"] - theirs[k]["dev_metric"]) for k in ks]
+        every += d
+        same = sum(ours[k].get("dev_per_epoch") == theirs[k].get("dev_per_epoch") for k in ks)
+        out.append(f"| {task} | {variant} | {','.join(str(k[2]) for k in ks)} | {_mean_sd([100 * theirs[k]['dev_metric'] for k in ks])} "
+                   f"| {_mean_sd([100 * ours[k]['dev_metric'] for k in ks])} | {_mean_sd(d)} | {same}/{len(ks)} |")
+    out.append(f"| all | {len(groups)} variants | {len(every)} cells | | | {_mean_sd(every)} "
+               f"(higher on {sum(x > 0 for x in every)}, lower on {sum(x < 0 for x in every)}) | |")
+    return out
 
 
 def main():
@@ -419,15 +476,21 @@ def main():
     ap.add_argument("--train-subset", type=int, default=None, help="a smoke test: every task trains on this many examples")
     ap.add_argument("--work-dir", default=None, help="run folders (default runs/sesame_paper[_holdout|_table3|_hans])")
     ap.add_argument("--results", default=str(ROOT / "benchmarks/results"), help="folder of the records and tables")
+    ap.add_argument("--bf16", action="store_true",
+                    help="bfloat16 mixed precision (attnkit train --bf16): about 4x faster on a CPU with AVX512-BF16; records "
+                         "and run folders get a _bf16 suffix (sesame_paper_bf16.json, ...), and the Table 2 of bf16 runs "
+                         "sets them beside the float32 runs of the same cells")
     ap.add_argument("--render-only", action="store_true")
     a = ap.parse_args()
+    a.precision = "bf16" if a.bf16 else "fp32"
+    tag = "_bf16" if a.bf16 else ""
     a.train_subset = {t: a.train_subset for t in METRIC} if a.train_subset else {"sst2": a.sst2_subset} if a.sst2_subset else {}
     a.seeds = a.seeds or ([1, 2, 3, 4, 5] if a.grid == "table2" else [1, 2, 3])
     suffix = {"table2": "_holdout" if a.holdout else "", "table3": "_table3", "hans": "_hans", "figure4": "_table3"}[a.grid]
-    a.work_dir = a.work_dir or f"runs/sesame_paper{suffix}"
+    a.work_dir = a.work_dir or f"runs/sesame_paper{suffix}{tag}"
     res = Path(a.results)
     if a.grid == "figure4":
-        png = figure4(ssaf_table2.read_records(res / "sesame_paper_table3.json"), a, res / "sesame_paper_figure4")
+        png = figure4(ssaf_table2.read_records(res / f"sesame_paper_table3{tag}.json"), a, res / f"sesame_paper_figure4{tag}")
         print(f"written {png}" if png else "no SE runs of table3 with their models yet")
         return
     if a.grid in ("table3", "hans") and a.sigma is None and not a.render_only:
@@ -438,22 +501,23 @@ def main():
         ap.error(f"--sigma {a.sigma:g}: the kernel is the identity there (no blur: the runs would be softmax's); "
                  "if the clean protocol chose it, blur does not help and the blur columns would only repeat softmax")
     if a.grid == "table2":
-        full, held, md = res / "sesame_paper.json", res / "sesame_paper_holdout.json", res / "sesame_paper.md"
+        full, held, md = res / f"sesame_paper{tag}.json", res / f"sesame_paper_holdout{tag}.json", res / f"sesame_paper{tag}.md"
         path = held if a.holdout else full
 
         def rerender():
-            write_text_atomic(md, render(ssaf_table2.read_records(full), ssaf_table2.read_records(held)))
+            fp32 = ssaf_table2.read_records(res / "sesame_paper.json") if a.bf16 else None
+            write_text_atomic(md, render(ssaf_table2.read_records(full), ssaf_table2.read_records(held), a.precision, fp32))
 
         if a.holdout and any(r.get("holdout") != a.holdout for r in ssaf_table2.read_records(held)):
             ap.error(f"--holdout {a.holdout:g}: {held} holds runs of another held-out fraction; give another --results folder")
         cells = [(task, seed, name, blur, sigma, {}) for task in a.tasks for seed in a.seeds for name, blur, sigma in variants(a.sigmas)
                  if blur in a.places]
     else:
-        path, md = res / f"sesame_paper{suffix}.json", res / f"sesame_paper{suffix}.md"
+        path, md = res / f"sesame_paper{suffix}{tag}.json", res / f"sesame_paper{suffix}{tag}.md"
         renderer = render_table3 if a.grid == "table3" else render_hans
 
         def rerender():
-            write_text_atomic(md, renderer(ssaf_table2.read_records(path)))
+            write_text_atomic(md, renderer(ssaf_table2.read_records(path), a.precision))
 
         if a.grid == "table3":
             cells = [("rte", seed, name, blur, sigma, kw) for seed in a.seeds for name, blur, sigma, kw in table3_cells(a)]

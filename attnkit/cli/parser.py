@@ -110,6 +110,12 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--learn-alpha", action="store_true", help="entmax-alpha: learn alpha per layer and head (1 + sigmoid(a)), started at --alpha")
     t.add_argument("--alpha-lr", type=float, default=None, help="with --learn-alpha: learning rate of the alpha parameters (default: --lr)")
     t.add_argument("--alpha-warmup", type=float, default=0.0, help="entmax15/entmax-alpha: alpha starts at 1 (softmax) and reaches its target after this fraction of the steps (< 1) or step count (default 0: off)")
+    prec = t.add_mutually_exclusive_group()
+    prec.add_argument("--bf16", dest="precision", action="store_const", const="bf16", default=d.precision,
+                      help="mixed precision: matrix products in bfloat16 under autocast, weights and optimizer in float32 "
+                           "(GPUs with bf16, and CPUs with AVX512-BF16 or AMX, where a step is several times faster); default float32")
+    prec.add_argument("--fp16", dest="precision", action="store_const", const="fp16",
+                      help="mixed precision in float16 with loss scaling (CUDA GPUs only)")
     t.add_argument("--threads", type=int, default=None, help="torch threads (default: what torch picks, one per core); 1 leaves a core free")
     t.add_argument("--lemmatize", default=None, metavar="LANG", help="replace texts by their lemmas (simplemma: en, fr, de, ...); recorded with the model, applied at prediction too")
     t.add_argument("--group-by-length", action="store_true", help="batch texts of similar length together (less padding, faster on CPU)")

@@ -38,6 +38,9 @@ PAPER_LAM = {
 #: epochs used by the SSAF paper for each dataset
 PAPER_EPOCHS = {"sst5": 4, "sst5-phrases": 4, "sst2": 4, "sst2-ptb": 4, "sentube-auto": 5, "sentube-tablets": 6, "semeval2013": 8, "squad": 2, "scitail": 3}
 
+#: a run's arithmetic: float32, or mixed precision with matrix products in bfloat16 / float16 (``--bf16``, ``--fp16``)
+PRECISIONS = ("fp32", "bf16", "fp16")
+
 
 def check_seed(seed, option: str = "--seed") -> int:
     """A seed as numpy and torch take it: a whole number from 0 to 2**32 - 1."""
@@ -47,7 +50,7 @@ def check_seed(seed, option: str = "--seed") -> int:
 
 
 #: settings whose command-line option is not --<name with dashes>
-_OPTIONS = {"pooling": "--layer-pooling", "warmup_ratio": "--warmup", "resume": "--no-resume", "eval_batch_size": "eval batch size"}
+_OPTIONS = {"precision": "--bf16/--fp16", "pooling": "--layer-pooling", "warmup_ratio": "--warmup", "resume": "--no-resume", "eval_batch_size": "eval batch size"}
 
 
 def option_name(field: str) -> str:
@@ -83,6 +86,7 @@ class TrainConfig:
     resume: bool = True
     logging_steps: int = 50
     group_by_length: bool = False  # batches of similar length (less padding; same examples per epoch)
+    precision: str = "fp32"  # fp32 | bf16 | fp16: mixed precision under autocast (weights and optimizer stay float32)
     learn_lam: bool = False  # sparsegen-lin: lam learned per layer and head, started at lam
     lam_lr: float | None = None  # learn_lam: the learning rate of the lam parameters (None: lr, like every weight)
     lemmatize: str | None = None  # language: texts replaced by their lemmas (simplemma), recorded with the model
@@ -138,6 +142,8 @@ class TrainConfig:
                 raise ValueError(f"{name} {v}: expected a whole number >= 1")
         if not (isinstance(self.holdout, (int, float)) and math.isfinite(self.holdout) and 0 <= self.holdout < 1):
             raise ValueError(f"--holdout {self.holdout}: expected the fraction of the training split to hold out, >= 0 and < 1")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision {self.precision!r}: expected one of {', '.join(PRECISIONS)} (--bf16, --fp16, or neither)")
         if self.lemmatize:
             lemmatizer(self.lemmatize)
         self.spec()

@@ -282,6 +282,9 @@ def best_checkpoint(trainer, cfg) -> dict:
 def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
     """The Trainer settings every attnkit run shares; the best dev ``best_metric`` (higher is better) is kept."""
     per_steps = cfg.max_steps > 0 or cfg.eval_steps is not None
+    if cfg.precision == "fp16" and not torch.cuda.is_available():
+        raise ValueError("--fp16: float16 mixed precision needs a CUDA GPU (none here); on a CPU use --bf16 (fast where the CPU has "
+                         "AVX512-BF16 or AMX) or neither")
     every = cfg.eval_steps or (cfg.max_steps if cfg.max_steps > 0 else None)
     return TrainingArguments(
         output_dir=str(out),
@@ -308,6 +311,8 @@ def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
         dataloader_num_workers=0,
         train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
         use_cpu=not torch.cuda.is_available(),
+        bf16=cfg.precision == "bf16",
+        fp16=cfg.precision == "fp16",
         # our losses are already means over the batch: averaging "tokens" across processes on top of that
         # doubles the logged loss and the gradients before clipping under torchrun with 2 processes
         average_tokens_across_devices=False,
