@@ -173,9 +173,14 @@ def _batch(b, L, vocab=30000):
     return {"input_ids": ids, "attention_mask": torch.ones(b, L, dtype=torch.long), "labels": torch.randint(0, 2, (b,), generator=g)}
 
 
-def bench_train_step(rounds, b=32, L=128):
+def bench_train_step(rounds, b=32, L=128, bf16=False):
+    """Each variant's training step; with ``bf16`` each also under bfloat16 autocast (``attnkit train --bf16``: the
+    Trainer's autocast, float32 weights and AdamW), every ratio against float32 eager softmax of the same run."""
     batch = _batch(b, L)
-    models = {k: mk() for k, mk in _model_variants().items()}
+    makers = _model_variants()
+    if bf16:
+        makers = {**makers, **{f"{k} bf16": mk for k, mk in makers.items()}}
+    models = {k: mk() for k, mk in makers.items()}
     opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-5) for k, m in models.items()}
 
     def make(k):
@@ -184,7 +189,9 @@ def bench_train_step(rounds, b=32, L=128):
 
         def run():
             opt.zero_grad(set_to_none=True)
-            m(**batch).loss.backward()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=k.endswith(" bf16")):
+                loss = m(**batch).loss
+            loss.backward()
             opt.step()
 
         return run
@@ -251,6 +258,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="normaliser at L=64 only, 2 rounds (a smoke test)")
     ap.add_argument("--only", choices=["normaliser", "memory", "step", "inference"], default=None)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    ap.add_argument("--bf16", action="store_true", help="training steps: each variant also under bfloat16 autocast (attnkit train --bf16)")
+    ap.add_argument("--length", type=int, default=128, help="sequence length of the MiniLM step and inference timings (default 128)")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -261,14 +270,14 @@ def main():
     if not a.quick and a.only in (None, "memory"):
         rows += bench_memory()
     if not a.quick and a.only in (None, "step"):
-        rows += bench_train_step(rounds)
+        rows += bench_train_step(rounds, L=a.length, bf16=a.bf16)
     if not a.quick and a.only in (None, "inference"):
-        rows += bench_inference(rounds)
+        rows += bench_inference(rounds, L=a.length)
     env = environment()
     from attnkit.attention import kernels
 
     env["attnkit_backend"] = f"{kernels.backend()} ({kernels.backend_reason()})"
-    result = {"environment": env, "command": "python benchmarks/speed.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items() if v not in (None, False)), "rows": rows}
+    result = {"environment": env, "command": "python benchmarks/speed.py " + " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(a).items() if v not in (None, False)), "rows": rows}
     write_text_atomic(Path(a.out), json.dumps(result, indent=2) + "\n")  # a run stopped early keeps the last results
     print(json.dumps(env))
     print(to_markdown(rows))

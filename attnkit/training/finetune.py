@@ -29,7 +29,7 @@ from attnkit.tasks.metrics import MAIN_METRIC, predictions_of, task_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
 from attnkit.training.pretrain import init_mini_checkpoint
 from attnkit.training.runs import (
-    AttnkitTrainer, best_checkpoint, check_finite, check_length, check_resume, finish_run, finished_metrics, fit, prepare_output, run_folder, strip_prefix,
+    AttnkitTrainer, best_checkpoint, check_finite, check_length, check_precision, check_resume, finish_run, finished_metrics, fit, prepare_output, run_folder, strip_prefix,
     subsample, training_arguments,
 )
 from attnkit.training.span_qa import train_qa
@@ -169,6 +169,7 @@ def train(cfg: TrainConfig) -> dict:
         if not cfg.head().is_default or str(cfg.model).lower() in ("mini", "minibert") or cfg.freeze:
             raise ValueError(f"task {cfg.task} (span QA) takes the model's own span head: no --layer-pooling/--se, --model mini or --freeze")
     cfg.validate()
+    check_precision(cfg)
     with run_folder(Path(cfg.output_dir)) as out:
         done = finished_metrics(cfg, out)
         if done is not None:

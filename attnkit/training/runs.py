@@ -279,12 +279,17 @@ def best_checkpoint(trainer, cfg) -> dict:
     return out
 
 
-def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
-    """The Trainer settings every attnkit run shares; the best dev ``best_metric`` (higher is better) is kept."""
-    per_steps = cfg.max_steps > 0 or cfg.eval_steps is not None
+def check_precision(cfg: TrainConfig) -> None:
+    """ValueError where the run's arithmetic cannot run here (float16 autocast is the Trainer's on CUDA only)."""
     if cfg.precision == "fp16" and not torch.cuda.is_available():
         raise ValueError("--fp16: float16 mixed precision needs a CUDA GPU (none here); on a CPU use --bf16 (fast where the CPU has "
                          "AVX512-BF16 or AMX) or neither")
+
+
+def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
+    """The Trainer settings every attnkit run shares; the best dev ``best_metric`` (higher is better) is kept."""
+    check_precision(cfg)
+    per_steps = cfg.max_steps > 0 or cfg.eval_steps is not None
     every = cfg.eval_steps or (cfg.max_steps if cfg.max_steps > 0 else None)
     return TrainingArguments(
         output_dir=str(out),
