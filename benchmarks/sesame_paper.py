@@ -442,7 +442,7 @@ def precision_check(recs: list[dict], fp32_recs: list[dict], precision: str) -> 
         same = sum(ours[k].get("dev_per_epoch") == theirs[k].get("dev_per_epoch") for k in ks)
         out.append(f"| {task} | {variant} | {','.join(str(k[2]) for k in ks)} | {_mean_sd([100 * theirs[k]['dev_metric'] for k in ks])} "
                    f"| {_mean_sd([100 * ours[k]['dev_metric'] for k in ks])} | {_mean_sd(d)} | {same}/{len(ks)} |")
-    out.append(f"| all | {len(groups)} variants | {len(every)} cells | | | {_mean_sd(every)} "
+    out.append(f"| all | {len(groups)} variant{'s' * (len(groups) > 1)} | {len(every)} cell{'s' * (len(every) > 1)} | | | {_mean_sd(every)} "
                f"(higher on {sum(x > 0 for x in every)}, lower on {sum(x < 0 for x in every)}) | |")
     return out
 
