@@ -141,20 +141,24 @@ def gaussian_blur(x: torch.Tensor, kernel: torch.Tensor, valid: torch.Tensor | N
     ``valid`` [B, L] (True = real token) zeroes padded positions first, so padding never
     leaks into real tokens: a padded batch gives each sentence what it gets alone.
     ``out[:, :, i] = sum_j kernel[j] * x[:, :, i + j - c]`` (the kernel is symmetric).
+    Half-precision inputs (fp16/bf16, as under autocast) are blurred in float32 and the result rounded once: in bf16
+    arithmetic the side weights of a narrow kernel (0.004 at sigma 0.3) are lost to rounding at every step.
     """
+    dtype = x.dtype
+    x = x.to(torch.promote_types(dtype, torch.float32))
     if valid is not None:
         x = x.masked_fill(~valid[:, None, :, None], 0.0)
     k = kernel.numel()
     c = k // 2
+    w = kernel.to(dtype=x.dtype, device=x.device)
     if k == 1:
-        return x * kernel[0].to(x.dtype)
+        return (x * w[0]).to(dtype)
     L = x.size(-2)
     xp = nn.functional.pad(x, (0, 0, c, c))  # [B, H, L + 2c, D], zeros at both ends
-    w = kernel.to(dtype=x.dtype, device=x.device)
     out = w[0] * xp[..., 0:L, :]
     for j in range(1, k):
         out = out + w[j] * xp[..., j : j + L, :]
-    return out
+    return out.to(dtype)
 
 
 @dataclass(frozen=True)
@@ -360,7 +364,7 @@ def attnkit_attention_forward(
     if spec.blur == "none":
         out = torch.matmul(dropped, value)  # [B, H, Lq, D]
         return out.transpose(1, 2).contiguous(), weights
-    kernel = spec.kernel(dtype=value.dtype, device=value.device)
+    kernel = spec.kernel(dtype=torch.promote_types(value.dtype, torch.float32), device=value.device)  # blurred in float32
     valid = _valid_keys(attention_mask, value.size(0), value.size(-2))  # [B, Lk] or None
     if spec.blur == "value":
         out = torch.matmul(dropped, gaussian_blur(value, kernel, valid))
