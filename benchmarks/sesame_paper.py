@@ -182,7 +182,7 @@ def hans_record(rec: dict, a) -> dict:
 #: how each precision is described at the top of a table
 PRECISION = {"fp32": "float32 throughout",
              "bf16": "bfloat16 mixed precision (`attnkit train --bf16`: matrix products in bf16 under autocast, weights, optimizer "
-                     "and the attention normaliser in float32; about 4x faster per run here than float32)"}
+                     "the attention normaliser and the blur in float32; a RTE run 2-4x faster here than in float32)"}
 
 
 def _tag(precision: str) -> str:
@@ -193,7 +193,7 @@ def render_table3(recs: list[dict], precision: str = "fp32") -> str:
     by = by_cell(recs)
     lines = [f"# SesameBERT Table 3 at the paper's budget (MiniLM, RTE{', bf16' if precision != 'fp32' else ''})", "",
              f"Arithmetic: {PRECISION[precision]}.", "",
-             f"Made by `benchmarks/sesame_paper.py --grid table3` (records: `sesame_paper_table3{_tag(precision)}.json`). RTE dev accuracy (× 100),",
+             f"Made by `benchmarks/sesame_paper.py --grid table3{' --bf16' * (precision == 'bf16')}` (records: `sesame_paper_table3{_tag(precision)}.json`). RTE dev accuracy (× 100),",
              "mean ± std over seeds, for each extraction strategy with plain softmax attention, SE over the layers, blur on the",
              "context layer (the sigma in each record) and both; paired: minus the softmax cell of the same strategy and seed",
              "(seeds won), Table 2's verdict rule.", "",
@@ -220,7 +220,7 @@ def render_hans(recs: list[dict], precision: str = "fp32") -> str:
     by = by_cell(recs)
     lines = [f"# HANS at the paper's budget (MiniLM trained on MNLI's dev-matched split{', bf16' if precision != 'fp32' else ''})", "",
              f"Arithmetic: {PRECISION[precision]}.", "",
-             f"Made by `benchmarks/sesame_paper.py --grid hans` (records: `sesame_paper_hans{_tag(precision)}.json`). MNLI's training set is not",
+             f"Made by `benchmarks/sesame_paper.py --grid hans{' --bf16' * (precision == 'bf16')}` (records: `sesame_paper_hans{_tag(precision)}.json`). MNLI's training set is not",
              "here, so every model trains on `mnli-devsplit` (its train part, 3 epochs, batch 32, lr 3e-5); accuracy (× 100) on",
              "its validation part (which chose the epoch), on its test part (untouched by the choice) and on HANS per",
              "heuristic and gold label (neutral and contradiction count as non-entailment), mean ± std over seeds.", "",
@@ -425,9 +425,11 @@ def precision_check(recs: list[dict], fp32_recs: list[dict], precision: str) -> 
     budget = ("train_size", "epochs", "lr", "batch_size", "max_length", "blur_sigma", "holdout")
     ours = {tuple(r[k] for k in KEY): r for r in recs}
     theirs = {tuple(r[k] for k in KEY): r for r in fp32_recs}
-    both = sorted(k for k in set(ours) & set(theirs) if all(ours[k].get(b) == theirs[k].get(b) for b in budget))
+    common = set(ours) & set(theirs)
+    both = sorted(k for k in common if all(ours[k].get(b) == theirs[k].get(b) for b in budget))
     if not both:
         return []
+    unlike = len(common) - len(both)
     out = ["", f"## {precision} against float32 on the same cells", "",
            f"The cells run in float32 (`sesame_paper.json`) and again in {precision}: same data order, seed and settings.", "",
            f"| task | variant | seeds | float32 dev | {precision} dev | {precision} − float32 (paired) | same dev score, epoch by epoch |",
@@ -442,6 +444,8 @@ def precision_check(recs: list[dict], fp32_recs: list[dict], precision: str) -> 
         same = sum(ours[k].get("dev_per_epoch") == theirs[k].get("dev_per_epoch") for k in ks)
         out.append(f"| {task} | {variant} | {','.join(str(k[2]) for k in ks)} | {_mean_sd([100 * theirs[k]['dev_metric'] for k in ks])} "
                    f"| {_mean_sd([100 * ours[k]['dev_metric'] for k in ks])} | {_mean_sd(d)} | {same}/{len(ks)} |")
+    if unlike:
+        out.append(f"| ({unlike} cell{'s' * (unlike > 1)} left out: run at another budget in the two files) | | | | | | |")
     out.append(f"| all | {len(groups)} variant{'s' * (len(groups) > 1)} | {len(every)} cell{'s' * (len(every) > 1)} | | | {_mean_sd(every)} "
                f"(higher on {sum(x > 0 for x in every)}, lower on {sum(x < 0 for x in every)}) | |")
     return out
@@ -474,10 +478,10 @@ def main():
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--sst2-subset", type=int, default=None, help="SST-2: train on a random subset of this size (drawn with the seed)")
     ap.add_argument("--train-subset", type=int, default=None, help="a smoke test: every task trains on this many examples")
-    ap.add_argument("--work-dir", default=None, help="run folders (default runs/sesame_paper[_holdout|_table3|_hans])")
+    ap.add_argument("--work-dir", default=None, help="run folders (default runs/sesame_paper[_holdout|_table3|_hans][_bf16])")
     ap.add_argument("--results", default=str(ROOT / "benchmarks/results"), help="folder of the records and tables")
     ap.add_argument("--bf16", action="store_true",
-                    help="bfloat16 mixed precision (attnkit train --bf16): about 4x faster on a CPU with AVX512-BF16; records "
+                    help="bfloat16 mixed precision (attnkit train --bf16): a RTE run 2-4x faster on a CPU with AVX512-BF16; records "
                          "and run folders get a _bf16 suffix (sesame_paper_bf16.json, ...), and the Table 2 of bf16 runs "
                          "sets them beside the float32 runs of the same cells")
     ap.add_argument("--render-only", action="store_true")

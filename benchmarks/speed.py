@@ -252,7 +252,7 @@ def to_markdown(rows) -> str:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="benchmarks/results/speed.json")
+    ap.add_argument("--out", default=None, help="the JSON file written (default benchmarks/results/speed.json; required with --bf16 or --length)")
     ap.add_argument("--rounds", type=int, default=7, help="rounds of the MiniLM step and inference timings")
     ap.add_argument("--normaliser-rounds", type=int, default=25, help="rounds of the (fast, noisier) normaliser timings")
     ap.add_argument("--quick", action="store_true", help="normaliser at L=64 only, 2 rounds (a smoke test)")
@@ -261,6 +261,13 @@ def main():
     ap.add_argument("--bf16", action="store_true", help="training steps: each variant also under bfloat16 autocast (attnkit train --bf16)")
     ap.add_argument("--length", type=int, default=128, help="sequence length of the MiniLM step and inference timings (default 128)")
     a = ap.parse_args()
+    if a.bf16 and (a.quick or a.only not in (None, "step")):
+        ap.error("--bf16 times the training steps only: give it without --quick, with --only step or no --only")
+    if not 2 <= a.length <= 512:
+        ap.error(f"--length {a.length}: expected 2 to 512 tokens (MiniLM's positions)")
+    if a.out is None and (a.bf16 or a.length != 128):
+        ap.error("--bf16/--length: give --out, so that the committed speed.json (float32, length 128) is not replaced")
+    a.out = a.out or "benchmarks/results/speed.json"
     if a.threads:
         torch.set_num_threads(a.threads)
     rounds = 2 if a.quick else a.rounds

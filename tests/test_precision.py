@@ -58,7 +58,7 @@ def test_fp16_without_cuda_is_refused_in_one_line(tiny_bert, data, tmp_path, cap
     assert main(args(tiny_bert, data, tmp_path / "run", "--attention", "softmax", "--fp16")) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--fp16" in err and "CUDA" in err and "--bf16" in err
-    assert not (tmp_path / "run" / "run_config.json").exists()
+    assert not (tmp_path / "run").exists()  # refused before the run folder was made
 
 
 def test_bf16_and_fp16_are_one_choice(capsys):
@@ -67,14 +67,28 @@ def test_bf16_and_fp16_are_one_choice(capsys):
     assert "not allowed with argument" in capsys.readouterr().err
 
 
-def test_sparse_maps_under_bf16_autocast_are_exact_in_float32():
-    # the normaliser sees bf16 scores under autocast and computes in float32: rows sum to 1, real zeros, no NaN
-    spec = AttentionSpec("entmax15")
-    scores = torch.randn(2, 3, 5, 7, dtype=torch.bfloat16)
+def test_sparse_maps_under_bf16_autocast_are_their_float32_maps_rounded_once():
+    # the normaliser sees bf16 scores under autocast and computes in float32: the float32 map of the same scores,
+    # rounded to bf16 once; rows sum to 1 (to bf16's rounding), real zeros, a fully masked row all zeros, no NaN
+    torch.manual_seed(0)
+    scores = (3 * torch.randn(2, 3, 5, 7)).to(torch.bfloat16)
     scores[0, 0, 0] = float("-inf")  # a fully masked row
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        w = spec.normalise(scores)
-    assert not torch.isnan(w).any() and (w[0, 0, 0] == 0).all()
-    sums = w.float().sum(-1)
-    sums[0, 0, 0] = 1.0
-    assert torch.allclose(sums, torch.ones_like(sums), atol=1e-2) and (w == 0).any()
+    for name in ("sparsemax", "entmax15", "softmax"):
+        spec = AttentionSpec(name)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            w = spec.normalise(scores)
+        assert torch.equal(w, spec.normalise(scores.float()).to(w.dtype)), name
+        assert not torch.isnan(w).any() and (w[0, 0, 0] == 0).all()
+        sums = w.float().sum(-1).flatten()[1:]  # every row but the fully masked one
+        assert torch.allclose(sums, torch.ones_like(sums), atol=2e-2), name
+        if name != "softmax":
+            assert (w.flatten(0, 2)[1:] == 0).any(dim=-1).all(), name  # every real row of a sparse map has real zeros
+
+
+def test_a_launcher_precision_that_differs_from_the_runs_is_refused(tiny_bert, data, tmp_path, capsys, monkeypatch):
+    # `accelerate launch --mixed_precision bf16` sets this variable; the Trainer would train a float32 run in bf16, unrecorded
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    assert main(args(tiny_bert, data, tmp_path / "run", "--attention", "softmax")) == 2
+    err = capsys.readouterr().err
+    assert "ACCELERATE_MIXED_PRECISION=bf16" in err and "give --bf16" in err
+    assert not (tmp_path / "run").exists()

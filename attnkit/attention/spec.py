@@ -280,6 +280,8 @@ class AttentionSpec:
         """One line for a user whose blur does nothing (its float32 kernel is the identity), else None."""
         if self.blur == "none" or not blur_is_identity(self.blur_size, self.blur_sigma):
             return None
+        if self.blur_size == 1:
+            return "--blur-size 1 does not blur at any sigma (a window of one token); a blur needs --blur-size 3 or more"
         return (f"--blur-sigma {self.blur_sigma:g} at --blur-size {self.blur_size} does not blur: the float32 kernel is the identity "
                 f"(off-centre weights below {IDENTITY_TAIL:g}, lost in every sum), so this run trains the very model of no blur; "
                 f"a blur needs a sigma above about 0.1 (width 3: 0.3 gives [0.004, 0.992, 0.004], 0.5 [0.107, 0.787, 0.107])")

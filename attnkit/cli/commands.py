@@ -124,12 +124,17 @@ def prepare_model_length(a) -> None:
 # ----------------------------------------------------------------------------- commands
 
 
-def cmd_train(a) -> int:
-    cfg = train_config(a)
-    cfg.validate()  # settings, attention and lam before any heavy work
+def _blur_note(cfg: TrainConfig) -> None:
+    """Say so on stderr (once, on the main process) when the blur asked for does not blur."""
     note = cfg.spec().blur_note()
     if note and int(os.environ.get("RANK", "0")) == 0:
         print(f"[attnkit] note: {note}", file=sys.stderr)
+
+
+def cmd_train(a) -> int:
+    cfg = train_config(a)
+    cfg.validate()  # settings, attention and lam before any heavy work
+    _blur_note(cfg)
     metrics = train(cfg)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
@@ -183,6 +188,7 @@ def cmd_sweep(a) -> int:
     a.attention = SWEPT[param]  # the base settings every cell shares are those of the swept normaliser
     base = train_config(a)
     base.validate()
+    _blur_note(base)
     out = Path(a.output_dir)
     records = run_sweep(base, values, a.seeds, out, param=param, view_layer=a.view_layer, view_head=a.view_head, report_only=a.report_only)
     print(f"[attnkit] {len(records)} cells; records in {out / 'sweep.json'}; figures {out / 'sweep.png'}, {out / 'sweep.svg'}, "

@@ -268,6 +268,7 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
     metrics["head"] = head.to_dict()
     metrics["main_metric"] = MAIN_METRIC[data.metric]
     metrics["task"] = cfg.task
+    metrics["precision"] = cfg.precision  # the dev/test scores above were taken in it too (bf16: under autocast)
     metrics["train_size"] = len(train_ds)
     metrics["parameters"] = sum(p.numel() for p in model.parameters())
     learned = {kind: learned_values(trainer.model, kind) for kind in LEARNED}
@@ -282,7 +283,7 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
         model_dir = save_checkpoint(
             trainer.model, out / MODEL_DIR, tokenizer,
             extra={"task": cfg.task, "label_names": data.label_names, "trained_on": data.description, "metric": data.metric,
-                   "max_length": cfg.max_length, "lemmatize": lang},
+                   "max_length": cfg.max_length, "lemmatize": lang, "precision": cfg.precision},
         )
         metrics["model_dir"] = str(model_dir)
         write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict(), "head_spec": head.to_dict()})

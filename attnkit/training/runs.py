@@ -279,11 +279,28 @@ def best_checkpoint(trainer, cfg) -> dict:
     return out
 
 
+#: accelerate's name of each precision (``accelerate launch --mixed_precision``, the ACCELERATE_MIXED_PRECISION variable)
+_ACCELERATE_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
+
+
 def check_precision(cfg: TrainConfig) -> None:
-    """ValueError where the run's arithmetic cannot run here (float16 autocast is the Trainer's on CUDA only)."""
+    """ValueError where the run's arithmetic cannot run here, or would not be the one recorded; a warning where bf16
+    runs but slowly (a CPU without native bf16)."""
+    env = os.environ.get("ACCELERATE_MIXED_PRECISION")
+    if env and env != _ACCELERATE_PRECISION[cfg.precision]:
+        # the Trainer would take the variable over a float32 run and train it in mixed precision, unrecorded
+        raise ValueError(f"ACCELERATE_MIXED_PRECISION={env} (set by `accelerate launch --mixed_precision {env}` or by hand) "
+                         f"but the run asks {cfg.precision}: give {'--bf16' if env == 'bf16' else '--fp16' if env == 'fp16' else 'neither --bf16 nor --fp16'}, "
+                         "or launch without it")
     if cfg.precision == "fp16" and not torch.cuda.is_available():
         raise ValueError("--fp16: float16 mixed precision needs a CUDA GPU (none here); on a CPU use --bf16 (fast where the CPU has "
                          "AVX512-BF16 or AMX) or neither")
+    if cfg.precision == "bf16" and torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
+        raise ValueError(f"--bf16: this GPU ({torch.cuda.get_device_name()}) has no bfloat16; use --fp16 or neither")
+    if cfg.precision == "bf16" and not torch.cuda.is_available():
+        native = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)() or getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+        if not native:
+            log.warning("--bf16: this CPU has no native bfloat16 (AVX512-BF16 or AMX): the run is emulated and may be slower than float32")
 
 
 def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):

@@ -57,7 +57,7 @@ def train_qa(cfg: TrainConfig, out: Path) -> dict:
         "train": dict(result.metrics),
         "validation": strip_prefix(dev, "eval_"),
         **best_checkpoint(trainer, cfg),
-        "attention": spec.to_dict(), "main_metric": "f1", "task": cfg.task,
+        "attention": spec.to_dict(), "main_metric": "f1", "task": cfg.task, "precision": cfg.precision,
         "train_size": len(train_rows), "train_windows": len(train_ds), "validation_size": len(dev_rows),
         "max_length": cfg.max_length, "doc_stride": stride,
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -66,7 +66,7 @@ def train_qa(cfg: TrainConfig, out: Path) -> dict:
     if trainer.is_world_process_zero():
         model_dir = save_checkpoint(trainer.model, out / MODEL_DIR, tokenizer,
                                     extra={"task": cfg.task, "trained_on": QA_TASKS.get(cfg.task, cfg.task), "metric": "squad",
-                                           "max_length": cfg.max_length, "doc_stride": stride})
+                                           "max_length": cfg.max_length, "doc_stride": stride, "precision": cfg.precision})
         metrics["model_dir"] = str(model_dir)
         write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict()})
         write_json_atomic(out / METRICS_FILE, metrics)
