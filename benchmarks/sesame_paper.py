@@ -380,7 +380,9 @@ def render(recs: list[dict], held_recs: list[dict] | None = None, precision: str
     by, held = by_cell(recs), by_cell(held_recs or [])
     t = _tag(precision)
     lines = [f"# SesameBERT Table 2 at the paper's budget (MiniLM{', bf16' if precision != 'fp32' else ''})", "",
-             f"Arithmetic: {PRECISION[precision]}.", "",
+             f"Arithmetic: {PRECISION[precision]}."
+             + (" The table goes on in bf16 (`--bf16`, 2-4x faster here): `sesame_paper_bf16.md`, where these float32 cells"
+                " stand beside their bf16 twins." if precision == "fp32" else ""), "",
              f"Made by `benchmarks/sesame_paper.py{' --bf16' if precision == 'bf16' else ''}` (records: `sesame_paper{t}.json`; held-out runs: `sesame_paper_holdout{t}.json`).",
              "Every run: the bundled all-MiniLM-L6-v2, the whole train split, batch 32 (of similar lengths), lr 3e-5, 3 epochs, max length 128,",
              "softmax attention, classifier on the last layer; dev metric (× 100) of the best epoch, mean ± std over seeds;",
