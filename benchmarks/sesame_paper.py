@@ -110,7 +110,8 @@ def run_cell(task: str, name: str, blur: str, sigma: float | None, seed: int, a,
     m = train(cfg)
     metric = METRIC[task]
     per_epoch = [h[f"eval_{metric}"] for h in m["log_history"] if f"eval_{metric}" in h]
-    extra = {"se_weights": se_weights(out, task, a)} if se else {}  # Figure 4's numbers, kept: run folders are not
+    # Figure 4's numbers, kept in Table 3's records (run folders do not outlive a session)
+    extra = {"se_weights": se_weights(out, task, a)} if se and a.grid == "table3" else {}
     return {
         "task": task, "variant": name, "blur": blur, "blur_sigma": sigma, "kernel": kernel_weights(sigma) if sigma is not None else None,
         "se": se, "layer_pooling": pooling, "attention": attention, "seed": seed, "epochs": cfg.epochs, "lr": cfg.lr,
@@ -181,7 +182,7 @@ def hans_record(rec: dict, a) -> dict:
 
 #: how each precision is described at the top of a table
 PRECISION = {"fp32": "float32 throughout",
-             "bf16": "bfloat16 mixed precision (`attnkit train --bf16`: matrix products in bf16 under autocast, weights, optimizer "
+             "bf16": "bfloat16 mixed precision (`attnkit train --bf16`: matrix products in bf16 under autocast, weights, optimizer, "
                      "the attention normaliser and the blur in float32; a RTE run 2-4x faster here than in float32)"}
 
 
@@ -189,11 +190,18 @@ def _tag(precision: str) -> str:
     return "" if precision == "fp32" else f"_{precision}"
 
 
+def _header(title: str, grid: str, precision: str, records: str, note: str = "") -> list[str]:
+    """A table's title, arithmetic and the command and records that made it (``records``: names with ``{t}``, the
+    precision's file suffix)."""
+    t = _tag(precision)
+    return [f"# {title}{', bf16' if precision != 'fp32' else ''})", "", f"Arithmetic: {PRECISION[precision]}.{note}", "",
+            f"Made by `benchmarks/sesame_paper.py{grid}{' --bf16' * (precision == 'bf16')}` (records: {records.format(t=t)})."]
+
+
 def render_table3(recs: list[dict], precision: str = "fp32") -> str:
     by = by_cell(recs)
-    lines = [f"# SesameBERT Table 3 at the paper's budget (MiniLM, RTE{', bf16' if precision != 'fp32' else ''})", "",
-             f"Arithmetic: {PRECISION[precision]}.", "",
-             f"Made by `benchmarks/sesame_paper.py --grid table3{' --bf16' * (precision == 'bf16')}` (records: `sesame_paper_table3{_tag(precision)}.json`). RTE dev accuracy (× 100),",
+    lines = [*_header("SesameBERT Table 3 at the paper's budget (MiniLM, RTE", " --grid table3", precision, "`sesame_paper_table3{t}.json`"),
+             "RTE dev accuracy (× 100),",
              "mean ± std over seeds, for each extraction strategy with plain softmax attention, SE over the layers, blur on the",
              "context layer (the sigma in each record) and both; paired: minus the softmax cell of the same strategy and seed",
              "(seeds won), Table 2's verdict rule.", "",
@@ -218,9 +226,8 @@ def render_table3(recs: list[dict], precision: str = "fp32") -> str:
 
 def render_hans(recs: list[dict], precision: str = "fp32") -> str:
     by = by_cell(recs)
-    lines = [f"# HANS at the paper's budget (MiniLM trained on MNLI's dev-matched split{', bf16' if precision != 'fp32' else ''})", "",
-             f"Arithmetic: {PRECISION[precision]}.", "",
-             f"Made by `benchmarks/sesame_paper.py --grid hans{' --bf16' * (precision == 'bf16')}` (records: `sesame_paper_hans{_tag(precision)}.json`). MNLI's training set is not",
+    lines = [*_header("HANS at the paper's budget (MiniLM trained on MNLI's dev-matched split", " --grid hans", precision, "`sesame_paper_hans{t}.json`"),
+             "MNLI's training set is not",
              "here, so every model trains on `mnli-devsplit` (its train part, 3 epochs, batch 32, lr 3e-5); accuracy (× 100) on",
              "its validation part (which chose the epoch), on its test part (untouched by the choice) and on HANS per",
              "heuristic and gold label (neutral and contradiction count as non-entailment), mean ± std over seeds.", "",
@@ -318,8 +325,8 @@ def _mean_sd(xs: list[float]) -> str:
 
 
 def _paired(d: list[float], sep: str = " | ") -> str:
-    """Paired differences as the tables print them: mean ± std (seeds won), then the verdict after ``sep``."""
-    return f"{_mean_sd(d)} ({sum(x > 0 for x in d)}/{len(d)}){sep}{ssaf_table2.verdict(d)}"
+    """Paired differences as the tables print them (Table 2's ``paired``)."""
+    return ssaf_table2.paired(d, sep)
 
 
 def identity_checked(recs: list[dict], task: str, name: str) -> bool:
@@ -378,12 +385,10 @@ def selection(by: dict, held: dict, task: str) -> list[str]:
 
 def render(recs: list[dict], held_recs: list[dict] | None = None, precision: str = "fp32", fp32_recs: list[dict] | None = None) -> str:
     by, held = by_cell(recs), by_cell(held_recs or [])
-    t = _tag(precision)
-    lines = [f"# SesameBERT Table 2 at the paper's budget (MiniLM{', bf16' if precision != 'fp32' else ''})", "",
-             f"Arithmetic: {PRECISION[precision]}."
-             + (" The table goes on in bf16 (`--bf16`, 2-4x faster here): `sesame_paper_bf16.md`, where these float32 cells"
-                " stand beside their bf16 twins." if precision == "fp32" else ""), "",
-             f"Made by `benchmarks/sesame_paper.py{' --bf16' if precision == 'bf16' else ''}` (records: `sesame_paper{t}.json`; held-out runs: `sesame_paper_holdout{t}.json`).",
+    onward = (" The table goes on in bf16 (`--bf16`, 2-4x faster here): `sesame_paper_bf16.md`, where these float32 cells"
+              " stand beside their bf16 twins.") if precision == "fp32" else ""
+    lines = [*_header("SesameBERT Table 2 at the paper's budget (MiniLM", "", precision,
+                      "`sesame_paper{t}.json`; held-out runs: `sesame_paper_holdout{t}.json`", onward),
              "Every run: the bundled all-MiniLM-L6-v2, the whole train split, batch 32 (of similar lengths), lr 3e-5, 3 epochs, max length 128,",
              "softmax attention, classifier on the last layer; dev metric (× 100) of the best epoch, mean ± std over seeds;",
              "paired: minus softmax on the same seed, in points (seeds won), with Table 2's verdict rule (**holds** / **within",
@@ -489,7 +494,7 @@ def main():
     ap.add_argument("--render-only", action="store_true")
     a = ap.parse_args()
     a.precision = "bf16" if a.bf16 else "fp32"
-    tag = "_bf16" if a.bf16 else ""
+    tag = _tag(a.precision)
     a.train_subset = {t: a.train_subset for t in METRIC} if a.train_subset else {"sst2": a.sst2_subset} if a.sst2_subset else {}
     a.seeds = a.seeds or ([1, 2, 3, 4, 5] if a.grid == "table2" else [1, 2, 3])
     suffix = {"table2": "_holdout" if a.holdout else "", "table3": "_table3", "hans": "_hans", "figure4": "_table3"}[a.grid]

@@ -249,6 +249,11 @@ def verdict(diffs: list[float]) -> str:
     return "within noise"
 
 
+def paired(d: list[float], sep: str = " | ") -> str:
+    """Paired differences as the tables print them: mean ± std (seeds won of all), then the verdict after ``sep``."""
+    return f"{_ms(d)} ({sum(x > 0 for x in d)}/{len(d)}){sep}{verdict(d) if d else '—'}"
+
+
 def entmax_section(by: dict, tasks: list[str]) -> list[str]:
     """Markdown lines: each sparse map against softmax and against SSAF, paired by seed, with its sparsity on dev."""
     rows = []
@@ -275,15 +280,12 @@ def entmax_section(by: dict, tasks: list[str]) -> list[str]:
                 f"| {t} | {meth}{alpha} | {','.join(map(str, sorted(cell)))} | {_ms([100 * r['test_accuracy'] for r in rs])} "
                 f"| {statistics.mean(nz):.2f} of {statistics.mean(length):.1f} |" if nz else f"| {t} | {meth}{alpha} | {','.join(map(str, sorted(cell)))} | {_ms([100 * r['test_accuracy'] for r in rs])} | — |"
             )
-            rows[-1] += (f" {_ms(vs_soft)} ({sum(x > 0 for x in vs_soft)}/{len(vs_soft)}) | {verdict(vs_soft) if vs_soft else '—'} "
-                         f"| {_ms(vs_ssaf)} ({sum(x > 0 for x in vs_ssaf)}/{len(vs_ssaf)}) | {verdict(vs_ssaf) if vs_ssaf else '—'} |")
+            rows[-1] += f" {paired(vs_soft)} | {paired(vs_ssaf)} |"
     if not rows:
         return []
     for meth, (vs_soft, vs_ssaf, sets) in pooled.items():  # every (set, seed) pair as one sample, as SSAF's pooled row
         if len(sets) > 1:
-            rows.append(f"| all {len(sets)} sets pooled | {meth} | {len(vs_soft)} pairs | — | — | {_ms(vs_soft)} "
-                        f"({sum(x > 0 for x in vs_soft)}/{len(vs_soft)}) | {verdict(vs_soft) if vs_soft else '—'} "
-                        f"| {_ms(vs_ssaf)} ({sum(x > 0 for x in vs_ssaf)}/{len(vs_ssaf)}) | {verdict(vs_ssaf) if vs_ssaf else '—'} |")
+            rows.append(f"| all {len(sets)} sets pooled | {meth} | {len(vs_soft)} pairs | — | — | {paired(vs_soft)} | {paired(vs_ssaf)} |")
     return ["", "## The entmax family against softmax and SSAF (issue 24)", "",
             "Test accuracy in % (mean ± std over seeds); the mean non-zero weights per attention row of the trained model on",
             "the first 256 dev texts (every layer, head and real query token) against the mean tokens per text (softmax's",

@@ -281,6 +281,8 @@ def best_checkpoint(trainer, cfg) -> dict:
 
 #: accelerate's name of each precision (``accelerate launch --mixed_precision``, the ACCELERATE_MIXED_PRECISION variable)
 _ACCELERATE_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
+#: the options that ask for each of accelerate's precisions
+_PRECISION_OPTION = {"no": "neither --bf16 nor --fp16", "bf16": "--bf16", "fp16": "--fp16"}
 
 
 def check_precision(cfg: TrainConfig) -> None:
@@ -290,7 +292,7 @@ def check_precision(cfg: TrainConfig) -> None:
     if env and env != _ACCELERATE_PRECISION[cfg.precision]:
         # the Trainer would take the variable over a float32 run and train it in mixed precision, unrecorded
         raise ValueError(f"ACCELERATE_MIXED_PRECISION={env} (set by `accelerate launch --mixed_precision {env}` or by hand) "
-                         f"but the run asks {cfg.precision}: give {'--bf16' if env == 'bf16' else '--fp16' if env == 'fp16' else 'neither --bf16 nor --fp16'}, "
+                         f"but the run asks {cfg.precision}: give {_PRECISION_OPTION.get(env, 'the matching option')}, "
                          "or launch without it")
     if cfg.precision == "fp16" and not torch.cuda.is_available():
         raise ValueError("--fp16: float16 mixed precision needs a CUDA GPU (none here); on a CPU use --bf16 (fast where the CPU has "
@@ -304,8 +306,8 @@ def check_precision(cfg: TrainConfig) -> None:
 
 
 def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
-    """The Trainer settings every attnkit run shares; the best dev ``best_metric`` (higher is better) is kept."""
-    check_precision(cfg)
+    """The Trainer settings every attnkit run shares; the best dev ``best_metric`` (higher is better) is kept.
+    (``train`` has already refused a precision that cannot run here: :func:`check_precision`.)"""
     per_steps = cfg.max_steps > 0 or cfg.eval_steps is not None
     every = cfg.eval_steps or (cfg.max_steps if cfg.max_steps > 0 else None)
     return TrainingArguments(
