@@ -26,17 +26,19 @@ identity sigmas are softmax's run): how much of a gain selection alone produces.
 
     OMP_NUM_THREADS=1 python benchmarks/sesame_paper.py --tasks rte --seeds 1 2 3 4 5 --holdout 0.1 --data-dir ../shared/data
 
-Table 3 (``--grid table3 --sigma S``: RTE, the seven extraction strategies x softmax / SE / blur on the context layer at
-S / SE + blur, 3 seeds, paired against the softmax cell of the same strategy), HANS (``--grid hans --sigma S``: softmax,
+Table 3 (``--grid table3``: RTE, the seven extraction strategies x softmax / SE / blur on the context layer at
+sigma S / SE + blur, 3 seeds, paired against the softmax cell of the same strategy), HANS (``--grid hans``: softmax,
 SesameBERT = SE + weighted layers + blur on context, and SesameBERT with sparsegen-lin, trained on ``mnli-devsplit``,
 3 seeds, HANS per heuristic x label and the paper's lexical-overlap claim with a verdict) and Figure 4 (``--grid figure4``:
-the SE weight per layer on RTE dev from Table 3's SE runs, mean ± std over seeds) use the same budget and records.
+the SE weight per layer on RTE dev from Table 3's SE runs, mean ± std over seeds) use the same budget and records;
+S is the sigma the clean protocol chose at most seeds for blur on RTE's context layer (``--sigma`` overrides it).
 ``--train-subset N`` shrinks every run for a smoke test (never for the committed tables).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime as dt
 import itertools
 import json
@@ -352,6 +354,28 @@ def distinct_runs(by: dict, task: str) -> int | None:
     return max(set(counts), key=counts.count) if counts else None
 
 
+def clean_picks(held: dict, task: str, place: str) -> dict[int, dict]:
+    """Per seed (of those with every sigma of the paper's grid held out), the record the clean protocol picks: the best
+    score on the held-out part of train (ties: the smaller sigma)."""
+    names = [f"blur-{place}-{x:g}" for x in PAPER_SIGMAS]
+    seeds = sorted(set(held.get((task, "softmax"), {})).intersection(*[set(held.get((task, n), {})) for n in names]))
+    return {s: held[(task, max(names, key=lambda n: held[(task, n)][s]["heldout_metric"]))][s] for s in seeds}
+
+
+def clean_sigma(held_recs: list[dict], task: str = "rte", place: str = "context") -> tuple[float | None, str]:
+    """The sigma Table 3 and HANS blur at: the one the clean protocol chose at most seeds (blur on ``place`` of
+    ``task``), and a sentence saying how it was chosen; None where there are no such runs or the seeds tie."""
+    picks = {s: r["blur_sigma"] for s, r in clean_picks(by_cell(held_recs), task, place).items()}
+    if not picks:
+        return None, f"no held-out runs of {task} with blur on {place} at every sigma of the paper's grid"
+    counts = collections.Counter(picks.values()).most_common()
+    chosen = ", ".join(f"{s}: {x:g}" for s, x in sorted(picks.items()))
+    if len(counts) > 1 and counts[0][1] == counts[1][1]:
+        return None, f"the clean protocol's choices tie over {len(picks)} seeds ({chosen}): give --sigma"
+    return counts[0][0], (f"sigma {counts[0][0]:g}: the clean protocol's choice (blur on {place}, {task}) at {counts[0][1]} of "
+                          f"{len(picks)} seeds ({chosen})")
+
+
 def selection(by: dict, held: dict, task: str) -> list[str]:
     """The paper's protocol beside the clean one, and best-of-4 over plain softmax's seeds."""
     lines = []
@@ -365,15 +389,13 @@ def selection(by: dict, held: dict, task: str) -> list[str]:
             picks = ", ".join(f"{s}: {by[(task, best[s])][s]['blur_sigma']:g}" for s in seeds)
             lines.append(f"| {task} | {place} | paper: best sigma by dev, on dev | {','.join(map(str, seeds))} | {picks} "
                          f"| {_mean_sd([100 * by[(task, best[s])][s]['dev_metric'] for s in seeds])} | {_paired(gain)} |")
-        hsoft = held.get((task, "softmax"), {})
-        hseeds = sorted(set(hsoft).intersection(*[set(held.get((task, n), {})) for n in names]))
-        if hseeds:
-            pick = {s: max(names, key=lambda n: held[(task, n)][s]["heldout_metric"]) for s in hseeds}  # ties: the smaller sigma
-            gain = [100 * (held[(task, pick[s])][s]["dev_metric"] - hsoft[s]["dev_metric"]) for s in hseeds]
-            picks = ", ".join(f"{s}: {held[(task, pick[s])][s]['blur_sigma']:g}" for s in hseeds)
+        hsoft, pick = held.get((task, "softmax"), {}), clean_picks(held, task, place)
+        if pick:
+            gain = [100 * (pick[s]["dev_metric"] - hsoft[s]["dev_metric"]) for s in pick]
+            picks = ", ".join(f"{s}: {pick[s]['blur_sigma']:g}" for s in pick)
             frac = next(iter(hsoft.values())).get("holdout") or 0
-            lines.append(f"| {task} | {place} | clean: sigma (and epoch) by a held-out {100 * frac:g}% of train, on dev | {','.join(map(str, hseeds))} | {picks} "
-                         f"| {_mean_sd([100 * held[(task, pick[s])][s]['dev_metric'] for s in hseeds])} | {_paired(gain)} |")
+            lines.append(f"| {task} | {place} | clean: sigma (and epoch) by a held-out {100 * frac:g}% of train, on dev | {','.join(map(str, pick))} | {picks} "
+                         f"| {_mean_sd([100 * pick[s]['dev_metric'] for s in pick])} | {_paired(gain)} |")
     k = distinct_runs(by, task)
     if k and len(soft) >= k:
         devs = {s: 100 * soft[s]["dev_metric"] for s in soft}
@@ -421,6 +443,9 @@ def render(recs: list[dict], held_recs: list[dict] | None = None, precision: str
                   "does to plain softmax: over every choice of that many of its seeds, the best dev score minus their mean.", "",
                   "| task | blur | protocol | seeds | sigma chosen (seed: sigma) | dev | gain over softmax (seeds won) | verdict |",
                   "|---|---|---|---|---|---|---|---|", *sel]
+        sigma, why = clean_sigma(held_recs or [])
+        if sigma is not None:
+            lines += ["", f"Table 3 and HANS blur on the context layer at {why}."]
     if fp32_recs:
         lines += precision_check(recs, fp32_recs, precision)
     return "\n".join(lines) + "\n"
@@ -461,12 +486,12 @@ def precision_check(recs: list[dict], fp32_recs: list[dict], precision: str) -> 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--grid", choices=["table2", "table3", "hans", "figure4"], default="table2",
-                    help="table2: every sigma (items 1-2); table3: RTE's extraction strategies x SE/blur (needs --sigma); "
+                    help="table2: every sigma (items 1-2); table3: RTE's extraction strategies x SE/blur at --sigma; "
                          "hans: MNLI models on HANS; figure4: SE weights per layer from table3's runs (no training)")
     ap.add_argument("--tasks", nargs="+", default=["rte"], choices=[t for t in METRIC if t != "mnli-devsplit"])
     ap.add_argument("--seeds", nargs="+", type=int, default=None, help="default: 1-5 for table2, 1-3 otherwise")
     ap.add_argument("--sigmas", nargs="+", type=float, default=list(SIGMAS))
-    ap.add_argument("--sigma", type=float, default=None, help="table3 and hans: the blur sigma (the best one chosen cleanly in table2)")
+    ap.add_argument("--sigma", type=float, default=None, help="table3 and hans: the blur sigma (default: the one table2's clean protocol chose at most seeds, blur on context)")
     ap.add_argument("--strategies", nargs="+", default=None, help="table3: these extraction strategies only (default all seven)")
     ap.add_argument("--places", nargs="+", default=["none", "value", "context"], choices=["none", "value", "context"],
                     help="which variants: none (softmax), blur on values, blur on the context layer")
@@ -505,7 +530,10 @@ def main():
         print(f"written {png}" if png else "no SE runs of table3 with their models yet")
         return
     if a.grid in ("table3", "hans") and a.sigma is None and not a.render_only:
-        ap.error(f"--grid {a.grid} needs --sigma: the blur sigma chosen cleanly (table2's held-out protocol)")
+        a.sigma, why = clean_sigma(ssaf_table2.read_records(res / f"sesame_paper_holdout{tag}.json"))
+        if a.sigma is None:
+            ap.error(f"--grid {a.grid}: {why}; give --sigma (the blur sigma chosen cleanly: table2's held-out protocol)")
+        print(f"[sesame] blur at {why}", flush=True)
     if a.grid != "table2" and a.holdout:
         ap.error("--holdout: only with --grid table2 (the selection protocol)")
     if a.sigma is not None and is_identity(a.sigma):

@@ -112,6 +112,23 @@ def test_sesame_identity_sigmas_borrow_softmax_only_where_checked_and_selection_
     assert not sesame.identity_checked(recs, "rte", "blur-context-1")  # never run
 
 
+def test_sesame_table3_sigma_is_the_clean_protocols_most_frequent_choice(sesame):
+    def held(seed_best):  # per seed, the sigma with the best held-out score
+        recs = [_srec("softmax", s, 0.5, heldout=0.5) for s in seed_best]
+        recs += [_srec(f"blur-context-{x:g}", s, 0.5, heldout=0.7 if x == best else 0.5, sigma=x, blur="context", sha=f"{x}{s}")
+                 for s, best in seed_best.items() for x in (0.01, 0.1, 0.3, 0.5)]
+        return recs
+
+    sigma, why = sesame.clean_sigma(held({1: 0.3, 2: 0.5, 3: 0.3}))
+    assert sigma == 0.3 and "at 2 of 3 seeds (1: 0.3, 2: 0.5, 3: 0.3)" in why
+    assert "Table 3 and HANS blur on the context layer at sigma 0.3" in sesame.render([_srec("softmax", 1, 0.6)], held({1: 0.3, 2: 0.5, 3: 0.3}))
+    sigma, why = sesame.clean_sigma(held({1: 0.3, 2: 0.5}))
+    assert sigma is None and "tie" in why and "--sigma" in why
+    sigma, why = sesame.clean_sigma(held({1: 0.3})[:-1])  # seed 1 lacks sigma 0.5: no complete seed
+    assert sigma is None and "no held-out runs" in why
+    assert sesame.clean_sigma(held({1: 0.3}), place="value")[0] is None  # only context was run
+
+
 def test_sesame_table3_and_hans_pair_by_seed(sesame):
     recs = [dict(_srec(f"last|{v}", s, 0.6 + (0.02 if v == "SE" else 0) + 0.001 * s), se=v.startswith("SE"),
                  blur_sigma=0.5 if "blur" in v else None) for v in ("softmax", "SE", "blur", "SE+blur") for s in (1, 2, 3)]
