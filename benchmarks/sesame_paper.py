@@ -223,6 +223,11 @@ def render_table3(recs: list[dict], precision: str = "fp32") -> str:
         lines.append(f"| {pooling} | " + " | ".join(cells) + " | " + " | ".join(diffs) + " |")
     sig = sorted({r["blur_sigma"] for r in recs if r.get("blur_sigma") is not None})
     lines += ["", f"Blur sigma: {', '.join(f'{x:g}' for x in sig) or '—'}; (n): seeds."]
+    for name, cell in sorted((v, c) for (_, v), c in by.items()):
+        if any("same_as" in r for r in cell.values()):
+            run, same = [",".join(str(s) for s in sorted(cell) if ("same_as" in cell[s]) == b) for b in (False, True)]
+            lines.append(f"{name}, seeds {same}: {next(r['same_as'] for r in cell.values() if 'same_as' in r)}'s records, the same "
+                         f"model (run at seeds {run}, its weights equal Table 2's, SHA-256).")
     return "\n".join(lines) + "\n"
 
 
@@ -331,13 +336,32 @@ def _paired(d: list[float], sep: str = " | ") -> str:
     return ssaf_table2.paired(d, sep)
 
 
+def _digests(recs: list[dict], task: str, name: str) -> dict[int, str | None]:
+    """seed -> weights' SHA-256 of the runs (not borrowed records) of ``name`` on ``task``."""
+    return {r["seed"]: r.get("weights_sha256") for r in recs if (r["task"], r["variant"]) == (task, name) and "same_as" not in r}
+
+
+def _same_model(own: dict, ref: dict) -> bool:
+    """Whether ``own``'s runs were run at some seed and trained ``ref``'s model, weight for weight, at every seed both ran."""
+    both = set(own) & set(ref)
+    return bool(both) and all(own[s] is not None and own[s] == ref[s] for s in both)
+
+
 def identity_checked(recs: list[dict], task: str, name: str) -> bool:
     """Whether the identity-sigma variant ``name`` was run at some seed and trained softmax's model there, weight for
     weight, at every seed where both were run (then its other seeds are softmax's records)."""
-    own = {r["seed"]: r.get("weights_sha256") for r in recs if (r["task"], r["variant"]) == (task, name)}
-    soft = {r["seed"]: r.get("weights_sha256") for r in recs if (r["task"], r["variant"]) == (task, "softmax")}
-    both = set(own) & set(soft)
-    return bool(both) and all(own[s] is not None and own[s] == soft[s] for s in both)
+    return _same_model(_digests(recs, task, name), _digests(recs, task, "softmax"))
+
+
+def table2_twin(t3_recs: list[dict], t2_recs: list[dict], name: str, sigma: float | None, seed: int) -> dict | None:
+    """Table 2's record for a Table 3 cell that trains Table 2's very model (classifier on the last layer, no SE: Table 2's
+    softmax and its blur on context at the same sigma), marked ``same_as``, where that cell was run at some seed and
+    its weights equalled Table 2's at every seed both ran; None otherwise (the cell is then run)."""
+    twin = {"last|softmax": "softmax", "last|blur": None if sigma is None else f"blur-context-{sigma:g}"}.get(name)
+    ref = [r for r in t2_recs if (r["task"], r["variant"], r["seed"]) == ("rte", twin, seed) and "same_as" not in r]
+    if twin is None or not ref or not _same_model(_digests(t3_recs, "rte", name), _digests(t2_recs, "rte", twin)):
+        return None
+    return {**ref[0], "variant": name, "same_as": f"Table 2's {twin}"}
 
 
 def distinct_runs(by: dict, task: str) -> int | None:
@@ -497,7 +521,8 @@ def main():
                     help="which variants: none (softmax), blur on values, blur on the context layer")
     ap.add_argument("--identity-check-seeds", nargs="+", type=int, default=[1],
                     help="seeds at which the identity sigmas (0.01, 0.1) are run to check they train softmax's model; "
-                         "the other seeds take softmax's record where they did (default: 1)")
+                         "the other seeds take softmax's record where they did; table3: the seeds at which its cells that are "
+                         "Table 2's models (last layer, no SE: softmax, blur on context) are run to check it (default: 1)")
     ap.add_argument("--holdout", type=float, default=0.0,
                     help="train without this seeded fraction of the training split and score it (the clean selection "
                          "protocol); records go to sesame_paper_holdout.json, runs to runs/sesame_paper_holdout")
@@ -570,6 +595,12 @@ def main():
                 continue
             if is_identity(sigma) and seed not in a.identity_check_seeds and identity_checked(recs, task, name):
                 continue  # softmax's run, bit for bit (its weights matched softmax's at every check seed run)
+            twin = table2_twin(recs, ssaf_table2.read_records(res / f"sesame_paper{tag}.json"), name, sigma, seed) \
+                if a.grid == "table3" and seed not in a.identity_check_seeds else None
+            if twin:  # Table 2's run of this very model (checked weight for weight at the check seeds)
+                ssaf_table2.add_record(path, twin, KEY, then=lambda _recs: rerender())
+                print(f"[sesame] {task} {name} seed {seed}: {twin['same_as']}'s record (the same model)", flush=True)
+                continue
             print(f"[sesame] {task} {name} seed {seed}: training", flush=True)
             rec = run_cell(task, name, blur, sigma, seed, a, **kw)
             if a.grid == "hans":

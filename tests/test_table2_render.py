@@ -129,6 +129,25 @@ def test_sesame_table3_sigma_is_the_clean_protocols_most_frequent_choice(sesame)
     assert sesame.clean_sigma(held({1: 0.3}), place="value")[0] is None  # only context was run
 
 
+def test_sesame_table3_borrows_table2s_runs_only_where_the_same_model_was_checked(sesame):
+    t2 = [_srec("softmax", s, 0.56 + s / 100, sha=f"soft{s}") for s in (1, 2, 3)]
+    t2 += [_srec("blur-context-0.5", s, 0.57, sha=f"blur{s}", sigma=0.5, blur="context") for s in (1, 2)]
+    t3 = [dict(_srec("last|softmax", 1, 0.57, sha="soft1"), layer_pooling="last", se=False)]
+    twin = sesame.table2_twin(t3, t2, "last|softmax", 0.5, 2)
+    assert twin["dev_metric"] == t2[1]["dev_metric"] and twin["variant"] == "last|softmax" and twin["same_as"] == "Table 2's softmax"
+    assert sesame.table2_twin(t3, t2, "last|blur", 0.5, 2) is None  # never run at a check seed: no evidence
+    assert sesame.table2_twin(t3, t2, "weighted|softmax", 0.5, 2) is None  # not Table 2's model
+    t3_blur = [_srec("last|blur", 1, 0.57, sha="blur1", sigma=0.5, blur="context")]
+    assert sesame.table2_twin(t3_blur, t2, "last|blur", 0.5, 3) is None  # Table 2 lacks seed 3
+    assert sesame.table2_twin(t3_blur, t2, "last|blur", 0.3, 2) is None  # another sigma: another model
+    assert sesame.table2_twin(t3_blur, t2, "last|blur", 0.5, 2)["same_as"] == "Table 2's blur-context-0.5"
+    differs = [_srec("last|softmax", 1, 0.57, sha="other")]
+    assert sesame.table2_twin(differs, t2, "last|softmax", 0.5, 2) is None  # weights differ at the check seed
+    md = sesame.render_table3(t3 + [twin])
+    assert "| last | 57.5 ± 0.7 (2) |" in md
+    assert "last|softmax, seeds 2: Table 2's softmax's records, the same model (run at seeds 1" in md
+
+
 def test_sesame_table3_and_hans_pair_by_seed(sesame):
     recs = [dict(_srec(f"last|{v}", s, 0.6 + (0.02 if v == "SE" else 0) + 0.001 * s), se=v.startswith("SE"),
                  blur_sigma=0.5 if "blur" in v else None) for v in ("softmax", "SE", "blur", "SE+blur") for s in (1, 2, 3)]
