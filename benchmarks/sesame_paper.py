@@ -98,24 +98,31 @@ def weights_digest(model_dir: Path) -> str:
     return h.hexdigest()
 
 
-def run_cell(task: str, name: str, blur: str, sigma: float | None, seed: int, a, *, pooling: str = "last", se: bool = False,
-             attention: str = "softmax", lam: float = 0.0) -> dict:
+def cell_config(task: str, name: str, blur: str, sigma: float | None, seed: int, a, *, pooling: str = "last", se: bool = False,
+                attention: str = "softmax", lam: float = 0.0):
+    """The ``attnkit train`` settings of one cell."""
     from attnkit.training.config import TrainConfig
-    from attnkit.training.finetune import train
 
     out = Path(a.work_dir) / f"{task}__{name.replace('|', '-')}__s{seed}"
-    cfg = TrainConfig(task=task, data_dir=a.data_dir, model=a.model, attention=attention, lam=lam, epochs=a.epochs, batch_size=a.batch_size,
-                      lr=a.lr, max_length=a.max_length, seed=seed, output_dir=str(out), logging_steps=50,
-                      max_train_samples=a.train_subset.get(task), holdout=a.holdout, blur=blur,
-                      blur_sigma=sigma if sigma is not None else 0.3, pooling=pooling, se=se,
-                      group_by_length=True,  # as Table 2: RTE's random batches pad to ~128 tokens, twice its mean length
-                      precision=a.precision)
+    return TrainConfig(task=task, data_dir=a.data_dir, model=a.model, attention=attention, lam=lam, epochs=a.epochs, batch_size=a.batch_size,
+                       lr=a.lr, max_length=a.max_length, seed=seed, output_dir=str(out), logging_steps=50,
+                       max_train_samples=a.train_subset.get(task), holdout=a.holdout, blur=blur,
+                       blur_sigma=sigma if sigma is not None else 0.3, pooling=pooling, se=se,
+                       group_by_length=True,  # as Table 2: RTE's random batches pad to ~128 tokens, twice its mean length
+                       precision=a.precision)
+
+
+def run_cell(task: str, name: str, blur: str, sigma: float | None, seed: int, a, **kw) -> dict:
+    from attnkit.training.finetune import train
+
+    cfg = cell_config(task, name, blur, sigma, seed, a, **kw)
+    out, pooling, se, attention = Path(cfg.output_dir), cfg.pooling, cfg.se, cfg.attention
     t0 = time.time()
     m = train(cfg)
     metric = METRIC[task]
     per_epoch = [h[f"eval_{metric}"] for h in m["log_history"] if f"eval_{metric}" in h]
     # Figure 4's numbers, kept in Table 3's records (run folders do not outlive a session)
-    extra = {"se_weights": se_weights(out, task, a)} if se and a.grid == "table3" else {}
+    extra = {"se_weights": se_weights(out, task, a), "se_weights_init": initial_se_weights(cfg)} if se and a.grid == "table3" else {}
     return {
         "task": task, "variant": name, "blur": blur, "blur_sigma": sigma, "kernel": kernel_weights(sigma) if sigma is not None else None,
         "se": se, "layer_pooling": pooling, "attention": attention, "seed": seed, "epochs": cfg.epochs, "lr": cfg.lr,
@@ -132,16 +139,37 @@ def run_cell(task: str, name: str, blur: str, sigma: float | None, seed: int, a,
     }
 
 
-def se_weights(run: Path, task: str, a) -> list[float]:
-    """The mean SE weight per layer of a trained run on its task's dev split (Figure 4), ``attnkit layer-weights``'s numbers."""
+def _dev_se_weights(model, tok, task: str, data_dir, max_length: int) -> list[float]:
+    """The mean SE weight per layer of ``model`` on ``task``'s dev split, ``attnkit layer-weights``'s numbers."""
     from attnkit.analysis.explain import layer_weights
-    from attnkit.analysis.inference import load_for_inference
     from attnkit.tasks import load_task
 
-    dev = load_task(task, a.data_dir).splits["validation"]
-    _, model, tok = load_for_inference(str(run))
+    dev = load_task(task, data_dir).splits["validation"]
     pairs = list(dev["text_pair"]) if "text_pair" in dev.column_names else None
-    return [round(float(x), 6) for x in layer_weights(model, tok, list(dev["text"]), pairs, max_length=a.max_length)["se_mean"]]
+    return [round(float(x), 6) for x in layer_weights(model, tok, list(dev["text"]), pairs, max_length=max_length)["se_mean"]]
+
+
+def se_weights(run: Path, task: str, a) -> list[float]:
+    """Figure 4: the mean SE weight per layer of a trained run on its task's dev split."""
+    from attnkit.analysis.inference import load_for_inference
+
+    _, model, tok = load_for_inference(str(run))
+    return _dev_se_weights(model, tok, task, a.data_dir, a.max_length)
+
+
+def initial_se_weights(cfg) -> list[float]:
+    """Figure 4's reference: the same numbers for the model ``train(cfg)`` starts from, before its first step. train()
+    seeds (``set_seed(cfg.seed)``) and then builds the classifier, drawing nothing else from torch's generator in
+    between; this does the same (``tests/test_sesame.py`` checks it against a run that cannot move its weights)."""
+    from transformers import set_seed
+
+    from attnkit.models.build import build_classifier, load_tokenizer
+    from attnkit.tasks import load_task
+
+    set_seed(cfg.seed)
+    labels = load_task(cfg.task, cfg.data_dir).label_names
+    model = build_classifier(cfg.model, len(labels), cfg.spec(), label_names=labels, from_scratch=cfg.from_scratch, head=cfg.head())
+    return _dev_se_weights(model.eval(), load_tokenizer(cfg.model), cfg.task, cfg.data_dir, cfg.max_length)
 
 
 # ----------------------------------------------------------------------------- Table 3, HANS, Figure 4 (items 3-5)
@@ -266,6 +294,18 @@ def render_hans(recs: list[dict], precision: str = "fp32") -> str:
     return "\n".join(lines) + "\n"
 
 
+def backfill_initial_se(path: Path, a) -> int:
+    """Add to Figure 4's records that lack them (those run before they were kept) the SE weights of the model each run
+    started from; returns how many were added."""
+    n = 0
+    for r in ssaf_table2.read_records(path):
+        if r["variant"] in FIGURE4_VARIANTS and r.get("se_weights_init") is None and "same_as" not in r:
+            cfg = cell_config("rte", r["variant"], r["blur"], r["blur_sigma"], r["seed"], a, pooling=r["layer_pooling"], se=True)
+            ssaf_table2.add_record(path, {**r, "se_weights_init": initial_se_weights(cfg)}, KEY)
+            n += 1
+    return n
+
+
 def figure4(recs: list[dict], a, path: Path) -> Path | None:
     """Figure 4: the mean SE weight per layer on RTE dev of the SE runs of Table 3's ``weighted`` strategy (and of the
     last-layer SE runs), mean ± std over seeds, as a bar chart (PNG and SVG) with its numbers in JSON."""
@@ -273,7 +313,7 @@ def figure4(recs: list[dict], a, path: Path) -> Path | None:
 
     from attnkit.analysis.explain import pyplot, save_figure
 
-    series = {}
+    series, init = {}, {}
     for r in recs:
         if r["variant"] not in FIGURE4_VARIANTS:
             continue
@@ -281,11 +321,16 @@ def figure4(recs: list[dict], a, path: Path) -> Path | None:
             r = {**r, "se_weights": se_weights(Path(r["run"]), "rte", a)}
         if r.get("se_weights") is not None:
             series.setdefault(r["variant"], []).append(r["se_weights"])
+            init.setdefault(r["variant"], []).append(r.get("se_weights_init"))
     if not series:
         return None
     plt = pyplot()
     names = sorted(series)
     out = {n: {"mean": np.mean(v, 0).tolist(), "std": np.std(v, 0, ddof=1 if len(v) > 1 else 0).tolist(), "seeds": len(v)} for n, v in series.items()}
+    for n in names:  # the same seeds' models before their first step, where every one is known
+        if None not in init[n]:
+            out[n]["initial_mean"] = np.mean(init[n], 0).tolist()
+            out[n]["largest_change"] = float(np.abs(np.asarray(series[n]) - np.asarray(init[n])).max())  # any seed, any layer
 
     def draw():
         fig, ax = plt.subplots(figsize=(7, 3.2))
@@ -293,10 +338,15 @@ def figure4(recs: list[dict], a, path: Path) -> Path | None:
         for i, n in enumerate(names):
             m, sd = np.asarray(out[n]["mean"]), np.asarray(out[n]["std"])
             ax.bar(np.arange(len(m)) + i * width, m, width, yerr=sd, capsize=2, label=f"{n} ({out[n]['seeds']} seeds)")
+            if "initial_mean" in out[n]:
+                ax.scatter(np.arange(len(m)) + i * width, out[n]["initial_mean"], marker="_", s=60, color="black", zorder=3,
+                           label="before training (the same seeds)" if i == min(j for j, k in enumerate(names) if "initial_mean" in out[k]) else None)
         ax.set_xticks(np.arange(len(m)) + 0.4 - width / 2, [f"L{i + 1}" for i in range(len(m))])
         ax.set_ylabel("mean SE weight on RTE dev")
         ax.legend(fontsize=6)
-        ax.set_title("SesameBERT Figure 4 on MiniLM: SE weight per layer (mean ± std over seeds)", fontsize=9)
+        moved = [out[n]["largest_change"] for n in names if "largest_change" in out[n]]
+        ax.set_title("SesameBERT Figure 4 on MiniLM: SE weight per layer (mean ± std over seeds)"
+                     + (f"\ntraining moved no SE weight by more than {max(moved):.4f} from its initial value" if moved else ""), fontsize=9)
         return fig
 
     for ext in (".png", ".svg"):
@@ -557,7 +607,9 @@ def main():
     a.work_dir = a.work_dir or f"runs/sesame_paper{suffix}{tag}"
     res = Path(a.results)
     if a.grid == "figure4":
-        png = figure4(ssaf_table2.read_records(res / f"sesame_paper_table3{tag}.json"), a, res / f"sesame_paper_figure4{tag}")
+        t3 = res / f"sesame_paper_table3{tag}.json"
+        print(f"[sesame] initial SE weights added to {backfill_initial_se(t3, a)} records of {t3.name}", flush=True)
+        png = figure4(ssaf_table2.read_records(t3), a, res / f"sesame_paper_figure4{tag}")
         print(f"written {png}" if png else "no SE runs of table3 with their models yet")
         return
     if a.grid in ("table3", "hans") and a.sigma is None and not a.render_only:

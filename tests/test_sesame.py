@@ -541,3 +541,24 @@ def test_half_precision_is_blurred_in_float32_and_rounded_once():
         assert err(out) < err(naive)
     # the identity kernel stays the identity in half precision: no blur, bit for bit
     assert torch.equal(gaussian_blur(x, gaussian_kernel(3, 0.1, dtype=torch.float32)), x)
+
+
+def test_initial_se_weights_are_those_of_the_model_a_run_starts_from(tiny_bert, tiny_task, tmp_path):
+    """Figure 4 sets the SE weights of each trained run beside those of the model it started from: rebuilt the way
+    train() seeds and builds it, its SE weights are those of a run whose steps are below float32's resolution (lr 1e-30)."""
+    import importlib.util
+    import types
+
+    from attnkit.training.finetune import train
+
+    spec = importlib.util.spec_from_file_location("sesame_paper", Path(__file__).resolve().parents[1] / "benchmarks" / "sesame_paper.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a = types.SimpleNamespace(work_dir=str(tmp_path), data_dir=str(tiny_task), model=str(tiny_bert), epochs=1, batch_size=16, lr=1e-30,
+                              max_length=32, train_subset={}, holdout=0.0, precision="fp32")
+    cfg = mod.cell_config("csv", "weighted|SE+blur", "context", 0.5, 7, a, pooling="weighted", se=True)
+    train(cfg)
+    frozen = mod.se_weights(Path(cfg.output_dir), "csv", a)
+    assert mod.initial_se_weights(cfg) == frozen
+    moved = mod.cell_config("csv", "weighted|SE+blur", "context", 0.5, 8, a, pooling="weighted", se=True)
+    assert mod.initial_se_weights(moved) != frozen  # another seed, another initial SE layer: the check can fail

@@ -1,6 +1,7 @@
 """The verdicts and the paired table that benchmarks/ssaf_table2.py publishes (README's "Does sparse attention help?")."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,20 @@ def test_sesame_table3_borrows_table2s_runs_only_where_the_same_model_was_checke
     md = sesame.render_table3(t3 + [twin])
     assert "| last | 57.5 ± 0.7 (2) |" in md
     assert "last|softmax, seeds 2: Table 2's softmax's records, the same model (run at seeds 1" in md
+
+
+def test_sesame_figure4_sets_each_seeds_se_weights_beside_their_initial_values(sesame, tmp_path):
+    def rec(variant, seed, w, w0):
+        return {**_srec(variant, seed, 0.6), "se": True, "se_weights": w, "se_weights_init": w0}
+
+    recs = [rec("weighted|SE", 1, [0.5, 0.7], [0.5, 0.6]), rec("weighted|SE", 2, [0.7, 0.9], [0.6, 0.9]),
+            rec("last|SE", 1, [0.4, 0.4], None), rec("last|softmax", 1, [9, 9], [9, 9])]
+    png = sesame.figure4(recs, None, tmp_path / "fig4")
+    out = json.loads((tmp_path / "fig4.json").read_text())
+    assert png.is_file() and (tmp_path / "fig4.svg").is_file() and set(out) == {"weighted|SE", "last|SE"}
+    assert out["weighted|SE"]["mean"] == pytest.approx([0.6, 0.8]) and out["weighted|SE"]["initial_mean"] == pytest.approx([0.55, 0.75])
+    assert out["weighted|SE"]["largest_change"] == pytest.approx(0.1) and out["weighted|SE"]["seeds"] == 2
+    assert "initial_mean" not in out["last|SE"]  # a seed whose initial model is unknown: no reference drawn
 
 
 def test_sesame_table3_and_hans_pair_by_seed(sesame):
