@@ -192,3 +192,23 @@ def test_bad_holdout_is_refused_in_one_line(tiny_bert, tiny_task, tmp_path, bad,
     assert rc != 0 and "--holdout" in err and "expected the fraction of the training split" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()
+
+
+def test_pooling_lr_trains_sesamebert_layer_weights_on_their_own_learning_rate(tiny_bert, tiny_task, tmp_path):
+    """--pooling-lr: SE's parameters and the weighted strategy's mix get their own learning rate. At lr 1e-7 they stay
+    at their initial values; at pooling lr 5e-2 they move while the encoder's weights still barely do."""
+    from attnkit.models.pooling import layer_weight_parameters
+
+    base = dict(task="csv", data_dir=str(tiny_task), model=str(tiny_bert), attention="softmax", epochs=1, batch_size=16,
+                max_length=32, logging_steps=1, seed=3, lr=1e-7, se=True, pooling="weighted")
+    train(TrainConfig(**base, output_dir=str(tmp_path / "still")))
+    train(TrainConfig(**base, pooling_lr=5e-2, output_dir=str(tmp_path / "moved")))
+    a, b = load_classifier(tmp_path / "still/model"), load_classifier(tmp_path / "moved/model")
+    assert len(layer_weight_parameters(a)) == 5  # SE's two layers (weight, bias) and the mix
+    assert a.layer_mix.abs().max() < 1e-5 < 1e-3 < b.layer_mix.abs().max()  # the mix starts at zeros
+    assert (a.se.fc2.bias - 0.8).abs().max() < 1e-5 < 1e-3 < (b.se.fc2.bias - 0.8).abs().max()  # SE's biases start at 0.8
+    w = "encoder.encoder.layer.0.attention.self.query.weight"
+    assert torch.allclose(a.state_dict()[w], b.state_dict()[w], atol=1e-4)  # the others kept the tiny lr
+    for bad in (dict(se=False, pooling="last", pooling_lr=1e-3), dict(pooling_lr=0.0), dict(pooling_lr=float("nan"))):
+        with pytest.raises(ValueError, match="--pooling-lr"):
+            TrainConfig(**{**base, **bad}).validate()

@@ -74,7 +74,7 @@ def _train_config(a) -> TrainConfig:
         alpha_lr=a.alpha_lr, alpha_warmup=a.alpha_warmup, keep_checkpoints=a.keep_checkpoints, lemmatize=a.lemmatize,
         blur=a.blur, blur_size=TrainConfig.blur_size if a.blur_size is None else a.blur_size,
         blur_sigma=TrainConfig.blur_sigma if a.blur_sigma is None else a.blur_sigma, pooling=a.layer_pooling, se=a.se,
-        se_ratio=TrainConfig.se_ratio if a.se_ratio is None else a.se_ratio,
+        se_ratio=TrainConfig.se_ratio if a.se_ratio is None else a.se_ratio, pooling_lr=a.pooling_lr,
         **mini_train_settings(a, TrainConfig.attention, TrainConfig.lr),  # model, attention, lam, lr, freeze, MiniBERT shape
     )
 

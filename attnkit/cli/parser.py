@@ -128,6 +128,9 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
                    help="which layers the classifier reads (SesameBERT Table 3; default last)")
     s.add_argument("--se", action=argparse.BooleanOptionalAction, default=False, help="Squeeze-and-Excitation over the layer outputs (default off)")
     s.add_argument("--se-ratio", type=int, default=None, help=f"SE reduction ratio r (default {d.se_ratio})")
+    s.add_argument("--pooling-lr", type=float, default=None,
+                   help="with --se or --layer-pooling weighted: learning rate of those layer weights (default: --lr; at 3e-5 for "
+                        "3 epochs they stay at their initial values)")
     add_mini_train_options(t)
 
 

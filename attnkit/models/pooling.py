@@ -123,6 +123,17 @@ def extract(stack: torch.Tensor, pooling: str, mix: torch.Tensor | None = None) 
     raise ValueError(f"unknown layer pooling {pooling!r}")
 
 
+def layer_weight_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """SesameBERT's layer weights in ``model`` (wrapped or not): its SE layer's parameters and the weighted strategy's
+    mix; none for a model that reads the last layer without SE."""
+    out: list[nn.Parameter] = []
+    for m in model.modules():
+        if isinstance(m, PooledEncoderForSequenceClassification):
+            out += list(m.se.parameters()) if m.se is not None else []
+            out += [m.layer_mix] if m.layer_mix is not None else []
+    return out
+
+
 class PooledEncoderForSequenceClassification(PreTrainedModel):
     """Any transformers encoder + (SE over layers) + an extraction strategy + BERT-style classifier.
 

@@ -103,6 +103,7 @@ class TrainConfig:
     pooling: str = "last"  # first | second | second-to-last | last | sum-last-four | sum-all | weighted
     se: bool = False
     se_ratio: int = 3
+    pooling_lr: float | None = None  # the learning rate of the layer weights (SE, the weighted mix); None: lr, like every weight
     freeze: str | None = None  # comma-separated parameter groups not trained (attnkit.models.freeze.GROUPS)
     # --model mini: a MiniBERT trained from scratch (tokenizer from the training text, random weights)
     # (None: the defaults sa, 1, 1, 32, 4000; unused for any other model)
@@ -148,6 +149,11 @@ class TrainConfig:
             lemmatizer(self.lemmatize)
         self.spec()
         self.head()
+        if self.pooling_lr is not None:
+            if not (self.se or self.pooling == "weighted"):
+                raise ValueError(f"--pooling-lr {self.pooling_lr}: needs --se or --layer-pooling weighted (the layer weights it trains)")
+            if not (isinstance(self.pooling_lr, (int, float)) and math.isfinite(self.pooling_lr) and self.pooling_lr > 0):
+                raise ValueError(f"--pooling-lr {self.pooling_lr}: expected a learning rate > 0")
 
     def spec(self) -> AttentionSpec:
         from attnkit.attention.spec import AttentionSpec  # torch: only when a run is set up, not for --help

@@ -243,6 +243,7 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
         model=model,
         args=args,
         head_lr=cfg.head_lr,
+        pooling_lr=cfg.pooling_lr,
         train_dataset=train_ds,
         # with --holdout the checkpoint kept (and the per-epoch curve) is chosen on the held-out part: dev is scored
         # once, at the end, by a model that never saw it chosen on it

@@ -22,6 +22,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from attnkit.analysis.explain import plot_curves
 from attnkit.attention.spec import LEARNED
 from attnkit.models.build import check_max_length, check_weights_file, resolve_model
+from attnkit.models.pooling import layer_weight_parameters
 from attnkit.runfiles import LOCK_FILE, folder_lock, write_json_atomic
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig, option_name
 
@@ -345,25 +346,30 @@ def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
 
 
 class AttnkitTrainer(Trainer):
-    """The Trainer, with the parameters of a setting learned per head (lam, alpha: :data:`LEARNED`) in an optimizer
-    group of their own: learning rate ``head_lr`` (under the same schedule as the others), no weight decay.
-    ``head_lr=None``: the Trainer as it is."""
+    """The Trainer, with some parameters in optimizer groups of their own, under the same schedule as the others and
+    without weight decay: a setting learned per head (lam, alpha: :data:`LEARNED`) at ``head_lr``, and SesameBERT's
+    layer weights (SE, the weighted mix: :func:`layer_weight_parameters`) at ``pooling_lr``. Neither: the Trainer as it is."""
 
-    def __init__(self, *args, head_lr: float | None = None, **kwargs):
+    def __init__(self, *args, head_lr: float | None = None, pooling_lr: float | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.head_lr = head_lr
+        self.head_lr, self.pooling_lr = head_lr, pooling_lr
 
     def create_optimizer(self, model=None):
-        if self.optimizer is not None or self.head_lr is None:
+        if self.optimizer is not None or (self.head_lr is None and self.pooling_lr is None):
             return super().create_optimizer(model)
         opt = super().create_optimizer(model)
+        model = model or self.model
         names = tuple(e.param for e in LEARNED.values())
-        mine = [p for n, p in (model or self.model).named_parameters() if n.endswith(names) and p.requires_grad]
-        ids = {id(p) for p in mine}
-        for group in opt.param_groups:
-            group["params"] = [p for p in group["params"] if id(p) not in ids]
-        if mine:
-            opt.add_param_group({"params": mine, "lr": self.head_lr, "weight_decay": 0.0})
+        groups = [([p for n, p in model.named_parameters() if n.endswith(names)], self.head_lr),
+                  (layer_weight_parameters(model), self.pooling_lr)]
+        for params, lr in groups:
+            params = [p for p in params if p.requires_grad]
+            if lr is None or not params:
+                continue
+            ids = {id(p) for p in params}
+            for group in opt.param_groups:
+                group["params"] = [p for p in group["params"] if id(p) not in ids]
+            opt.add_param_group({"params": params, "lr": lr, "weight_decay": 0.0})
         return opt
 
 
