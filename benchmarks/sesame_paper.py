@@ -99,7 +99,7 @@ def weights_digest(model_dir: Path) -> str:
 
 
 def cell_config(task: str, name: str, blur: str, sigma: float | None, seed: int, a, *, pooling: str = "last", se: bool = False,
-                attention: str = "softmax", lam: float = 0.0):
+                attention: str = "softmax", lam: float = 0.0, pooling_lr: float | None = None):
     """The ``attnkit train`` settings of one cell."""
     from attnkit.training.config import TrainConfig
 
@@ -107,7 +107,7 @@ def cell_config(task: str, name: str, blur: str, sigma: float | None, seed: int,
     return TrainConfig(task=task, data_dir=a.data_dir, model=a.model, attention=attention, lam=lam, epochs=a.epochs, batch_size=a.batch_size,
                        lr=a.lr, max_length=a.max_length, seed=seed, output_dir=str(out), logging_steps=50,
                        max_train_samples=a.train_subset.get(task), holdout=a.holdout, blur=blur,
-                       blur_sigma=sigma if sigma is not None else 0.3, pooling=pooling, se=se,
+                       blur_sigma=sigma if sigma is not None else 0.3, pooling=pooling, se=se, pooling_lr=pooling_lr,
                        group_by_length=True,  # as Table 2: RTE's random batches pad to ~128 tokens, twice its mean length
                        precision=a.precision)
 
@@ -125,7 +125,7 @@ def run_cell(task: str, name: str, blur: str, sigma: float | None, seed: int, a,
     extra = {"se_weights": se_weights(out, task, a), "se_weights_init": initial_se_weights(cfg)} if se and a.grid == "table3" else {}
     return {
         "task": task, "variant": name, "blur": blur, "blur_sigma": sigma, "kernel": kernel_weights(sigma) if sigma is not None else None,
-        "se": se, "layer_pooling": pooling, "attention": attention, "seed": seed, "epochs": cfg.epochs, "lr": cfg.lr,
+        "se": se, "layer_pooling": pooling, "pooling_lr": cfg.pooling_lr, "attention": attention, "seed": seed, "epochs": cfg.epochs, "lr": cfg.lr,
         "batch_size": cfg.batch_size, "max_length": cfg.max_length, "group_by_length": True, "train_size": m["train_size"], "metric": metric,
         "dev_metric": m["validation"][metric], ("heldout_per_epoch" if a.holdout else "dev_per_epoch"): per_epoch, "holdout": a.holdout,
         # the epoch kept is the best by the task's GLUE metric (MRPC: F1, reported here by accuracy as the paper does)
@@ -181,7 +181,11 @@ HANS_MODELS = {"softmax": {}, "SesameBERT": dict(pooling="weighted", se=True, bl
                "SesameBERT+sparsegen-lin": dict(pooling="weighted", se=True, blur="context", attention="sparsegen-lin", lam=-4.0)}
 HEURISTICS = ("lexical_overlap", "subsequence", "constituent")
 #: Figure 4's series: the SE runs of Table 3 whose layers are pooled by learned weights or read at the last layer
-FIGURE4_VARIANTS = ("weighted|SE", "weighted|SE+blur", "last|SE", "last|SE+blur")
+FIGURE4_POOLING = ("weighted", "last")
+
+
+def in_figure4(r: dict) -> bool:
+    return bool(r.get("se")) and r.get("layer_pooling") in FIGURE4_POOLING
 
 
 def strategies() -> tuple[str, ...]:
@@ -191,10 +195,15 @@ def strategies() -> tuple[str, ...]:
 
 
 def table3_cells(a):
-    """(variant, blur, sigma, kwargs) of Table 3 on RTE: every extraction strategy x softmax / SE / blur / SE + blur."""
+    """(variant, blur, sigma, kwargs) of Table 3 on RTE: every extraction strategy x softmax / SE / blur / SE + blur; with
+    ``--pooling-lr``, the SE columns only, their layer weights trained at that learning rate (variants "...|SE|plr<lr>")."""
     for pooling in a.strategies or strategies():
         for v, se, blur in T3_VARIANTS:
-            yield f"{pooling}|{v}", "context" if blur else "none", a.sigma if blur else None, dict(pooling=pooling, se=se)
+            if a.pooling_lr is None:
+                yield f"{pooling}|{v}", "context" if blur else "none", a.sigma if blur else None, dict(pooling=pooling, se=se)
+            elif se:
+                yield (f"{pooling}|{v}|plr{a.pooling_lr:g}", "context" if blur else "none", a.sigma if blur else None,
+                       dict(pooling=pooling, se=se, pooling_lr=a.pooling_lr))
 
 
 def hans_record(rec: dict, a) -> dict:
@@ -255,6 +264,20 @@ def render_table3(recs: list[dict], precision: str = "fp32") -> str:
         lines.append(f"| {pooling} | " + " | ".join(cells) + " | " + " | ".join(diffs) + " |")
     sig = sorted({r["blur_sigma"] for r in recs if r.get("blur_sigma") is not None})
     lines += ["", f"Blur sigma: {', '.join(f'{x:g}' for x in sig) or '—'}; (n): seeds."]
+    own = sorted((v for (_, v) in by if "|plr" in v), key=lambda v: (strategies().index(v.split("|")[0]), v.split("|")[1:]))
+    if own:
+        lines += ["", "## SE with a learning rate of its own (`--pooling-lr`)", "",
+                  "At the paper's lr the SE layer and the weighted mix end where they started (Figure 4); these runs train them",
+                  "(`--grid table3 --pooling-lr X`: SE's parameters and the mix at X, every other weight at 3e-5). Paired: minus",
+                  "the softmax cell and minus the SE cell at the paper's lr, same strategy and seed.", "",
+                  "| strategy | variant | pooling lr | dev | − softmax | − the same at the paper's lr |", "|---|---|---|---|---|---|"]
+        for name in own:
+            pooling, v, _ = name.split("|")
+            cell, soft, base = by[("rte", name)], by.get(("rte", f"{pooling}|softmax"), {}), by.get(("rte", f"{pooling}|{v}"), {})
+            pair = lambda ref: _paired([100 * (cell[s]["dev_metric"] - ref[s]["dev_metric"]) for s in sorted(set(cell) & set(ref))], ", ") \
+                if set(cell) & set(ref) else "—"  # noqa: E731
+            lines.append(f"| {pooling} | {v} | {next(iter(cell.values()))['pooling_lr']:g} | "
+                         f"{_mean_sd([100 * r['dev_metric'] for r in cell.values()])} ({len(cell)}) | {pair(soft)} | {pair(base)} |")
     for name, cell in sorted((v, c) for (_, v), c in by.items()):
         if any("same_as" in r for r in cell.values()):
             run, same = [",".join(str(s) for s in sorted(cell) if ("same_as" in cell[s]) == b) for b in (False, True)]
@@ -299,8 +322,9 @@ def backfill_initial_se(path: Path, a) -> int:
     started from; returns how many were added."""
     n = 0
     for r in ssaf_table2.read_records(path):
-        if r["variant"] in FIGURE4_VARIANTS and r.get("se_weights_init") is None and "same_as" not in r:
-            cfg = cell_config("rte", r["variant"], r["blur"], r["blur_sigma"], r["seed"], a, pooling=r["layer_pooling"], se=True)
+        if in_figure4(r) and r.get("se_weights_init") is None and "same_as" not in r:
+            cfg = cell_config("rte", r["variant"], r["blur"], r["blur_sigma"], r["seed"], a, pooling=r["layer_pooling"], se=True,
+                              pooling_lr=r.get("pooling_lr"))
             ssaf_table2.add_record(path, {**r, "se_weights_init": initial_se_weights(cfg)}, KEY)
             n += 1
     return n
@@ -315,7 +339,7 @@ def figure4(recs: list[dict], a, path: Path) -> Path | None:
 
     series, init = {}, {}
     for r in recs:
-        if r["variant"] not in FIGURE4_VARIANTS:
+        if not in_figure4(r):
             continue
         if r.get("se_weights") is None and Path(r["run"], "model").is_dir():  # a record from before se_weights were kept
             r = {**r, "se_weights": se_weights(Path(r["run"]), "rte", a)}
@@ -573,6 +597,9 @@ def main():
     ap.add_argument("--sigmas", nargs="+", type=float, default=list(SIGMAS))
     ap.add_argument("--sigma", type=float, default=None, help="table3 and hans: the blur sigma (default: the one table2's clean protocol chose at most seeds, blur on context)")
     ap.add_argument("--strategies", nargs="+", default=None, help="table3: these extraction strategies only (default all seven)")
+    ap.add_argument("--pooling-lr", type=float, default=None,
+                    help="table3: run the SE columns only, SE's parameters and the weighted mix trained at this learning rate "
+                         "(attnkit train --pooling-lr); at the paper's lr they end where they started")
     ap.add_argument("--places", nargs="+", default=["none", "value", "context"], choices=["none", "value", "context"],
                     help="which variants: none (softmax), blur on values, blur on the context layer")
     ap.add_argument("--identity-check-seeds", nargs="+", type=int, default=[1],
@@ -617,6 +644,8 @@ def main():
         if a.sigma is None:
             ap.error(f"--grid {a.grid}: {why}; give --sigma (the blur sigma chosen cleanly: table2's held-out protocol)")
         print(f"[sesame] blur at {why}", flush=True)
+    if a.pooling_lr is not None and a.grid != "table3":
+        ap.error("--pooling-lr: only with --grid table3")
     if a.grid != "table2" and a.holdout:
         ap.error("--holdout: only with --grid table2 (the selection protocol)")
     if a.sigma is not None and is_identity(a.sigma):

@@ -151,7 +151,7 @@ def test_sesame_table3_borrows_table2s_runs_only_where_the_same_model_was_checke
 
 def test_sesame_figure4_sets_each_seeds_se_weights_beside_their_initial_values(sesame, tmp_path):
     def rec(variant, seed, w, w0):
-        return {**_srec(variant, seed, 0.6), "se": True, "se_weights": w, "se_weights_init": w0}
+        return {**_srec(variant, seed, 0.6), "se": "SE" in variant, "layer_pooling": variant.split("|")[0], "se_weights": w, "se_weights_init": w0}
 
     recs = [rec("weighted|SE", 1, [0.5, 0.7], [0.5, 0.6]), rec("weighted|SE", 2, [0.7, 0.9], [0.6, 0.9]),
             rec("last|SE", 1, [0.4, 0.4], None), rec("last|softmax", 1, [9, 9], [9, 9])]
@@ -161,6 +161,23 @@ def test_sesame_figure4_sets_each_seeds_se_weights_beside_their_initial_values(s
     assert out["weighted|SE"]["mean"] == pytest.approx([0.6, 0.8]) and out["weighted|SE"]["initial_mean"] == pytest.approx([0.55, 0.75])
     assert out["weighted|SE"]["largest_change"] == pytest.approx(0.1) and out["weighted|SE"]["seeds"] == 2
     assert "initial_mean" not in out["last|SE"]  # a seed whose initial model is unknown: no reference drawn
+
+
+def test_sesame_table3_pooling_lr_runs_the_se_columns_and_pairs_them_with_the_papers_lr(sesame):
+    import types
+
+    a = types.SimpleNamespace(strategies=["weighted"], pooling_lr=1e-3, sigma=0.5)
+    cells = list(sesame.table3_cells(a))
+    assert [c[0] for c in cells] == ["weighted|SE|plr0.001", "weighted|SE+blur|plr0.001"]
+    assert cells[1][1:] == ("context", 0.5, dict(pooling="weighted", se=True, pooling_lr=1e-3))
+    assert [c[0] for c in sesame.table3_cells(types.SimpleNamespace(strategies=["last"], pooling_lr=None, sigma=0.5))] == \
+        ["last|softmax", "last|SE", "last|blur", "last|SE+blur"]
+    recs = [dict(_srec(f"weighted|{v}", s, d + 0.01 * s), se="SE" in v, layer_pooling="weighted", pooling_lr=1e-3 if "plr" in v else None)
+            for v, d in (("softmax", 0.55), ("SE", 0.56), ("SE|plr0.001", 0.60)) for s in (1, 2, 3)]
+    md = sesame.render_table3(recs)
+    row = next(line for line in md.splitlines() if line.startswith("| weighted | SE | 0.001 |"))
+    assert "| 62.0 ± 1.0 (3) | 5.0 ± 0.0 (3/3), holds | 4.0 ± 0.0 (3/3), holds |" in row
+    assert sesame.in_figure4(recs[-1]) and not sesame.in_figure4(recs[0])
 
 
 def test_sesame_table3_and_hans_pair_by_seed(sesame):
