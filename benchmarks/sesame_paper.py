@@ -369,10 +369,10 @@ def figure4(recs: list[dict], a, path: Path) -> Path | None:
         ax.set_ylabel("mean SE weight on RTE dev")
         ax.legend(fontsize=6)
         moved = {own: [out[n]["largest_change"] for n in names if "largest_change" in out[n] and ("|plr" in n) == own] for own in (False, True)}
-        note = "; ".join(f"{what} by at most {max(moved[own]):.4f}" for own, what in ((False, "at the paper's lr"), (True, "at --pooling-lr"))
+        note = "; ".join(f"{what} ≤ {max(moved[own]):.4f}" for own, what in ((False, "paper's lr"), (True, "--pooling-lr"))
                          if moved[own])
         ax.set_title("SesameBERT Figure 4 on MiniLM: SE weight per layer (mean ± std over seeds)"
-                     + (f"\ntraining moved the SE weights from their initial values {note}" if note else ""), fontsize=9)
+                     + (f"\nlargest change from the initial SE weights: {note}" if note else ""), fontsize=9)
         return fig
 
     for ext in (".png", ".svg"):
