@@ -139,12 +139,10 @@ def run_cell(task: str, name: str, blur: str, sigma: float | None, seed: int, a,
     }
 
 
-def _dev_se_weights(model, tok, task: str, data_dir, max_length: int) -> list[float]:
-    """The mean SE weight per layer of ``model`` on ``task``'s dev split, ``attnkit layer-weights``'s numbers."""
+def _dev_se_weights(model, tok, dev, max_length: int) -> list[float]:
+    """The mean SE weight per layer of ``model`` on a dev split, ``attnkit layer-weights``'s numbers."""
     from attnkit.analysis.explain import layer_weights
-    from attnkit.tasks import load_task
 
-    dev = load_task(task, data_dir).splits["validation"]
     pairs = list(dev["text_pair"]) if "text_pair" in dev.column_names else None
     return [round(float(x), 6) for x in layer_weights(model, tok, list(dev["text"]), pairs, max_length=max_length)["se_mean"]]
 
@@ -152,9 +150,10 @@ def _dev_se_weights(model, tok, task: str, data_dir, max_length: int) -> list[fl
 def se_weights(run: Path, task: str, a) -> list[float]:
     """Figure 4: the mean SE weight per layer of a trained run on its task's dev split."""
     from attnkit.analysis.inference import load_for_inference
+    from attnkit.tasks import load_task
 
     _, model, tok = load_for_inference(str(run))
-    return _dev_se_weights(model, tok, task, a.data_dir, a.max_length)
+    return _dev_se_weights(model, tok, load_task(task, a.data_dir).splits["validation"], a.max_length)
 
 
 def initial_se_weights(cfg) -> list[float]:
@@ -167,9 +166,10 @@ def initial_se_weights(cfg) -> list[float]:
     from attnkit.tasks import load_task
 
     set_seed(cfg.seed)
-    labels = load_task(cfg.task, cfg.data_dir).label_names
-    model = build_classifier(cfg.model, len(labels), cfg.spec(), label_names=labels, from_scratch=cfg.from_scratch, head=cfg.head())
-    return _dev_se_weights(model.eval(), load_tokenizer(cfg.model), cfg.task, cfg.data_dir, cfg.max_length)
+    data = load_task(cfg.task, cfg.data_dir)  # once: its labels and its dev split
+    model = build_classifier(cfg.model, len(data.label_names), cfg.spec(), label_names=data.label_names, from_scratch=cfg.from_scratch,
+                             head=cfg.head())
+    return _dev_se_weights(model.eval(), load_tokenizer(cfg.model), data.splits["validation"], cfg.max_length)
 
 
 # ----------------------------------------------------------------------------- Table 3, HANS, Figure 4 (items 3-5)
