@@ -158,17 +158,17 @@ def se_weights(run: Path, task: str, a) -> list[float]:
 
 def initial_se_weights(cfg) -> list[float]:
     """Figure 4's reference: the same numbers for the model ``train(cfg)`` starts from, before its first step. train()
-    seeds (``set_seed(cfg.seed)``) and then builds the classifier, drawing nothing else from torch's generator in
-    between; this does the same (``tests/test_sesame.py`` checks it against a run that cannot move its weights)."""
+    seeds (``set_seed(cfg.seed)``) and then builds it with ``initial_classifier``, drawing nothing else from torch's
+    generator in between; this does the same (``tests/test_sesame.py`` checks it against a run that cannot move its weights)."""
     from transformers import set_seed
 
-    from attnkit.models.build import build_classifier, load_tokenizer
+    from attnkit.models.build import load_tokenizer
     from attnkit.tasks import load_task
+    from attnkit.training.finetune import initial_classifier
 
     set_seed(cfg.seed)
     data = load_task(cfg.task, cfg.data_dir)  # once: its labels and its dev split
-    model = build_classifier(cfg.model, len(data.label_names), cfg.spec(), label_names=data.label_names, from_scratch=cfg.from_scratch,
-                             head=cfg.head())
+    model = initial_classifier(cfg, data)
     return _dev_se_weights(model.eval(), load_tokenizer(cfg.model), data.splits["validation"], cfg.max_length)
 
 

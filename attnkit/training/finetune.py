@@ -230,10 +230,7 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
         others["heldout"] = heldout
     regression = data.metric == "regression"
 
-    model = build_classifier(
-        model_path, 1 if regression else len(data.label_names), spec, label_names=data.label_names,
-        from_scratch=cfg.from_scratch, head=head, problem_type="regression" if regression else None,
-    )
+    model = initial_classifier(cfg, data, model_path)
     frozen = None
     if cfg.freeze:
         frozen = freeze_parameters(model, cfg.freeze)
@@ -294,6 +291,18 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
             for ext in ("png", "svg"):
                 plot_learned_lam(values, out / f"{kind}_learned.{ext}", start=getattr(spec, kind), title=f"{cfg.task}: learned {kind}", name=kind)
     return metrics
+
+
+def initial_classifier(cfg: TrainConfig, data, model_path: str | None = None):
+    """The classifier a run of ``cfg`` on ``data`` (a loaded task) starts from: ``cfg``'s attention and head on
+    ``model_path`` (default ``cfg.model``), before its first step. It draws the new weights (the head; every weight with
+    ``--from-scratch``) from torch's generator as it stands: train() seeds it with ``cfg.seed`` first, and so must a
+    caller who wants the same model (Figure 4 of ``benchmarks/sesame_paper.py`` does)."""
+    regression = data.metric == "regression"
+    return build_classifier(
+        model_path or cfg.model, 1 if regression else len(data.label_names), cfg.spec(), label_names=data.label_names,
+        from_scratch=cfg.from_scratch, head=cfg.head(), problem_type="regression" if regression else None,
+    )
 
 
 def model_lemmatize(cfg: TrainConfig) -> str | None:
