@@ -505,7 +505,7 @@ def selection(by: dict, held: dict, task: str) -> list[str]:
         devs = {s: 100 * soft[s]["dev_metric"] for s in soft}
         gains = [max(devs[s] for s in sub) - statistics.mean(devs[s] for s in sub) for sub in itertools.combinations(sorted(devs), k)]
         lines.append(f"| {task} | none | selection alone: best of {k} softmax seeds, minus their mean | {','.join(map(str, sorted(devs)))} "
-                     f"| every {k} of the {len(devs)} seeds | — | {statistics.mean(gains):.1f} (over {len(gains)} choices of {k}) | — |")
+                     f"| every {k} of the {len(devs)} seeds | — | {statistics.mean(gains):.1f} (over {len(gains)} choice{'s' * (len(gains) > 1)} of {k}) | — |")
     return lines
 
 

@@ -108,6 +108,8 @@ def test_sesame_identity_sigmas_borrow_softmax_only_where_checked_and_selection_
     # softmax seeds minus their mean, over the 4 choices of 3 of (60, 58, 62, 56): (2 + 2 + 2.67 + 3.33) / 4 = 2.5
     alone = next(line for line in md.splitlines() if "selection alone: best of 3" in line)
     assert "| 2.5 (over 4 choices of 3) |" in alone
+    three = sesame.render([r for r in recs if r["seed"] != 4])  # as many softmax seeds as distinct runs: one choice
+    assert "| 2.0 (over 1 choice of 3) |" in next(line for line in three.splitlines() if "selection alone: best of 3" in line)
     # an identity sigma whose run is not softmax's model at its check seed is never borrowed for other seeds
     assert sesame.identity_checked(recs, "rte", "blur-context-0.01") and not sesame.identity_checked(recs, "rte", "blur-value-0.01")
     assert not sesame.identity_checked(recs, "rte", "blur-context-1")  # never run
