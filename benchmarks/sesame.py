@@ -71,7 +71,8 @@ def _n(runs, a) -> str:
 SMALL_BUDGET = ("**A small budget, not the SesameBERT paper's** (fewer epochs, training examples or tokens than its 3 epochs, "
                 "whole train split, max length 128): every variant sits near chance or the majority class, so these numbers say "
                 "nothing about the paper's claims. The paper-budget tables: `benchmarks/sesame_paper.py`, "
-                "`benchmarks/results/sesame_paper.md` (Table 2), `sesame_paper_table3.md`, `sesame_paper_hans.md`.")
+                "`benchmarks/results/sesame_paper_bf16.md` (Table 2), `sesame_paper_table3_bf16.md`, `sesame_paper_hans_bf16.md`, "
+                "`sesame_paper_figure4_bf16.png`.")
 
 
 def header(a, title, trains=True):
