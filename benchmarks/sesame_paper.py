@@ -309,12 +309,11 @@ def render_hans(recs: list[dict], precision: str = "fp32") -> str:
     soft = by.get(("mnli-devsplit", "softmax"), {})
     for name in list(HANS_MODELS)[1:]:
         cell = by.get(("mnli-devsplit", name), {})
-        d = [100 * (cell[s]["hans"]["lexical_overlap"]["non-entailment"] - soft[s]["hans"]["lexical_overlap"]["non-entailment"])
-             for s in sorted(set(cell) & set(soft))]
+        both = sorted(set(cell) & set(soft))  # the seeds both ran
+        d = [100 * (cell[s]["hans"]["lexical_overlap"]["non-entailment"] - soft[s]["hans"]["lexical_overlap"]["non-entailment"]) for s in both]
         if d:
-            own, ref = (statistics.mean(c[s]["hans"]["lexical_overlap"]["non-entailment"] for s in sorted(set(cell) & set(soft))) for c in (cell, soft))
+            own, ref = (statistics.mean(c[s]["hans"]["lexical_overlap"]["non-entailment"] for s in both) for c in (cell, soft))
             ratio = f"{own / ref:.1f}x softmax's accuracy" if ref > 0 else "softmax's accuracy is 0"
-            both = sorted(set(cell) & set(soft))
             ent = [100 * (cell[s]["hans"]["lexical_overlap"]["entailment"] - soft[s]["hans"]["lexical_overlap"]["entailment"]) for s in both]
             overall = [100 * (cell[s]["hans_accuracy"] - soft[s]["hans_accuracy"]) for s in both]
             lines += ["", f"The paper's claim, lexical-overlap non-entailment, {name} − softmax (paired): {_mean_sd(d)} points "
