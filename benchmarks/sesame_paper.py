@@ -310,12 +310,13 @@ def render_hans(recs: list[dict], precision: str = "fp32") -> str:
     for name in list(HANS_MODELS)[1:]:
         cell = by.get(("mnli-devsplit", name), {})
         both = sorted(set(cell) & set(soft))  # the seeds both ran
-        d = [100 * (cell[s]["hans"]["lexical_overlap"]["non-entailment"] - soft[s]["hans"]["lexical_overlap"]["non-entailment"]) for s in both]
+        lex = lambda g: lambda r: r["hans"]["lexical_overlap"][g]  # noqa: E731
+        paired = lambda get: [100 * (get(cell[s]) - get(soft[s])) for s in both]  # noqa: E731
+        d = paired(lex("non-entailment"))
         if d:
-            own, ref = (statistics.mean(c[s]["hans"]["lexical_overlap"]["non-entailment"] for s in both) for c in (cell, soft))
+            own, ref = (statistics.mean(lex("non-entailment")(c[s]) for s in both) for c in (cell, soft))
             ratio = f"{own / ref:.1f}x softmax's accuracy" if ref > 0 else "softmax's accuracy is 0"
-            ent = [100 * (cell[s]["hans"]["lexical_overlap"]["entailment"] - soft[s]["hans"]["lexical_overlap"]["entailment"]) for s in both]
-            overall = [100 * (cell[s]["hans_accuracy"] - soft[s]["hans_accuracy"]) for s in both]
+            ent, overall = paired(lex("entailment")), paired(lambda r: r["hans_accuracy"])
             lines += ["", f"The paper's claim, lexical-overlap non-entailment, {name} − softmax (paired): {_mean_sd(d)} points "
                           f"({sum(x > 0 for x in d)}/{len(d)} seeds ahead): **{ssaf_table2.verdict(d)}**; {ratio} (the paper: "
                           f"SesameBERT almost 3x BERT-base's). The same pairs on lexical-overlap entailment: {_mean_sd(ent)}; "
