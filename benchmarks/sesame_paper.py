@@ -134,9 +134,17 @@ def run_cell(task: str, name: str, blur: str, sigma: float | None, seed: int, a,
         "heldout_metric": m["heldout"][metric] if "heldout" in m else None, "weights_sha256": weights_digest(out / "model"),
         "run": str(out), "train_seconds": round(m["train"].get("train_runtime", time.time() - t0), 1),
         "torch_threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None,
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
         "precision": a.precision, **extra,
     }
+
+
+def machine() -> str:
+    """Where a cell ran: the processor and its cores, and the GPU the Trainer trained on where there was one."""
+    import torch
+
+    gpu = f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
+    return f"{platform.machine()}, {os.cpu_count()} cores{gpu}"
 
 
 def _dev_se_weights(model, tok, dev, max_length: int) -> list[float]:
