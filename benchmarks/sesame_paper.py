@@ -554,6 +554,7 @@ def render(recs: list[dict], held_recs: list[dict] | None = None, precision: str
             lines.append(f"| {t} ({rs[0]['metric']}) | {name} | {'—' if k is None else ', '.join(f'{x:.3f}' for x in k)} "
                          f"| {_seeds(cell)} | {_mean_sd([100 * r['dev_metric'] for r in rs])} "
                          f"| {_paired(d) if d else '— | —'} |")
+    lines += where_run(recs)
     sel = [line for t in tasks for line in selection(by, held, t)]
     if sel:
         lines += ["", "## Choosing sigma: the paper's protocol, a clean one, and selection alone", "",
@@ -571,6 +572,28 @@ def render(recs: list[dict], held_recs: list[dict] | None = None, precision: str
     if fp32_recs:
         lines += precision_check(recs, fp32_recs, precision)
     return "\n".join(lines) + "\n"
+
+
+def where_run(recs: list[dict]) -> list[str]:
+    """Where more than one machine trained the records: each machine with the seeds it ran per task, and whether every
+    paired difference (a seed's variants against its softmax run) stayed on one machine."""
+    on = collections.defaultdict(lambda: collections.defaultdict(set))  # machine -> task -> seeds
+    for r in recs:
+        on[r.get("machine", "unrecorded")][r["task"]].add(r["seed"])
+    if len(on) < 2:
+        return []
+    per_seed = collections.defaultdict(set)  # (task, seed) -> machines
+    for m, tasks in on.items():
+        for t, seeds in tasks.items():
+            for s in seeds:
+                per_seed[(t, s)].add(m)
+    mixed = sorted(k for k, ms in per_seed.items() if len(ms) > 1)
+    where = "; ".join(f"{m}: " + ", ".join(f"{t} seeds {','.join(map(str, sorted(ss)))}" for t, ss in sorted(ts.items()))
+                      for m, ts in sorted(on.items()))
+    same = ("every seed's cells on one machine, so each paired difference compares runs of one machine" if not mixed else
+            "seeds whose cells span machines (their paired differences mix machines): "
+            + ", ".join(f"{t} {s}" for t, s in mixed))
+    return ["", f"Trained on: {where} ({same})."]
 
 
 def precision_check(recs: list[dict], fp32_recs: list[dict], precision: str) -> list[str]:

@@ -115,6 +115,19 @@ def test_sesame_identity_sigmas_borrow_softmax_only_where_checked_and_selection_
     assert not sesame.identity_checked(recs, "rte", "blur-context-1")  # never run
 
 
+def test_sesame_table_says_which_machine_trained_which_seeds_and_flags_pairs_that_span_two(sesame):
+    cpu, gpu = "x86_64, 2 cores", "x86_64, 16 cores, NVIDIA H200"
+    recs = [{**_srec(v, s, 0.6, sigma=x, blur=b), "machine": cpu if s == 1 else gpu}
+            for s in (1, 2, 3) for v, x, b in (("softmax", None, "none"), ("blur-value-0.5", 0.5, "value"))]
+    line = next(ln for ln in sesame.render(recs).splitlines() if ln.startswith("Trained on:"))
+    assert f"{gpu}: rte seeds 2,3; {cpu}: rte seeds 1 (every seed's cells on one machine" in line
+    recs[-1]["machine"] = cpu  # seed 3's blur run moves to the CPU: its pair now mixes machines
+    line = next(ln for ln in sesame.render(recs).splitlines() if ln.startswith("Trained on:"))
+    assert f"{cpu}: rte seeds 1,3" in line and "span machines (their paired differences mix machines): rte 3)" in line
+    one = [{**r, "machine": cpu} for r in recs]  # one machine: nothing to say
+    assert "Trained on:" not in sesame.render(one)
+
+
 def test_sesame_table3_sigma_is_the_clean_protocols_most_frequent_choice(sesame):
     def held(seed_best):  # per seed, the sigma with the best held-out score
         recs = [_srec("softmax", s, 0.5, heldout=0.5) for s in seed_best]
