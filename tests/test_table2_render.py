@@ -115,6 +115,19 @@ def test_sesame_identity_sigmas_borrow_softmax_only_where_checked_and_selection_
     assert not sesame.identity_checked(recs, "rte", "blur-context-1")  # never run
 
 
+def test_sesame_paper_protocol_lets_softmax_stand_in_for_identity_sigmas_only_where_none_was_run(sesame):
+    recs = [_srec("softmax", s, d) for s, d in ((1, 0.60), (2, 0.58), (3, 0.62))]
+    recs += [_srec(f"blur-value-{x:g}", s, d, sigma=x, blur="value", sha=f"v{x}{s}")
+             for s, d in ((1, 0.61), (2, 0.57), (3, 0.61)) for x in (0.3, 0.5)]
+    paper = next(ln for ln in sesame.render(recs).splitlines() if "paper: best sigma" in ln and "| value |" in ln)
+    # seeds 1: 0.3 (61 > 60), 2: softmax's run (58 > 57) as sigma 0.01, 3: softmax's run (62 > 61)
+    assert "(0.01 and 0.1 not run: softmax's runs stand in) | 1,2,3 | 1: 0.3, 2: 0.01, 3: 0.01 | 60.3 ± 2.1 | 0.3 ± 0.6 (1/3) |" in paper
+    assert "| blur-value-0.01 |" not in sesame.render(recs)  # the stand-ins choose; they are not rows of the table
+    # one identity run of the task (a check seed): by_cell's rule decides, and nothing stands in
+    recs.append(_srec("blur-value-0.01", 1, 0.60, sigma=0.01, blur="value"))
+    assert "stand in" not in sesame.render(recs)
+
+
 def test_sesame_table_says_which_machine_trained_which_seeds_and_flags_pairs_that_span_two(sesame):
     cpu, gpu = "x86_64, 2 cores", "x86_64, 16 cores, NVIDIA H200"
     recs = [{**_srec(v, s, 0.6, sigma=x, blur=b), "machine": cpu if s == 1 else gpu}
