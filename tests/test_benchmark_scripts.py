@@ -40,6 +40,25 @@ def test_the_gpu_benchmark_refuses_without_cuda_and_its_self_check_runs_every_va
     assert "every variant ran" in r.stdout and "attnkit entmax15 (triton)" in r.stdout
 
 
+def test_the_gpu_exactness_check_refuses_without_cuda_and_its_self_check_passes():
+    import importlib.util
+    import os
+
+    import torch
+
+    if not torch.cuda.is_available():
+        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_exact.py")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and "no CUDA device here" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed (pip install -e '.[gpu]'): the self-check runs the Triton kernels")
+    env = dict(os.environ, TRITON_INTERPRET="1", ATTNKIT_KERNEL="triton", OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_exact.py"), "--self-check"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| ") and ln.endswith("| yes |")]
+    assert len(rows) == 2 * 3 * 3  # two lengths x three maps x three input dtypes, every one within tolerance
+
+
 def test_sesame_small_budget_tables_say_so_at_their_top_and_paper_budget_ones_do_not():
     import argparse
     import importlib.util

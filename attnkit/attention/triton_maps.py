@@ -111,7 +111,7 @@ def _entmax_fwd(Z, A, P, stride, n, BLOCK: tl.constexpr, ACC: tl.constexpr, EPS:
         pm = _entmax_mass(x - s, d)
         u = 1.0 + d * (x - s)
         dq = tl.sum(tl.where(pm > 0, pm / tl.where(pm > 0, u, 1.0), 0.0), 0)
-        step = tl.where(dq > 0, (tl.sum(pm, 0) - 1.0) / tl.maximum(dq, 1e-300), 0.0)
+        step = tl.where(dq > 0, (tl.sum(pm, 0) - 1.0) / tl.where(dq > 0, dq, 1.0), 0.0)  # no 1e-300: fp64 in Triton, which types the loop
         step = tl.maximum(step, 0.0)
         s = s + step
         it += 1
