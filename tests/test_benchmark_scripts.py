@@ -22,41 +22,32 @@ def test_a_benchmark_script_imports_and_shows_its_help(script):
     assert "usage:" in r.stdout
 
 
-def test_the_gpu_benchmark_refuses_without_cuda_and_its_self_check_runs_every_variant():
+def _exact_rows(out: str) -> int:
+    """Rows of gpu_exact.py's table within tolerance."""
+    return sum(ln.startswith("| ") and ln.endswith("| yes |") for ln in out.splitlines())
+
+
+@pytest.mark.parametrize("script, env_extra, ran", [
+    ("gpu.py", {}, lambda out: "every variant ran" in out and "attnkit entmax15 (triton)" in out),
+    # two lengths x three maps x three input dtypes, every one within tolerance of float64
+    ("gpu_exact.py", {"ATTNKIT_KERNEL": "triton"}, lambda out: _exact_rows(out) == 2 * 3 * 3),
+])
+def test_a_gpu_script_refuses_without_cuda_and_its_self_check_runs_every_case(script, env_extra, ran):
     import importlib.util
     import os
 
     import torch
 
     if not torch.cuda.is_available():
-        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script)], cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert r.returncode == 2 and "no CUDA device here" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     if importlib.util.find_spec("triton") is None:
         pytest.skip("triton is not installed (pip install -e '.[gpu]'): the self-check runs the Triton kernels")
-    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--self-check"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=600, env=env)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "every variant ran" in r.stdout and "attnkit entmax15 (triton)" in r.stdout
-
-
-def test_the_gpu_exactness_check_refuses_without_cuda_and_its_self_check_passes():
-    import importlib.util
-    import os
-
-    import torch
-
-    if not torch.cuda.is_available():
-        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_exact.py")], cwd=ROOT, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 2 and "no CUDA device here" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("triton is not installed (pip install -e '.[gpu]'): the self-check runs the Triton kernels")
-    env = dict(os.environ, TRITON_INTERPRET="1", ATTNKIT_KERNEL="triton", OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_exact.py"), "--self-check"], cwd=ROOT, capture_output=True,
+    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1", **env_extra)
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--self-check"], cwd=ROOT, capture_output=True,
                        text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| ") and ln.endswith("| yes |")]
-    assert len(rows) == 2 * 3 * 3  # two lengths x three maps x three input dtypes, every one within tolerance
+    assert ran(r.stdout), r.stdout[-2000:]
 
 
 def test_sesame_small_budget_tables_say_so_at_their_top_and_paper_budget_ones_do_not():
