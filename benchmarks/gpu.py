@@ -218,6 +218,27 @@ def to_markdown(rows) -> str:
     return "\n".join(out) + "\n"
 
 
+def environment() -> dict:
+    """The date, GPU and versions a GPU result was measured with (triton None where it is not installed)."""
+    import importlib.util
+
+    import transformers
+
+    triton = importlib.util.find_spec("triton") is not None
+    return {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
+            "triton": __import__("triton").__version__ if triton else None, "python": platform.python_version()}
+
+
+def save(out: str, title: str, env: dict, rows: list[dict], markdown: str) -> None:
+    """``out`` (JSON: environment, the command that ran, rows) and the markdown table beside it, and the table printed."""
+    result = {"environment": env, "command": f"python benchmarks/{Path(sys.argv[0]).name} " + " ".join(sys.argv[1:]), "rows": rows}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    Path(out).with_suffix(".md").write_text(f"# {title}\n\n{json.dumps(env)}\n\n" + markdown)
+    print(markdown)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/gpu.json"))
@@ -237,16 +258,7 @@ def main():
         print(f"benchmarks/gpu.py: the Triton kernels are unavailable ({kernels.backend_reason()}): pip install -e '.[gpu]'", file=sys.stderr)
         return 2
     rows = bench_normaliser(a.lengths, a.rounds) + bench_models(a.model_lengths, max(5, a.rounds // 4))
-    import transformers
-
-    env = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "gpu": torch.cuda.get_device_name(),
-           "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
-           "triton": __import__("triton").__version__, "python": platform.python_version()}
-    result = {"environment": env, "command": "python benchmarks/gpu.py " + " ".join(sys.argv[1:]), "rows": rows}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
-    Path(a.out).with_suffix(".md").write_text(f"# attnkit on a GPU\n\n{json.dumps(env)}\n\n" + to_markdown(rows))
-    print(to_markdown(rows))
+    save(a.out, "attnkit on a GPU", environment(), rows, to_markdown(rows))
     return 0
 
 

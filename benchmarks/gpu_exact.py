@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
-import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -129,16 +126,11 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("benchmarks/gpu_exact.py: no CUDA device here (torch.cuda.is_available() is False): run it on a GPU machine", file=sys.stderr)
         return 2
-    triton = kernels.triton_kernels() is not None
+    from gpu import environment, save  # benchmarks/gpu.py: the same record of where and with what
+
     rows = run(a.lengths, a.entries, "cuda")
-    env = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "gpu": torch.cuda.get_device_name(),
-           "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
-           "triton": __import__("triton").__version__ if triton else None, "path": "triton" if triton else "torch"}
-    result = {"environment": env, "command": "python benchmarks/gpu_exact.py " + " ".join(sys.argv[1:]), "rows": rows}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
-    Path(a.out).with_suffix(".md").write_text(f"# attnkit's sparse maps on a GPU against float64\n\n{json.dumps(env)}\n\n" + to_markdown(rows))
-    print(to_markdown(rows))
+    env = {**environment(), "path": "triton" if kernels.triton_kernels() is not None else "torch"}
+    save(a.out, "attnkit's sparse maps on a GPU against float64", env, rows, to_markdown(rows))
     return 0 if all(r["ok"] for r in rows) else 1
 
 

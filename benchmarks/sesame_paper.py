@@ -43,7 +43,6 @@ import datetime as dt
 import itertools
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -134,17 +133,9 @@ def run_cell(task: str, name: str, blur: str, sigma: float | None, seed: int, a,
         "heldout_metric": m["heldout"][metric] if "heldout" in m else None, "weights_sha256": weights_digest(out / "model"),
         "run": str(out), "train_seconds": round(m["train"].get("train_runtime", time.time() - t0), 1),
         "torch_threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None,
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": ssaf_table2.machine(),
         "precision": a.precision, **extra,
     }
-
-
-def machine() -> str:
-    """Where a cell ran: the processor and its cores, and the GPU the Trainer trained on where there was one."""
-    import torch
-
-    gpu = f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
-    return f"{platform.machine()}, {os.cpu_count()} cores{gpu}"
 
 
 def _dev_se_weights(model, tok, dev, max_length: int) -> list[float]:
@@ -411,10 +402,16 @@ def by_cell(recs: list[dict]) -> dict:
             continue
         same = [cell[s].get("weights_sha256") == soft[s].get("weights_sha256") is not None for s in set(cell) & set(soft)]
         if same and all(same):
+            place = next(iter(cell.values()))["blur"]
             for s in set(soft) - set(cell):
-                cell[s] = {**soft[s], "variant": name, "blur": next(iter(cell.values()))["blur"], "blur_sigma": sigma,
-                           "kernel": kernel_weights(sigma), "same_as": "softmax"}
+                cell[s] = as_identity_sigma(soft[s], place, sigma)
     return by
+
+
+def as_identity_sigma(soft_rec: dict, place: str, sigma: float) -> dict:
+    """Softmax's record standing in for the identity sigma ``sigma`` blurring ``place`` (the same model, bit for bit)."""
+    return {**soft_rec, "variant": f"blur-{place}-{sigma:g}", "blur": place, "blur_sigma": sigma, "kernel": kernel_weights(sigma),
+            "same_as": "softmax"}
 
 
 def _seeds(cell: dict) -> str:
@@ -501,14 +498,12 @@ def paper_grid(by: dict, task: str) -> tuple[dict, bool]:
     ran none of them (SST-2, whose runs take 18 minutes here: their float32 kernel is the identity, and they trained
     softmax's model bit for bit on every task where they were run); and whether any stood in."""
     soft = by.get((task, "softmax"), {})
-    ident = [f"blur-{place}-{x:g}" for place in ("value", "context") for x in PAPER_SIGMAS if is_identity(x)]
-    if not soft or any((task, n) in by for n in ident):
+    ident = [(place, x) for place in ("value", "context") for x in PAPER_SIGMAS if is_identity(x)]
+    if not soft or any((task, f"blur-{place}-{x:g}") in by for place, x in ident):
         return by, False
     grid = dict(by)
-    for n in ident:
-        sigma = float(n.rsplit("-", 1)[1])
-        grid[(task, n)] = {s: {**r, "variant": n, "blur_sigma": sigma, "kernel": kernel_weights(sigma), "same_as": "softmax"}
-                           for s, r in soft.items()}
+    for place, x in ident:
+        grid[(task, f"blur-{place}-{x:g}")] = {s: as_identity_sigma(r, place, x) for s, r in soft.items()}
     return grid, True
 
 
@@ -596,15 +591,13 @@ def where_run(recs: list[dict]) -> list[str]:
     """Where more than one machine trained the records: each machine with the seeds it ran per task, and whether every
     paired difference (a seed's variants against its softmax run) stayed on one machine."""
     on = collections.defaultdict(lambda: collections.defaultdict(set))  # machine -> task -> seeds
+    per_seed = collections.defaultdict(set)  # (task, seed) -> machines
     for r in recs:
-        on[r.get("machine", "unrecorded")][r["task"]].add(r["seed"])
+        m = r.get("machine", "unrecorded")
+        on[m][r["task"]].add(r["seed"])
+        per_seed[(r["task"], r["seed"])].add(m)
     if len(on) < 2:
         return []
-    per_seed = collections.defaultdict(set)  # (task, seed) -> machines
-    for m, tasks in on.items():
-        for t, seeds in tasks.items():
-            for s in seeds:
-                per_seed[(t, s)].add(m)
     mixed = sorted(k for k, ms in per_seed.items() if len(ms) > 1)
     where = "; ".join(f"{m}: " + ", ".join(f"{t} seeds {','.join(map(str, sorted(ss)))}" for t, ss in sorted(ts.items()))
                       for m, ts in sorted(on.items()))

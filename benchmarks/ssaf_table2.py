@@ -189,7 +189,7 @@ def run_cell(task: str, method: str, seed: int, a) -> dict:
         "train_subset": subset, "warmup_ratio": cfg.warmup_ratio, "from_scratch": cfg.from_scratch, "group_by_length": True,
         "torch_threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None,
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "machine": machine(),
     }
     if "lam_learned" in m:
         rec["lam_learned"] = m["lam_learned"]
@@ -227,6 +227,14 @@ def dev_support(run_dir: Path, task: str, data_dir: str | None, max_length: int)
 
 
 # ----------------------------------------------------------------------------- rendering
+
+
+def machine() -> str:
+    """Where a record's run trained: the processor and its cores, and the GPU where the Trainer had one."""
+    import torch
+
+    gpu = f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
+    return f"{platform.machine()}, {os.cpu_count()} cores{gpu}"
 
 
 def _ms(xs: list[float]) -> str:
