@@ -1,0 +1,120 @@
+"""studies.stats: the paired t-test, Holm's correction, the cell text and a record's provenance, on known cases."""
+
+import math
+
+import pytest
+from scipy import stats as st
+
+from studies.stats import (PairedTest, family_verdicts, format_paired, holm, paired_test, provenance)
+
+
+def _sample(mean: float, sd: float, n: int) -> list[float]:
+    """n numbers with exactly this mean and sample standard deviation."""
+    base = [i - (n - 1) / 2 for i in range(n)]
+    s = math.sqrt(sum(b * b for b in base) / (n - 1))
+    return [mean + sd * b / s for b in base]
+
+
+def test_mean_1_sd_half_over_3_seeds_is_within_noise():
+    d = _sample(1.0, 0.5, 3)
+    t = paired_test(d)
+    assert t.n == 3 and t.df == 2
+    assert t.mean == pytest.approx(1.0) and t.sd == pytest.approx(0.5)
+    assert t.t == pytest.approx(1.0 / (0.5 / math.sqrt(3)))  # 3.46 < 4.30, the 5% critical value at 2 df
+    assert t.p > 0.05
+    assert t.verdict == "within noise"
+    # the old rule (mean beyond two standard errors) would have said "holds" here
+    assert t.mean > 2 * t.se
+
+
+def test_mean_1_sd_half_over_10_seeds_holds_and_negative_is_reversed():
+    assert paired_test(_sample(1.0, 0.5, 10)).verdict == "holds"
+    r = paired_test(_sample(-1.0, 0.5, 10))
+    assert r.verdict == "reversed" and r.t < 0 and r.p < 0.001
+
+
+def test_too_few_seeds_and_edge_cases():
+    assert paired_test([]).verdict == "too few seeds"
+    assert paired_test([2.0]).verdict == "too few seeds"
+    two = paired_test([5.0, 5.2])
+    assert two.verdict == "too few seeds" and two.df == 1 and two.p < 0.05  # significant, but 2 seeds give no verdict
+    const = paired_test([1.0, 1.0, 1.0])
+    assert const.t == math.inf and const.p == 0.0 and const.verdict == "holds"
+    zero = paired_test([0.0, 0.0, 0.0])
+    assert zero.p == 1.0 and zero.verdict == "within noise"
+
+
+@pytest.mark.parametrize("a,b", [
+    ([71.2, 70.1, 72.5, 69.8], [70.0, 70.3, 71.1, 68.2]),
+    ([0.5, 0.61, 0.55], [0.52, 0.50, 0.49]),
+    ([10, 12, 9, 11, 13, 8, 10], [11, 11, 10, 12, 12, 9, 9]),
+])
+def test_t_and_p_agree_with_scipy_ttest_rel(a, b):
+    ref = st.ttest_rel(a, b)
+    t = paired_test([x - y for x, y in zip(a, b)])
+    assert t.t == pytest.approx(ref.statistic, rel=1e-9)
+    assert t.p == pytest.approx(ref.pvalue, rel=1e-9)
+    assert t.verdict == ("within noise" if ref.pvalue >= 0.05 else ("holds" if ref.statistic > 0 else "reversed"))
+
+
+def test_critical_value_at_two_degrees_of_freedom():
+    # t just above and below 4.303 (two-sided 5%, 2 df) with 3 seeds
+    for t_target, expect in [(4.4, "holds"), (4.2, "within noise")]:
+        d = _sample(t_target / math.sqrt(3), 1.0, 3)
+        assert paired_test(d).verdict == expect
+
+
+def test_holm_on_known_pvalues():
+    # m = 4 at 5%: thresholds 0.0125, 0.0167, 0.025, 0.05 on the sorted p-values
+    assert holm([0.01, 0.04, 0.02, 0.005]) == [True, True, True, True]
+    assert holm([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]  # 0.03 > 0.05/2 stops it
+    assert holm([0.01, 0.04, 0.03, 0.02]) == [True, False, False, False]  # 0.02 > 0.05/3 stops it
+    assert holm([0.013, 0.001]) == [True, True]  # 0.001 <= 0.025, then 0.013 <= 0.05
+    assert holm([0.03, 0.03]) == [False, False]  # 0.03 > 0.025
+    assert holm([0.2]) == [False]
+    assert holm([]) == []
+    assert holm([float("nan"), 0.001]) == [False, True]
+
+
+def test_family_verdicts_apply_holm_but_keep_t_and_p():
+    strong = _sample(2.0, 0.5, 5)   # p ~ 0.0007
+    weak = _sample(1.0, 0.8, 5)     # p ~ 0.05 alone
+    middling = _sample(-1.0, 0.6, 5)
+    alone = [paired_test(d) for d in (strong, weak, middling)]
+    fam = family_verdicts([strong, weak, middling])
+    assert all(f.holm for f in fam)
+    assert [f.p for f in fam] == [a.p for a in alone]
+    assert fam[0].verdict == "holds"
+    for a, f, flag in zip(alone, fam, holm([a.p for a in alone])):
+        want = ("holds" if a.mean > 0 else "reversed") if flag else "within noise"
+        assert f.verdict == want
+    # a member significant alone can lose its verdict in the family
+    single = paired_test(_sample(1.0, 0.4, 4))
+    assert single.verdict == "holds" and 0.0125 < single.p < 0.05
+    fam = family_verdicts([single] + [_sample(0.1, 1.0, 4)] * 3)
+    assert fam[0].verdict == "within noise"
+    # two seeds stay out of the family and keep "too few seeds"
+    fam = family_verdicts([[1.0, 2.0], strong])
+    assert fam[0].verdict == "too few seeds" and not fam[0].holm and fam[1].verdict == "holds"
+
+
+def test_format_paired_cell_text():
+    t = PairedTest(n=3, mean=1.2, sd=0.4, se=0.4 / math.sqrt(3), t=3.0, df=2, p=0.0955, verdict="within noise")
+    assert format_paired(t) == "+1.2 ± 0.4 (t=3.0, p=0.10, within noise)"
+    assert format_paired(t, verdict=False) == "+1.2 ± 0.4 (t=3.0, p=0.10)"
+    r = paired_test([-2.0, -2.1, -1.9, -2.0])
+    assert format_paired(r) == "-2.0 ± 0.1 (t=-49.0, p=<0.001, reversed)"
+    assert format_paired(paired_test([])) == "—"
+
+
+def test_provenance_names_commit_dirty_and_versions():
+    import torch
+    import transformers
+
+    p = provenance()
+    assert set(p) == {"git_commit", "git_dirty", "attnkit_version", "torch_version", "transformers_version"}
+    assert p["torch_version"] == torch.__version__
+    assert p["transformers_version"] == transformers.__version__
+    assert p["attnkit_version"]
+    if p["git_commit"] is not None:  # a source checkout
+        assert len(p["git_commit"]) == 40 and isinstance(p["git_dirty"], bool)
