@@ -496,3 +496,43 @@ def test_minibert_through_auto_classes_and_pipeline_matches_predict(pipeline, ca
         for label, p in ours[i]["probabilities"].items():
             assert got[label] == pytest.approx(p, abs=1e-5)
             assert float(probs[i, auto.config.label2id[label]]) == pytest.approx(p, abs=1e-5)
+
+
+# ----------------------------------------------------------------------------- determinism (issue 39)
+
+
+def test_wordpiece_vocab_breaks_ties_by_the_pieces_not_the_input_order():
+    from attnkit.training.pretrain import wordpiece_vocab
+
+    counts = {"ef": 3, "cd": 3, "ab": 3, "abcd": 1, "efab": 1}  # (a,##b) and (e,##f) tie at 4, (c,##d) has 3
+    first = wordpiece_vocab(counts, 40, specials=["[PAD]", "[UNK]"])
+    again = wordpiece_vocab(dict(reversed(list(counts.items()))), 40, specials=["[PAD]", "[UNK]"])
+    assert first == again
+    order = [t for t, _ in sorted(first.items(), key=lambda kv: kv[1])]
+    assert order[:5] == ["[PAD]", "[UNK]", "a", "c", "e"]  # specials, then word-initial characters sorted
+    merges = order[order.index("##f") + 1:]
+    assert merges == ["ab", "ef", "cd", "##ab", "##cd", "abcd", "efab"]  # by count, ties in the pieces' order
+    assert wordpiece_vocab(counts, 12, specials=["[PAD]", "[UNK]"]) == {t: i for i, t in enumerate(order[:12])}
+
+
+def test_two_identical_runs_write_identical_files(tmp_path):
+    """The same command in two processes (each its own hash seed) writes the same tokenizer, weights and config."""
+    import os
+
+    from conftest import write_tiny_sentiment
+
+    data = write_tiny_sentiment(tmp_path / "data", n_train=64, n_dev=16)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    outs = []
+    for name, hashseed in (("a", "1"), ("b", "2")):
+        out = tmp_path / name
+        cmd = [sys.executable, "-m", "attnkit.cli", "train", "--task", "csv", "--data-dir", str(data), "--model", "mini",
+               "--vocab-size", "120", "--max-steps", "4", "--threads", "1", "--no-heatmap", "--output-dir", str(out)]
+        subprocess.run(cmd, env={**env, "PYTHONHASHSEED": hashseed}, check=True, capture_output=True, text=True)
+        outs.append(out)
+    files = sorted(p.relative_to(outs[0]) for d in ("mini_init", "model") for p in (outs[0] / d).rglob("*") if p.is_file())
+    assert {"model/tokenizer.json", "model/model.safetensors", "mini_init/tokenizer.json"} <= {str(f) for f in files}
+    for f in files:
+        assert (outs[0] / f).read_bytes() == (outs[1] / f).read_bytes(), f
+    ma, mb = (json.loads((o / "metrics.json").read_text()) for o in outs)
+    assert {k: ma["validation"][k] for k in ("accuracy", "loss")} == {k: mb["validation"][k] for k in ("accuracy", "loss")}

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast, Trainer, TrainingArguments, set_seed
 
 from attnkit.attention.spec import AttentionSpec
@@ -38,10 +38,75 @@ log = logging.getLogger("attnkit")
 # ----------------------------------------------------------------------------- tokenizer
 
 
+def wordpiece_vocab(word_counts: dict[str, int], vocab_size: int, specials=SPECIALS, prefix: str = "##") -> dict[str, int]:
+    """A WordPiece vocabulary learned from ``word_counts`` (word -> count), the same for the same input in any process.
+
+    The ``tokenizers`` WordPiece trainer breaks ties between equally frequent pairs by ids that follow a Rust hash
+    map's iteration order, which is seeded per process: the same text gave two vocabularies (different ids, even
+    different pieces) in two runs. Here the merges are the same BPE-style rule, done in Python with every tie broken
+    by the pieces themselves:
+
+    * ids: ``specials`` first, then the alphabet sorted (word-initial characters, then ``##`` + the characters seen
+      inside words), then one piece per merge, in merge order;
+    * each step merges the most frequent adjacent pair (count = sum over the words containing it of the word's
+      count); ties go to the pair that sorts first; merging ``a`` and ``##b`` gives ``ab``;
+    * it stops at ``vocab_size`` pieces or when no word has two pieces left.
+    """
+    import heapq
+
+    words = sorted((w, c) for w, c in word_counts.items() if w)
+    syms = [[w[0]] + [prefix + ch for ch in w[1:]] for w, _ in words]  # each word as its characters
+    counts = [c for _, c in words]
+    vocab: dict[str, int] = {}
+    for t in list(specials) + sorted({s for w in syms for s in w if not s.startswith(prefix)}) + sorted(
+            {s for w in syms for s in w if s.startswith(prefix)}):
+        vocab.setdefault(t, len(vocab))
+    pair_count: dict[tuple[str, str], int] = {}
+    pair_words: dict[tuple[str, str], set[int]] = {}
+
+    def add(i: int, sign: int) -> set:
+        w, c, touched = syms[i], counts[i], set()
+        for pair in zip(w, w[1:]):
+            pair_count[pair] = pair_count.get(pair, 0) + sign * c
+            (pair_words.setdefault(pair, set()).add if sign > 0 else pair_words.setdefault(pair, set()).discard)(i)
+            touched.add(pair)
+        return touched
+
+    for i in range(len(syms)):
+        add(i, +1)
+    heap = [(-c, p) for p, c in pair_count.items()]
+    heapq.heapify(heap)
+    while len(vocab) < vocab_size and heap:
+        neg, pair = heapq.heappop(heap)
+        if pair_count.get(pair, 0) != -neg or -neg <= 0:
+            continue  # a stale entry: the count changed since it was pushed
+        a, b = pair
+        merged = a + b[len(prefix):] if b.startswith(prefix) else a + b
+        touched = set()
+        for i in sorted(pair_words.get(pair, ())):
+            touched |= add(i, -1)
+            w, out, j = syms[i], [], 0
+            while j < len(w):
+                if j + 1 < len(w) and w[j] == a and w[j + 1] == b:
+                    out.append(merged)
+                    j += 2
+                else:
+                    out.append(w[j])
+                    j += 1
+            syms[i] = out
+            touched |= add(i, +1)
+        vocab.setdefault(merged, len(vocab))
+        for p in touched:
+            if pair_count.get(p, 0) > 0:
+                heapq.heappush(heap, (-pair_count[p], p))
+    return vocab
+
+
 def train_tokenizer(texts, vocab_size: int = DEFAULT_VOCAB, max_length: int = MAX_POSITIONS):
     """A lower-cased WordPiece tokenizer trained on ``texts`` alone, as a transformers fast tokenizer.
 
-    Characters that never occur in ``texts`` are not in the alphabet: they become [UNK].
+    Characters that never occur in ``texts`` are not in the alphabet: they become [UNK]. The vocabulary is
+    :func:`wordpiece_vocab`'s, so the same texts give the same ids in every process (issue 39).
     Reload it with ``AutoTokenizer.from_pretrained(dir)`` after ``save_pretrained(dir)``.
     """
     if vocab_size < len(SPECIALS) + 1:
@@ -49,11 +114,16 @@ def train_tokenizer(texts, vocab_size: int = DEFAULT_VOCAB, max_length: int = MA
     texts = [t for t in texts if t and t.strip()]
     if not texts:
         raise ValueError("no training text to build the tokenizer from")
-    tk = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
-    tk.normalizer = normalizers.BertNormalizer(lowercase=True, clean_text=True, handle_chinese_chars=True)
-    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    normalizer = normalizers.BertNormalizer(lowercase=True, clean_text=True, handle_chinese_chars=True)
+    pre = pre_tokenizers.BertPreTokenizer()
+    word_counts: dict[str, int] = {}
+    for t in texts:
+        for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(t)):
+            word_counts[w] = word_counts.get(w, 0) + 1
+    tk = Tokenizer(models.WordPiece(wordpiece_vocab(word_counts, vocab_size), unk_token="[UNK]", max_input_chars_per_word=100))
+    tk.normalizer = normalizer
+    tk.pre_tokenizer = pre
     tk.decoder = decoders.WordPiece()
-    tk.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False))
     cls, sep = tk.token_to_id("[CLS]"), tk.token_to_id("[SEP]")
     tk.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
