@@ -25,6 +25,12 @@ from attnkit.tasks.squad import is_qa_task
 from attnkit.training.config import PAPER_EPOCHS, PAPER_LAM, TrainConfig
 from attnkit.training.finetune import train
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from studies.stats import format_paired, rule_text, verdicts_by_family  # noqa: E402
+
+#: what each method is paired with, seed by seed
+BASELINE = {"SSAF": "softmax", "SSAF(Np)": "Np"}
+
 
 def run_cell(task, method, seed, a) -> dict:
     out = Path(a.work_dir) / f"{task}__{method}__s{seed}"
@@ -99,11 +105,20 @@ def main():
         f"Date: {dt.date.today().isoformat()}; machine: {platform.machine()}, {torch.get_num_threads()} threads; "
         f"torch {torch.__version__}, transformers {transformers.__version__}.  ",
         f"Accuracy in %, mean ± std over seeds {a.seeds}; dev = best epoch's dev accuracy, test = that checkpoint on test "
-        "(span QA: SQuAD v1.1 exact match / F1 on the dev questions, no test set).",
+        "(span QA: SQuAD v1.1 exact match / F1 on the dev questions, no test set). Paired: test accuracy minus the",
+        "baseline's (SSAF − softmax, SSAF(Np) − Np) on the same seed, in points (seeds won, t, p, verdict).",
+        rule_text(family="the methods compared with one baseline on one task"),
         "",
-        "| task | lam | epochs | lr | train size | method | dev | test |",
-        "|---|---|---|---|---|---|---|---|",
+        "| task | lam | epochs | lr | train size | method | dev | test | paired − baseline (test) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    diffs, keys = [], []
+    for (task, method), ms in results.items():
+        base = results.get((task, BASELINE.get(method)))
+        ok = base is not None and not is_qa_task(task) and all("test" in m for m in ms + base)
+        diffs.append([100 * (m["test"]["accuracy"] - b["test"]["accuracy"]) for m, b in zip(ms, base)] if ok else [])
+        keys.append((task, BASELINE.get(method)) if ok else None)
+    tests = iter(verdicts_by_family(diffs, keys))
     for (task, method), ms in results.items():
         if is_qa_task(task):  # EM / F1, already in percent
             em, f1 = ([m["validation"][k] for m in ms] for k in ("exact_match", "f1"))
@@ -114,7 +129,9 @@ def main():
         lam = f"{PAPER_LAM.get(task, -4.0):g}" if "SSAF" in method else "—"
         ep = a.epochs if a.epochs is not None else PAPER_EPOCHS.get(task, 3)
         lr = a.lr_scratch if "Np" in method else a.lr
-        lines.append(f"| {task} | {lam} | {ep:g} | {lr:g} | {ms[0]['train_size']} | {method} | {dev} | {test} |")
+        t = next(tests)
+        lines.append(f"| {task} | {lam} | {ep:g} | {lr:g} | {ms[0]['train_size']} | {method} | {dev} | {test} "
+                     f"| {format_paired(t, won=True) if t.n else '—'} |")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

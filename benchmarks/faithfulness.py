@@ -99,7 +99,8 @@ def faithfulness_cell(task: str, method: str, seed: int, a) -> dict:
     return {"task": task, "method": method, "seed": seed, "run": str(run), "ig_steps": a.ig_steps, "max_length": max_length,
             **model_scores(run, task, method, seed, a), **rep,
             "seconds": round(time.time() - t0, 1), "torch_threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None,
-            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "provenance": ssaf_table2.provenance(), "weights_sha256": ssaf_table2.weights_sha256(run / "model")}
 
 
 #: what the example figure draws (random is left out: it explains nothing)
@@ -202,12 +203,14 @@ def render(recs: list[dict]) -> str:
                          f"| {_ms([x.get('plausibility_auprc') for x in rows])} |")
     lines += ["", "## Sparse attention against softmax's, paired by seed", "",
               "The attention ranking of a sparse map minus softmax's attention ranking (MiniBERT: MiniSSA and MiniNTA minus",
-              "MiniSA), same task and seed, in points; verdict",
-              "of Table 2's rule (**holds**: better by more than two standard errors; **reversed**; **within noise**). Better",
-              "is higher comprehensiveness, lower sufficiency, higher plausibility. MiniBERT's classifier averages the attention",
+              "MiniSA), same task and seed, in points: mean ± std of the differences (seeds better, t, p) and the verdict. Better",
+              "is higher comprehensiveness, lower sufficiency, higher plausibility.",
+              ssaf_table2.rule_text(family="the methods compared with one baseline on one set, for each ranking and measure"),
+              "MiniBERT's classifier averages the attention",
               "outputs over the tokens rather than reading [CLS], so its `received` ranking is the one its prediction uses.", "",
               "| task | method − baseline | ranking | comprehensiveness | verdict | sufficiency (baseline − method) | verdict | plausibility | verdict |",
               "|---|---|---|---|---|---|---|---|---|"]
+    fam = ssaf_table2.Family()
     for (task, method), cell in sorted(by.items()):
         base = baseline(method)
         soft = by.get((task, base), {})
@@ -221,8 +224,9 @@ def render(recs: list[dict]) -> str:
             suff = [100 * (y["aopc_sufficiency"] - x["aopc_sufficiency"]) for x, y in zip(a, b)]
             pl = [100 * (x["plausibility_auprc"] - y["plausibility_auprc"]) for x, y in zip(a, b)
                   if x.get("plausibility_auprc") is not None and y.get("plausibility_auprc") is not None]
-            lines.append(f"| {task} | {method} − {base} ({','.join(map(str, seeds))}) | {e} | {_ms(comp, 1)} | {ssaf_table2.verdict(comp)} "
-                         f"| {_ms(suff, 1)} | {ssaf_table2.verdict(suff)} | {_ms(pl, 1)} | {ssaf_table2.verdict(pl) if pl else '—'} |")
+            key = (task, base, e)
+            lines.append(f"| {task} | {method} − {base} ({','.join(map(str, seeds))}) | {e} | {fam.add(comp, (*key, 'comp'))} "
+                         f"| {fam.add(suff, (*key, 'suff'))} | {fam.add(pl, (*key, 'plaus'))} |")
     taus = [(k, r["kendall_tau"]) for k, cell in sorted(by.items()) for r in cell.values()]
     if taus:
         lines += ["", "Kendall's tau between the rankings (mean over texts, then over seeds):", "",
@@ -239,7 +243,7 @@ def render(recs: list[dict]) -> str:
                   "| task | method | seed | explained model | Table 2 |", "|---|---|---|---|---|"]
         for r in sorted(moved, key=lambda r: (r["task"], r["method"], r["seed"])):
             lines.append(f"| {r['task']} | {r['method']} | {r['seed']} | {100 * r['model_test_metric']:.1f} | {100 * r['table2_test_metric']:.1f} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(fam.fill(lines)) + "\n"
 
 
 def main():

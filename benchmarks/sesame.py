@@ -25,6 +25,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from studies.stats import format_paired, rule_text, verdicts_by_family  # noqa: E402
+
 VARIANTS = {  # name -> (se, blur placement)
     "plain": (False, "none"),
     "SE": (True, "none"),
@@ -39,7 +42,7 @@ def run(a, task, name, seed, *, pooling="last", se=False, blur="none", attention
 
     out = Path(a.work_dir) / f"{task}__{name}__s{seed}"
     if (out / "metrics.json").is_file():
-        return json.loads((out / "metrics.json").read_text())
+        return {**json.loads((out / "metrics.json").read_text()), "seed": seed}
     if a.report_only:
         return None
     cfg = TrainConfig(
@@ -52,7 +55,17 @@ def run(a, task, name, seed, *, pooling="last", se=False, blur="none", attention
     m = train(cfg)
     m["wall_s"] = time.perf_counter() - t
     (out / "metrics.json").write_text(json.dumps(m, indent=2, default=str) + "\n")
-    return m
+    return {**m, "seed": seed}
+
+
+def paired_cells(pairs: list[tuple[list, list]], families: list, key: str = "accuracy") -> list[str]:
+    """Each (runs, baseline runs) pair as a paired cell: dev ``key`` minus the baseline's on the same seed, in points,
+    mean ± std (seeds won, t, p, verdict); Holm within each of ``families`` (studies.stats)."""
+    diffs = []
+    for runs, base in pairs:
+        b = {m["seed"]: m["validation"][key] for m in base or []}
+        diffs.append([100 * (m["validation"][key] - b[m["seed"]]) for m in runs or [] if m["seed"] in b])
+    return [format_paired(t, won=True) if t.n else "—" for t in verdicts_by_family(diffs, [f if d else None for d, f in zip(diffs, families)])]
 
 
 def fmt(xs, scale=100.0):
@@ -106,9 +119,14 @@ def table3(a):
                 res.setdefault((pooling, v), []).append(m)
                 print(f"[bench] rte {pooling} {v} seed {s}: dev acc {m['validation']['accuracy']:.4f}", flush=True)
     lines = header(a, "SesameBERT Table-3-style grid on RTE (dev accuracy %)")
-    lines += ["| extraction | " + " | ".join(VARIANTS) + " |", "|---|" + "---|" * len(VARIANTS)]
+    others = [v for v in VARIANTS if v != "plain"]
+    lines += [rule_text(family="every paired cell (each variant minus plain, same extraction and seed)"), "",
+              "| extraction | " + " | ".join(VARIANTS) + " | " + " | ".join(f"{v} − plain" for v in others) + " |",
+              "|---|" + "---|" * (len(VARIANTS) + len(others))]
+    cells = iter(paired_cells([(res.get((p, v)), res.get((p, "plain"))) for p in poolings for v in others], ["t3"] * len(poolings) * len(others)))
     for p in poolings:
-        lines.append(f"| {p} | " + " | ".join(fmt([m["validation"]["accuracy"] for m in res.get((p, v), [])]) + _n(res.get((p, v)), a) for v in VARIANTS) + " |")
+        lines.append(f"| {p} | " + " | ".join(fmt([m["validation"]["accuracy"] for m in res.get((p, v), [])]) + _n(res.get((p, v)), a) for v in VARIANTS)
+                     + " | " + " | ".join(next(cells) for _ in others) + " |")
     lines += ["", "plain = MiniLM; SE = Squeeze-and-Excitation over layers; blur = Gaussian blur on each head's output (context); "
               "SE+blur = SesameBERT. RTE dev has 277 pairs: one pair is 0.36 points."]
     return lines, res
@@ -128,7 +146,8 @@ def table2(a):
                 res.setdefault((task, blur), []).append(m)
                 print(f"[bench] {task} blur={blur} seed {s}: dev acc {m['validation']['accuracy']:.4f}", flush=True)
     lines = header(a, "Blur on values vs blur on context (Table-2 style), dev accuracy % (MRPC: accuracy / F1)")
-    lines += ["| task | train size | " + " | ".join(places.values()) + " |", "|---|---|" + "---|" * len(places)]
+    lines += [rule_text(family="the two blurs of one task"), "",
+              "| task | train size | " + " | ".join(places.values()) + " | value − none | context − none |", "|---|---|" + "---|" * (len(places) + 2)]
     for task in tasks:
         cells = []
         for blur in places:
@@ -138,7 +157,8 @@ def table2(a):
                 c += " / " + fmt([m["validation"]["f1"] for m in ms])
             cells.append(c + _n(ms, a))
         size = next((ms[0]["train_size"] for (t, _), ms in res.items() if t == task and ms), "—")
-        lines.append(f"| {task} | {size} | " + " | ".join(cells) + " |")
+        pc = paired_cells([(res.get((task, b)), res.get((task, "none"))) for b in ("value", "context")], [task, task])
+        lines.append(f"| {task} | {size} | " + " | ".join(cells + pc) + " |")
     return lines, res
 
 

@@ -87,14 +87,7 @@ def is_identity(sigma: float | None, size: int = 3) -> bool:
 
 def weights_digest(model_dir: Path) -> str:
     """SHA-256 over a saved model's parameters (names and float bytes, sorted): equal digests, the same model."""
-    import hashlib
-
-    from attnkit.models.build import load_model
-
-    h = hashlib.sha256()
-    for k, v in sorted(load_model(model_dir).state_dict().items()):
-        h.update(k.encode() + v.detach().contiguous().cpu().numpy().tobytes())
-    return h.hexdigest()
+    return ssaf_table2.weights_sha256(model_dir)
 
 
 def cell_config(task: str, name: str, blur: str, sigma: float | None, seed: int, a, *, pooling: str = "last", se: bool = False,
@@ -134,7 +127,7 @@ def run_cell(task: str, name: str, blur: str, sigma: float | None, seed: int, a,
         "run": str(out), "train_seconds": round(m["train"].get("train_runtime", time.time() - t0), 1),
         "torch_threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None,
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": ssaf_table2.machine(),
-        "precision": a.precision, **extra,
+        "precision": a.precision, "provenance": ssaf_table2.provenance(), **extra,
     }
 
 
@@ -246,9 +239,11 @@ def render_table3(recs: list[dict], precision: str = "fp32") -> str:
              "RTE dev accuracy (× 100),",
              "mean ± std over seeds, for each extraction strategy with plain softmax attention, SE over the layers, blur on the",
              "context layer (the sigma in each record) and both; paired: minus the softmax cell of the same strategy and seed",
-             "(seeds won), Table 2's verdict rule.", "",
+             "(seeds won, t, p) and the verdict.",
+             ssaf_table2.rule_text(family="every paired cell of the table (the seven strategies × SE, blur, SE + blur)"), "",
              "| strategy | " + " | ".join(v for v, _, _ in T3_VARIANTS) + " | " + " | ".join(f"{v} − softmax" for v, _, _ in T3_VARIANTS[1:]) + " |",
              "|---|" + "---|" * (2 * len(T3_VARIANTS) - 1)]
+    fam = ssaf_table2.Family()
     for pooling in strategies():
         soft = by.get(("rte", f"{pooling}|softmax"), {})
         if not any(("rte", f"{pooling}|{v}") in by for v, _, _ in T3_VARIANTS):
@@ -259,7 +254,7 @@ def render_table3(recs: list[dict], precision: str = "fp32") -> str:
             cells.append(f"{_mean_sd([100 * r['dev_metric'] for r in cell.values()])} ({len(cell)})" if cell else "—")
             if v != "softmax":
                 d = [100 * (cell[s]["dev_metric"] - soft[s]["dev_metric"]) for s in sorted(set(cell) & set(soft))]
-                diffs.append(_paired(d, ", ") if d else "—")
+                diffs.append(fam.add(d, "table3", ", ") if d else "—")
         lines.append(f"| {pooling} | " + " | ".join(cells) + " | " + " | ".join(diffs) + " |")
     sig = sorted({r["blur_sigma"] for r in recs if r.get("blur_sigma") is not None})
     lines += ["", f"Blur sigma: {', '.join(f'{x:g}' for x in sig) or '—'}; (n): seeds."]
@@ -268,21 +263,23 @@ def render_table3(recs: list[dict], precision: str = "fp32") -> str:
         lines += ["", "## SE with a learning rate of its own (`--pooling-lr`)", "",
                   "At the paper's lr the SE layer and the weighted mix end where they started (Figure 4); these runs train them",
                   "(`--grid table3 --pooling-lr X`: SE's parameters and the mix at X, every other weight at 3e-5). Paired: minus",
-                  "the softmax cell and minus the SE cell at the paper's lr, same strategy and seed.", "",
+                  "the softmax cell and minus the SE cell at the paper's lr, same strategy and seed; Holm's correction across",
+                  "the rows of each column.", "",
                   "| strategy | variant | pooling lr | dev | − softmax | − the same at the paper's lr |", "|---|---|---|---|---|---|"]
         for name in own:
             pooling, v, _ = name.split("|")
             cell, soft, base = by[("rte", name)], by.get(("rte", f"{pooling}|softmax"), {}), by.get(("rte", f"{pooling}|{v}"), {})
-            pair = lambda ref: _paired([100 * (cell[s]["dev_metric"] - ref[s]["dev_metric"]) for s in sorted(set(cell) & set(ref))], ", ") \
+            pair = lambda ref, key: fam.add([100 * (cell[s]["dev_metric"] - ref[s]["dev_metric"]) for s in sorted(set(cell) & set(ref))], key, ", ") \
                 if set(cell) & set(ref) else "—"  # noqa: E731
             lines.append(f"| {pooling} | {v} | {next(iter(cell.values()))['pooling_lr']:g} | "
-                         f"{_mean_sd([100 * r['dev_metric'] for r in cell.values()])} ({len(cell)}) | {pair(soft)} | {pair(base)} |")
+                         f"{_mean_sd([100 * r['dev_metric'] for r in cell.values()])} ({len(cell)}) | {pair(soft, 'plr − softmax')} "
+                         f"| {pair(base, 'plr − paper lr')} |")
     for name, cell in sorted((v, c) for (_, v), c in by.items()):
         if any("same_as" in r for r in cell.values()):
             run, same = [",".join(str(s) for s in sorted(cell) if ("same_as" in cell[s]) == b) for b in (False, True)]
             lines.append(f"{name}, seeds {same}: {next(r['same_as'] for r in cell.values() if 'same_as' in r)}'s records, the same "
                          f"model (run at seeds {run}, its weights equal Table 2's, SHA-256).")
-    return "\n".join(lines) + "\n"
+    return "\n".join(fam.fill(lines)) + "\n"
 
 
 def render_hans(recs: list[dict], precision: str = "fp32") -> str:
@@ -306,6 +303,8 @@ def render_hans(recs: list[dict], precision: str = "fp32") -> str:
         cols += [_mean_sd([100 * r["hans"][h][g] for r in rs]) for h in HEURISTICS for g in ("entailment", "non-entailment")]
         lines.append(f"| {name} | {_seeds(cell)} | " + " | ".join(cols) + " |")
     soft = by.get(("mnli-devsplit", "softmax"), {})
+    fam = ssaf_table2.Family()
+    claims = []
     for name in list(HANS_MODELS)[1:]:
         cell = by.get(("mnli-devsplit", name), {})
         both = sorted(set(cell) & set(soft))  # the seeds both ran
@@ -316,12 +315,15 @@ def render_hans(recs: list[dict], precision: str = "fp32") -> str:
             own, ref = (statistics.mean(lex("non-entailment")(c[s]) for s in both) for c in (cell, soft))
             ratio = f"{own / ref:.1f}x softmax's accuracy" if ref > 0 else "softmax's accuracy is 0"
             ent, overall = paired(lex("entailment")), paired(lambda r: r["hans_accuracy"])
-            lines += ["", f"The paper's claim, lexical-overlap non-entailment, {name} − softmax (paired): {_mean_sd(d)} points "
-                          f"({sum(x > 0 for x in d)}/{len(d)} seeds ahead): **{ssaf_table2.verdict(d)}**; {ratio} (the paper: "
-                          f"SesameBERT almost 3x BERT-base's). The same pairs on lexical-overlap entailment: {_mean_sd(ent)}; "
-                          f"on all of HANS: {_mean_sd(overall)} (a model that says non-entailment more often gains on the one "
-                          "and loses on the other without resisting the heuristic)."]
-    return "\n".join(lines) + "\n"
+            claims += ["", f"The paper's claim, lexical-overlap non-entailment, {name} − softmax (paired, seeds ahead, t, p): "
+                           f"{fam.add(d, 'claim', ': **')}**; {ratio} (the paper: "
+                           f"SesameBERT almost 3x BERT-base's). The same pairs on lexical-overlap entailment: {fam.add(ent, None, ', ')}; "
+                           f"on all of HANS: {fam.add(overall, None, ', ')} (a model that says non-entailment more often gains on the one "
+                           "and loses on the other without resisting the heuristic)."]
+    if claims:
+        lines += ["", ssaf_table2.rule_text(family="the models' claims (lexical-overlap non-entailment against softmax); "
+                                            "the entailment and overall differences stand alone"), *claims]
+    return "\n".join(fam.fill(lines)) + "\n"
 
 
 def backfill_initial_se(path: Path, a) -> int:
@@ -425,8 +427,18 @@ def _mean_sd(xs: list[float]) -> str:
 
 
 def _paired(d: list[float], sep: str = " | ") -> str:
-    """Paired differences as the tables print them (Table 2's ``paired``)."""
+    """Paired differences as the tables print them (Table 2's ``paired``: the paired t-test standing alone)."""
     return ssaf_table2.paired(d, sep)
+
+
+def kernel_text(rec: dict) -> str:
+    """The 3-wide blur kernel of a record, from its sigma in float32 and rounded once (the record's ``kernel`` is
+    already rounded to 4 digits: rounding it again printed 0.1065 as 0.106)."""
+    if rec.get("blur_sigma") is None:
+        return "—"
+    from attnkit.attention.spec import gaussian_kernel
+
+    return ", ".join(f"{float(x):.3f}" for x in gaussian_kernel(3, rec["blur_sigma"]))
 
 
 def _digests(recs: list[dict], task: str, name: str) -> dict[int, str | None]:
@@ -548,12 +560,15 @@ def render(recs: list[dict], held_recs: list[dict] | None = None, precision: str
              "softmax attention, classifier on the last layer; dev metric (× 100) of the best epoch, mean ± std over seeds",
              "(the epoch is chosen by the task's GLUE metric: MRPC's by F1, reported by accuracy as the paper does; each record",
              "keeps every dev metric);",
-             "paired: minus softmax on the same seed, in points (seeds won), with Table 2's verdict rule (**holds** / **within",
-             "noise** / **reversed**: the sign against two standard errors). Kernel: the 3-wide blur weights in float32. At",
+             "paired: minus softmax on the same seed, in points: mean ± std (seeds won, t, p) and the verdict.",
+             ssaf_table2.rule_text(family="the blurs of one task (both places, every sigma whose kernel is not the identity); "
+                                   "the identity sigmas, softmax's own model, stand alone"),
+             "Kernel: the 3-wide blur weights in float32. At",
              "sigma 0.01 and 0.1 the kernel is the identity (tails 0 and 1.9e-22) and the run is softmax's bit for bit (weights'",
              "SHA-256 equal at the seeds run); seeds marked \"= softmax's\" take softmax's record for that reason.", "",
              "| task | variant | kernel | seeds | dev | paired − softmax | verdict |", "|---|---|---|---|---|---|---|"]
     tasks = sorted({t for t, _ in by}, key=lambda t: list(METRIC).index(t) if t in METRIC else 99)
+    fam = ssaf_table2.Family()
     for t in tasks:
         soft = by.get((t, "softmax"), {})
         names = [n for n, _, _ in variants(SIGMAS)] + sorted({v for tt, v in by if tt == t} - {n for n, _, _ in variants(SIGMAS)})
@@ -563,10 +578,11 @@ def render(recs: list[dict], held_recs: list[dict] | None = None, precision: str
                 continue
             rs = [cell[s] for s in sorted(cell)]
             d = [100 * (cell[s]["dev_metric"] - soft[s]["dev_metric"]) for s in sorted(set(cell) & set(soft))] if name != "softmax" else []
-            k = rs[0]["kernel"]
-            lines.append(f"| {t} ({rs[0]['metric']}) | {name} | {'—' if k is None else ', '.join(f'{x:.3f}' for x in k)} "
+            sigma = rs[0].get("blur_sigma")
+            key = None if sigma is None or is_identity(sigma) else ("blur", t)
+            lines.append(f"| {t} ({rs[0]['metric']}) | {name} | {kernel_text(rs[0])} "
                          f"| {_seeds(cell)} | {_mean_sd([100 * r['dev_metric'] for r in rs])} "
-                         f"| {_paired(d) if d else '— | —'} |")
+                         f"| {fam.add(d, key) if d else '— | —'} |")
     lines += where_run(recs)
     sel = [line for t in tasks for line in selection(by, held, t)]
     if sel:
@@ -576,7 +592,8 @@ def render(recs: list[dict], held_recs: list[dict] | None = None, precision: str
                   "training split (the same part for every variant of a seed), keeps the epoch and picks sigma by it, and",
                   "reports that run's dev score (dev chose nothing), minus the held-out softmax run of the seed. The last row is",
                   "what picking the best of as many runs as the paper's grid holds (the identity sigmas are softmax's own run)",
-                  "does to plain softmax: over every choice of that many of its seeds, the best dev score minus their mean.", "",
+                  "does to plain softmax: over every choice of that many of its seeds, the best dev score minus their mean.",
+                  "Each protocol's gain is a paired t-test standing alone.", "",
                   "| task | blur | protocol | seeds | sigma chosen (seed: sigma) | dev | gain over softmax (seeds won) | verdict |",
                   "|---|---|---|---|---|---|---|---|", *sel]
         sigma, why = clean_sigma(held_recs or [])
@@ -584,7 +601,7 @@ def render(recs: list[dict], held_recs: list[dict] | None = None, precision: str
             lines += ["", f"Table 3 and HANS blur on the context layer at {why}."]
     if fp32_recs:
         lines += precision_check(recs, fp32_recs, precision)
-    return "\n".join(lines) + "\n"
+    return "\n".join(fam.fill(lines)) + "\n"
 
 
 def where_run(recs: list[dict]) -> list[str]:
@@ -631,10 +648,10 @@ def precision_check(recs: list[dict], fp32_recs: list[dict], precision: str) -> 
         every += d
         same = sum(ours[k].get("dev_per_epoch") == theirs[k].get("dev_per_epoch") for k in ks)
         out.append(f"| {task} | {variant} | {','.join(str(k[2]) for k in ks)} | {_mean_sd([100 * theirs[k]['dev_metric'] for k in ks])} "
-                   f"| {_mean_sd([100 * ours[k]['dev_metric'] for k in ks])} | {_mean_sd(d)} | {same}/{len(ks)} |")
+                   f"| {_mean_sd([100 * ours[k]['dev_metric'] for k in ks])} | {_paired(d, ', ')} | {same}/{len(ks)} |")
     if unlike:
         out.append(f"| ({unlike} cell{'s' * (unlike > 1)} left out: run at another budget in the two files) | | | | | | |")
-    out.append(f"| all | {len(groups)} variant{'s' * (len(groups) > 1)} | {len(every)} cell{'s' * (len(every) > 1)} | | | {_mean_sd(every)} "
+    out.append(f"| all | {len(groups)} variant{'s' * (len(groups) > 1)} | {len(every)} cell{'s' * (len(every) > 1)} | | | {_paired(every, ', ')} "
                f"(higher on {sum(x > 0 for x in every)}, lower on {sum(x < 0 for x in every)}) | |")
     return out
 

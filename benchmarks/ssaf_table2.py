@@ -40,6 +40,9 @@ from attnkit.runfiles import write_text_atomic
 from attnkit.training.config import PAPER_EPOCHS, PAPER_LAM
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from studies.stats import format_paired, paired_test, provenance, rule_text, verdicts_by_family, weights_sha256  # noqa: E402,F401
 #: Table 2's sets in its order; each runs at the paper's lam and epochs (config.PAPER_LAM, PAPER_EPOCHS: METHODS.md §1).
 #: sst2-ptb: GLUE's sst2 has no test labels, the same sentences from the SST trees have them
 TASKS = ("sentube-auto", "sentube-tablets", "semeval2013", "sst2-ptb", "sst5-phrases")
@@ -206,6 +209,8 @@ def run_cell(task: str, method: str, seed: int, a) -> dict:
     if cfg.alpha_lr is not None:
         rec["alpha_lr"] = cfg.alpha_lr
     rec.update(curves(out))
+    rec["provenance"] = provenance()
+    rec["weights_sha256"] = weights_sha256(out / "model")  # faithfulness reuses these models: checked, not inferred
     return rec
 
 
@@ -245,24 +250,47 @@ def _ms(xs: list[float]) -> str:
 
 
 def verdict(diffs: list[float]) -> str:
-    """Against the paper's claim that SSAF beats softmax: the sign of the mean paired difference against 2 standard errors."""
-    if len(diffs) < 2:
-        return "too few seeds"
-    mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
-    se = sd / len(diffs) ** 0.5
-    if mean > 2 * se and mean > 0:
-        return "holds"
-    if mean < -2 * se:
-        return "reversed"
-    return "within noise"
+    """The verdict of one paired comparison standing alone: a two-sided paired t-test at 5% (studies.stats)."""
+    return paired_test(diffs).verdict
 
 
-def paired(d: list[float], sep: str = " | ") -> str:
-    """Paired differences as the tables print them: mean ± std (seeds won of all), then the verdict after ``sep``."""
-    return f"{_ms(d)} ({sum(x > 0 for x in d)}/{len(d)}){sep}{verdict(d) if d else '—'}"
+def paired(d: list[float], sep: str = " | ", test=None) -> str:
+    """Paired differences as the tables print them: mean ± std (seeds won of all, t, p), then the verdict after
+    ``sep``; ``test`` is the comparison's :class:`~studies.stats.PairedTest` where a family's Holm correction called it."""
+    if not d:
+        return f"—{sep}—"
+    test = test or paired_test(d)
+    return f"{format_paired(test, verdict=False, won=True)}{sep}{test.verdict}"
 
 
-def entmax_section(by: dict, tasks: list[str]) -> list[str]:
+class Family:
+    """Paired comparisons collected while a table is built, given their verdicts at once (Holm within each family),
+    then written into the lines where their placeholders stand."""
+
+    def __init__(self):
+        self.diffs, self.keys = [], []
+
+    def add(self, d: list[float], family=None, sep: str = " | ") -> str:
+        self.diffs.append((d, sep))
+        self.keys.append(family if d else None)
+        return f"\x00{len(self.diffs) - 1}\x00"
+
+    def fill(self, lines: list[str]) -> list[str]:
+        tests = verdicts_by_family([paired_test(d) for d, _ in self.diffs], self.keys)
+        cells = [paired(d, sep, t) for (d, sep), t in zip(self.diffs, tests)]
+        out = []
+        for line in lines:
+            parts = line.split("\x00")
+            out.append("".join(cells[int(x)] if k % 2 else x for k, x in enumerate(parts)))
+        return out
+
+
+#: the header line of every table here that reads a family of comparisons
+FAMILY_RULE = rule_text(family="the methods compared with one baseline on one set within a section (the pooled rows "
+                        "and SSAF(Np) − Np stand alone)")
+
+
+def entmax_section(by: dict, tasks: list[str], fam: Family) -> list[str]:
     """Markdown lines: each sparse map against softmax and against SSAF, paired by seed, with its sparsity on dev."""
     rows = []
     pooled = {meth: ([], [], set()) for meth in ENTMAX_METHODS}  # meth -> (− softmax pairs, − SSAF pairs, sets)
@@ -288,17 +316,17 @@ def entmax_section(by: dict, tasks: list[str]) -> list[str]:
                 f"| {t} | {meth}{alpha} | {','.join(map(str, sorted(cell)))} | {_ms([100 * r['test_accuracy'] for r in rs])} "
                 f"| {statistics.mean(nz):.2f} of {statistics.mean(length):.1f} |" if nz else f"| {t} | {meth}{alpha} | {','.join(map(str, sorted(cell)))} | {_ms([100 * r['test_accuracy'] for r in rs])} | — |"
             )
-            rows[-1] += f" {paired(vs_soft)} | {paired(vs_ssaf)} |"
+            rows[-1] += f" {fam.add(vs_soft, ('entmax − softmax', t))} | {fam.add(vs_ssaf, ('entmax − SSAF', t))} |"
     if not rows:
         return []
     for meth, (vs_soft, vs_ssaf, sets) in pooled.items():  # every (set, seed) pair as one sample, as SSAF's pooled row
         if len(sets) > 1:
-            rows.append(f"| all {len(sets)} sets pooled | {meth} | {len(vs_soft)} pairs | — | — | {paired(vs_soft)} | {paired(vs_ssaf)} |")
+            rows.append(f"| all {len(sets)} sets pooled | {meth} | {len(vs_soft)} pairs | — | — | {fam.add(vs_soft)} | {fam.add(vs_ssaf)} |")
     return ["", "## The entmax family against softmax and SSAF (issue 24)", "",
             "Test accuracy in % (mean ± std over seeds); the mean non-zero weights per attention row of the trained model on",
             "the first 256 dev texts (every layer, head and real query token) against the mean tokens per text (softmax's",
-            "rows are dense: every real token); paired differences on the same seeds in points (seeds won), with the",
-            "verdict of the rule above: **holds** (better by more than two standard errors), **reversed**, or **within noise**.", "",
+            "rows are dense: every real token); paired differences on the same seeds in points (seeds won, t, p), with the",
+            "verdict of the paired test above, Holm's correction across the entmax methods on one set against one baseline.", "",
             "| task | method | seeds | test | non-zeros per row (dev) | − softmax | verdict | − SSAF | verdict |",
             "|---|---|---|---|---|---|---|---|---|", *rows]
 
@@ -310,6 +338,7 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
     tasks = [t for t in TASKS if any(k[0] == t for k in by)]
     methods_order = ["softmax", "SSAF", "SSAF+learned-lam", "SSAF+learned-lam-fast", "SSAF+lam-warmup", "Np", "SSAF(Np)", *ENTMAX_METHODS]
     sparse = [m for m in methods_order if m.startswith("SSAF") and "Np" not in m]
+    fam = Family()
     lines = [
         "# SSAF Table 2 at the paper's budget (MiniLM)",
         "",
@@ -346,13 +375,13 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
         "",
         "## Paired differences and verdicts",
         "",
-        "Test accuracy of a method minus softmax's on the same seed (same data order and head initialisation), in points;",
-        "verdict against the paper's claim that SSAF beats softmax: **holds** if the mean difference is positive and more than",
-        "two standard errors from zero, **reversed** if it is negative by more than two standard errors, else **within noise**.",
+        "Test accuracy of a method minus softmax's on the same seed (same data order and head initialisation), in points,",
+        "against the paper's claim that SSAF beats softmax: mean ± std of the differences (seeds won, t, p) and the verdict.",
+        FAMILY_RULE,
         "The pooled row is a simple pool: every (set, seed) pair of the sets above as one sample, each pair weighing the same.",
         "",
-        "| task | method | paper (BERT-base, METHODS.md): softmax → SSAF | paired diff (test) | seeds won | verdict |",
-        "|---|---|---|---|---|---|",
+        "| task | method | paper (BERT-base, METHODS.md): softmax → SSAF | paired diff (test): mean ± std (seeds won, t, p) | verdict |",
+        "|---|---|---|---|---|",
     ]
     for t in tasks:
         soft = by.get((t, "softmax"), {})
@@ -364,8 +393,7 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
             d = [100 * (cell[s]["test_accuracy"] - soft[s]["test_accuracy"]) for s in seeds]
             p = PAPER_TABLE.get(t)
             ptxt = f"{p[0]} → {p[1]} ({p[1] - p[0]:+.1f})" if p else "—"
-            won = sum(x > 0 for x in d)
-            lines.append(f"| {t} | {meth} − softmax | {ptxt} | {_ms(d)} | {won}/{len(d)} | {verdict(d)} |")
+            lines.append(f"| {t} | {meth} − softmax | {ptxt} | {fam.add(d, ('− softmax', t))} |")
     pooled, pooled_tasks = [], []  # SSAF − softmax over every (set, seed) pair: the toolkit's one-line answer
     for t in tasks:
         soft, cell = by.get((t, "softmax"), {}), by.get((t, "SSAF"), {})
@@ -376,7 +404,7 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
     if len(pooled_tasks) > 1:
         gains = [PAPER_TABLE[t][1] - PAPER_TABLE[t][0] for t in pooled_tasks]
         lines.append(f"| all {len(pooled_tasks)} sets pooled ({len(pooled)} pairs) | SSAF − softmax | mean {statistics.mean(gains):+.1f} "
-                     f"| {_ms(pooled)} | {sum(x > 0 for x in pooled)}/{len(pooled)} | {verdict(pooled)} |")
+                     f"| {fam.add(pooled)} |")
     remedy_rows = []
     for t in tasks:
         base = by.get((t, "SSAF"), {})
@@ -385,22 +413,23 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
             seeds = sorted(set(base) & set(cell))
             if seeds:
                 d = [100 * (cell[s]["test_accuracy"] - base[s]["test_accuracy"]) for s in seeds]
-                remedy_rows.append(f"| {t} | {meth} − SSAF | {_ms(d)} | {sum(x > 0 for x in d)}/{len(d)} | {','.join(map(str, seeds))} |")
+                remedy_rows.append(f"| {t} | {meth} − SSAF | {fam.add(d, ('remedy − SSAF', t))} | {','.join(map(str, seeds))} |")
     np_soft, np_ssaf = by.get(("sentube-auto", "Np"), {}), by.get(("sentube-auto", "SSAF(Np)"), {})
     seeds = sorted(set(np_soft) & set(np_ssaf))
     if seeds:
         d = [100 * (np_ssaf[s]["test_accuracy"] - np_soft[s]["test_accuracy"]) for s in seeds]
         p = PAPER_NP["sentube-auto"]
-        lines.append(f"| sentube-auto | SSAF(Np) − Np | {p[0]} → {p[1]} ({p[1] - p[0]:+.1f}) | {_ms(d)} | {sum(x > 0 for x in d)}/{len(d)} | {verdict(d)} |")
+        lines.append(f"| sentube-auto | SSAF(Np) − Np | {p[0]} → {p[1]} ({p[1] - p[0]:+.1f}) | {fam.add(d)} |")
     if remedy_rows:
         lines += ["", "## Remedies against plain SSAF", "",
-                  "Does a remedy close the gap? Test accuracy of the remedy minus plain SSAF's on the same seed, in points.", "",
-                  "| task | remedy | paired diff (test) | seeds better | seeds |", "|---|---|---|---|---|", *remedy_rows]
-    lines += entmax_section(by, tasks)
+                  "Does a remedy close the gap? Test accuracy of the remedy minus plain SSAF's on the same seed, in points;",
+                  "Holm's correction across the remedies on one set.", "",
+                  "| task | remedy | paired diff (test): mean ± std (seeds better, t, p) | verdict | seeds |", "|---|---|---|---|---|", *remedy_rows]
+    lines += entmax_section(by, tasks, fam)
     if trunc:
         lines += ["", "Share of training texts longer than 128 tokens (truncated): "
                   + ", ".join(f"{t} {100 * v:.1f}%" for t, v in trunc.items() if t in tasks) + "."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(fam.fill(lines)) + "\n"
 
 
 def defaults() -> argparse.Namespace:

@@ -42,6 +42,7 @@ class PairedTest:
     verdict: str
     alpha: float = 0.05
     holm: bool = False  # whether the verdict was called under Holm's correction across a family
+    won: int = 0  # how many differences are positive (seeds where the method is ahead)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -68,8 +69,9 @@ def paired_test(diffs, alpha: float = 0.05) -> PairedTest:
     if n == 0:
         return PairedTest(0, nan, nan, nan, nan, 0, nan, "too few seeds", alpha)
     mean = statistics.fmean(d)
+    won = sum(x > 0 for x in d)
     if n == 1:
-        return PairedTest(1, mean, nan, nan, nan, 0, nan, "too few seeds", alpha)
+        return PairedTest(1, mean, nan, nan, nan, 0, nan, "too few seeds", alpha, won=won)
     sd = statistics.stdev(d)
     se = sd / math.sqrt(n)
     df = n - 1
@@ -79,7 +81,7 @@ def paired_test(diffs, alpha: float = 0.05) -> PairedTest:
         t = mean / se
         p = float(2 * _st.t.sf(abs(t), df))
     verdict = "too few seeds" if n < MIN_SEEDS else _verdict(mean, p, alpha)
-    return PairedTest(n, mean, sd, se, t, df, p, verdict, alpha)
+    return PairedTest(n, mean, sd, se, t, df, p, verdict, alpha, won=won)
 
 
 def holm(pvalues, alpha: float = 0.05) -> list[bool]:
@@ -117,6 +119,23 @@ def family_verdicts(tests, alpha: float = 0.05) -> list[PairedTest]:
     return out
 
 
+def verdicts_by_family(tests, families, alpha: float = 0.05) -> list[PairedTest]:
+    """:func:`family_verdicts` within each group of ``tests`` that share a key in ``families`` (same length).
+
+    A key of ``None`` leaves that test standing alone (its own verdict, no correction). Order is kept.
+    """
+    tests = [t if isinstance(t, PairedTest) else paired_test(t, alpha) for t in tests]
+    out = list(tests)
+    groups: dict = {}
+    for i, key in enumerate(families):
+        if key is not None:
+            groups.setdefault(key, []).append(i)
+    for idx in groups.values():
+        for i, t in zip(idx, family_verdicts([tests[i] for i in idx], alpha)):
+            out[i] = t
+    return out
+
+
 def _num(x: float, digits: int) -> str:
     if math.isnan(x):
         return "—"
@@ -136,16 +155,20 @@ def format_p(p: float) -> str:
     return f"{p:.2f}"
 
 
-def format_paired(test: PairedTest, digits: int = 1, verdict: bool = True) -> str:
+def format_paired(test: PairedTest, digits: int = 1, verdict: bool = True, won: bool = False) -> str:
     """A paired cell: "+1.2 ± 0.4 (t=3.0, p=0.09, within noise)"; mean ± sd of the differences.
 
-    ``verdict=False`` leaves the verdict out (for tables that print it in a column of its own).
+    ``verdict=False`` leaves the verdict out (for tables that print it in a column of its own); ``won=True`` says
+    first how many differences are positive, as seeds ahead of all ("+1.2 ± 0.4 (3/3, t=3.0, ...)"). A verdict
+    called under Holm's correction is marked "(Holm)" only in the table header, not in each cell.
     """
     if test.n == 0:
         return "—"
     mean = "—" if math.isnan(test.mean) else f"{test.mean:+.{digits}f}"
     sd = "—" if math.isnan(test.sd) else f"{test.sd:.{digits}f}"
     parts = [f"t={_num(test.t, 1)}", f"p={format_p(test.p)}"]
+    if won:
+        parts.insert(0, f"{test.won}/{test.n}")
     if verdict:
         parts.append(test.verdict)
     return f"{mean} ± {sd} ({', '.join(parts)})"
@@ -202,4 +225,17 @@ def sha256_file(path: str | Path) -> str:
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
+    return h.hexdigest()
+
+
+def weights_sha256(model_dir: str | Path) -> str:
+    """SHA-256 over a saved model's parameters (names and float bytes, sorted by name): equal digests, the same model
+    to the bit, whatever file format or shard layout saved it. For the records of models a later step reuses."""
+    import hashlib
+
+    from attnkit.models.build import load_model
+
+    h = hashlib.sha256()
+    for k, v in sorted(load_model(model_dir).state_dict().items()):
+        h.update(k.encode() + v.detach().contiguous().cpu().numpy().tobytes())
     return h.hexdigest()

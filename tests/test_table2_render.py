@@ -17,11 +17,13 @@ def t2():
     return mod
 
 
-def test_verdict_is_the_sign_of_the_mean_against_two_standard_errors(t2):
-    assert t2.verdict([1.0, 1.2, 0.8]) == "holds"
+def test_verdict_is_a_two_sided_paired_t_test_at_5_percent(t2):
+    assert t2.verdict([1.0, 1.2, 0.8]) == "holds"  # t = 8.7 > 4.30 (2 degrees of freedom)
     assert t2.verdict([-1.0, -1.2, -0.8]) == "reversed"
     assert t2.verdict([1.0, -1.0, 0.5]) == "within noise"  # mean 0.17, standard error 0.60
-    assert t2.verdict([2.0]) == "too few seeds"
+    # beyond two standard errors (the old rule's "holds") but t = 3.5 < 4.30: within noise
+    assert t2.verdict([1.0, 1.5, 0.5]) == "within noise"
+    assert t2.verdict([2.0]) == "too few seeds" and t2.verdict([2.0, 2.1]) == "too few seeds"
 
 
 def _rec(task, method, seed, test):
@@ -40,11 +42,12 @@ def test_render_pairs_by_seed_and_pools_every_pair(t2):
             for line in text.splitlines() if "− softmax" in line}
     # sentube-auto: -1.0, -1.0, -0.5 points, paired by seed although the accuracies differ 10 points across seeds
     auto = rows[("sentube-auto", "SSAF − softmax")]
-    assert auto[2] == "70.3 → 72.4 (+2.1)" and auto[3] == "-0.8 ± 0.3" and auto[4] == "0/3" and auto[5] == "reversed"
+    assert auto[2] == "70.3 → 72.4 (+2.1)" and auto[3] == "-0.8 ± 0.3 (0/3, t=-5.0, p=0.04)" and auto[4] == "reversed"
     sem = rows[("semeval2013", "SSAF − softmax")]
-    assert sem[3] == "2.0 ± 0.0" and sem[4] == "2/2" and sem[5] == "holds"
+    assert sem[3].startswith("+2.0 ± 0.0 (2/2,") and sem[4] == "too few seeds"  # two seeds give no verdict
     pooled = next(v for k, v in rows.items() if k[0].startswith("all 2 sets pooled (5 pairs)"))
-    assert pooled[4] == "2/5" and pooled[5] == "within noise"
+    assert pooled[3].startswith("+0.3 ± 1.6 (2/5,") and pooled[4] == "within noise"
+    assert "Holm's correction" in text and "paired t-test" in text
 
 
 def test_entmax_section_pairs_each_map_with_softmax_and_ssaf_and_pools_sets(t2):
@@ -57,10 +60,12 @@ def test_entmax_section_pairs_each_map_with_softmax_and_ssaf_and_pools_sets(t2):
     rows = {tuple(c.strip() for c in line.split("|")[1:3]): [c.strip() for c in line.split("|")[1:-1]]
             for line in t2.render(recs, {}).split("## The entmax family")[1].splitlines() if line.startswith("| ")}
     auto, sem = rows[("sentube-auto", "entmax15")], rows[("semeval2013", "entmax15")]
-    assert auto[4] == "5.00 of 30.0" and auto[5] == "-2.0 ± 0.0 (0/3)" and auto[6] == "reversed" and auto[7] == "-1.0 ± 0.0 (0/3)"
-    assert sem[5] == "-1.0 ± 0.0 (0/3)" and sem[7] == "0.0 ± 0.0 (0/3)"
+    assert auto[4] == "5.00 of 30.0" and auto[5].startswith("-2.0 ± 0.0 (0/3,") and auto[6] == "reversed"
+    assert auto[7].startswith("-1.0 ± 0.0 (0/3,")
+    assert sem[5].startswith("-1.0 ± 0.0 (0/3,") and sem[7].startswith("+0.0 ± 0.0 (0/3,")
     pooled = rows[("all 2 sets pooled", "entmax15")]
-    assert pooled[2] == "6 pairs" and pooled[5] == "-1.5 ± 0.5 (0/6)" and pooled[6] == "reversed" and pooled[7] == "-0.5 ± 0.5 (0/6)"
+    assert pooled[2] == "6 pairs" and pooled[5].startswith("-1.5 ± 0.5 (0/6, t=-6.7,") and pooled[6] == "reversed"
+    assert pooled[7].startswith("-0.5 ± 0.5 (0/6,")
     assert not any(k[0].startswith("all") and k[1] == "entmax15+alpha-warmup" for k in rows)
 
 
@@ -97,13 +102,15 @@ def test_sesame_identity_sigmas_borrow_softmax_only_where_checked_and_selection_
     held += [_srec(f"blur-context-{x:g}", s, 0.5 + (0.1 if x == 0.3 else 0), heldout=0.7 if x == 0.3 else 0.5, sigma=x, blur="context",
                    sha="s" if x < 0.2 else "y") for s in (1, 2) for x in (0.01, 0.1, 0.3, 0.5)]
     md = sesame.render(recs, held)
-    assert "| rte (accuracy) | blur-context-0.1 | 0.000, 1.000, 0.000 | 1 (+2,3,4 = softmax's) | 59.0 ± 2.6 | 0.0 ± 0.0 (0/4) |" in md
-    assert "| rte (accuracy) | blur-context-0.5 | 0.106, 0.787, 0.106 | 1,2,3,4 |" in md
+    assert "| rte (accuracy) | blur-context-0.1 | 0.000, 1.000, 0.000 | 1 (+2,3,4 = softmax's) | 59.0 ± 2.6 | +0.0 ± 0.0 (0/4, t=—, p=1.00) |" in md
+    # the kernel from the sigma, rounded once (0.10651 is 0.107; the record's 4-digit 0.1065 printed 0.106)
+    assert "| rte (accuracy) | blur-context-0.5 | 0.107, 0.787, 0.107 | 1,2,3,4 |" in md
     paper = next(line for line in md.splitlines() if "paper: best sigma" in line and "| context |" in line)
     # per seed the best of {softmax's run twice (0.01, 0.1), 0.55, 0.61}: seed 3's softmax run (0.62) wins at sigma 0.01
-    assert "| 1: 0.5, 2: 0.5, 3: 0.01, 4: 0.5 | 61.2 ± 0.5 | 2.2 ± 2.2 (3/4) |" in paper
+    assert "| 1: 0.5, 2: 0.5, 3: 0.01, 4: 0.5 | 61.2 ± 0.5 | +2.2 ± 2.2 (3/4, t=2.0, p=0.14) | within noise |" in paper
     clean = next(line for line in md.splitlines() if "clean: sigma (and epoch) by a held-out" in line and "| context |" in line)
-    assert "| 1: 0.3, 2: 0.3 | 60.0 ± 0.0 | 10.0 ± 0.0 (2/2) |" in clean and "held-out 10% of train" in clean
+    assert "| 1: 0.3, 2: 0.3 | 60.0 ± 0.0 | +10.0 ± 0.0 (2/2, " in clean and "| too few seeds |" in clean
+    assert "held-out 10% of train" in clean
     # the grid holds 3 distinct models per seed (softmax's run twice, 0.3, 0.5): selection alone is the best of 3
     # softmax seeds minus their mean, over the 4 choices of 3 of (60, 58, 62, 56): (2 + 2 + 2.67 + 3.33) / 4 = 2.5
     alone = next(line for line in md.splitlines() if "selection alone: best of 3" in line)
@@ -121,7 +128,7 @@ def test_sesame_paper_protocol_lets_softmax_stand_in_for_identity_sigmas_only_wh
              for s, d in ((1, 0.61), (2, 0.57), (3, 0.61)) for x in (0.3, 0.5)]
     paper = next(ln for ln in sesame.render(recs).splitlines() if "paper: best sigma" in ln and "| value |" in ln)
     # seeds 1: 0.3 (61 > 60), 2: softmax's run (58 > 57) as sigma 0.01, 3: softmax's run (62 > 61)
-    assert "(0.01 and 0.1 not run: softmax's runs stand in) | 1,2,3 | 1: 0.3, 2: 0.01, 3: 0.01 | 60.3 ± 2.1 | 0.3 ± 0.6 (1/3) |" in paper
+    assert "(0.01 and 0.1 not run: softmax's runs stand in) | 1,2,3 | 1: 0.3, 2: 0.01, 3: 0.01 | 60.3 ± 2.1 | +0.3 ± 0.6 (1/3, t=1.0, p=0.42) |" in paper
     assert "| blur-value-0.01 |" not in sesame.render(recs)  # the stand-ins choose; they are not rows of the table
     # one identity run of the task (a check seed): by_cell's rule decides, and nothing stands in
     recs.append(_srec("blur-value-0.01", 1, 0.60, sigma=0.01, blur="value"))
@@ -204,7 +211,7 @@ def test_sesame_table3_pooling_lr_runs_the_se_columns_and_pairs_them_with_the_pa
             for v, d in (("softmax", 0.55), ("SE", 0.56), ("SE|plr0.001", 0.60)) for s in (1, 2, 3)]
     md = sesame.render_table3(recs)
     row = next(line for line in md.splitlines() if line.startswith("| weighted | SE | 0.001 |"))
-    assert "| 62.0 ± 1.0 (3) | 5.0 ± 0.0 (3/3), holds | 4.0 ± 0.0 (3/3), holds |" in row
+    assert "| 62.0 ± 1.0 (3) | +5.0 ± 0.0 (3/3, t=∞, p=<0.001), holds | +4.0 ± 0.0 (3/3, t=∞, p=<0.001), holds |" in row
     assert sesame.in_figure4(recs[-1]) and not sesame.in_figure4(recs[0])
 
 
@@ -213,7 +220,8 @@ def test_sesame_table3_and_hans_pair_by_seed(sesame):
                  blur_sigma=0.5 if "blur" in v else None) for v in ("softmax", "SE", "blur", "SE+blur") for s in (1, 2, 3)]
     md = sesame.render_table3(recs)
     row = next(line for line in md.splitlines() if line.startswith("| last |"))
-    assert "| 2.0 ± 0.0 (3/3), holds |" in row and "| 0.0 ± 0.0 (0/3), within noise |" in row and "Blur sigma: 0.5" in md
+    assert "| +2.0 ± 0.0 (3/3, t=∞, p=<0.001), holds |" in row and "| +0.0 ± 0.0 (0/3, t=—, p=1.00), within noise |" in row
+    assert "Blur sigma: 0.5" in md and "Holm's correction across every paired cell" in md
 
     def hans(seed, name, lex_non):
         by = {h: {"entailment": 0.9, "non-entailment": 0.1} for h in sesame.HEURISTICS}
@@ -227,9 +235,14 @@ def test_sesame_table3_and_hans_pair_by_seed(sesame):
     # a seed without its test part (an older record) leaves the column empty rather than averaging the others
     recs[0] = {k: v for k, v in recs[0].items() if k != "test_metric"}
     assert "| softmax | 1,2,3 | 70.0 ± 0.0 | — | 50.0 ± 0.0 |" in sesame.render_hans(recs)
-    assert "SesameBERT − softmax (paired): 10.0 ± 5.0 points (3/3 seeds ahead): **holds**; 2.0x softmax's accuracy" in md
+    # +5, +10, +15 points: beyond two standard errors, but t = 3.5 < 4.30 (2 degrees of freedom)
+    assert ("SesameBERT − softmax (paired, seeds ahead, t, p): +10.0 ± 5.0 (3/3, t=3.5, p=0.07): **within noise**; "
+            "2.0x softmax's accuracy") in md
+    recs[3:] = [hans(s, "SesameBERT", 0.20 + 0.01 * s) for s in (1, 2, 3)]  # +11, +12, +13: t = 12 / (1 / sqrt 3)
+    assert "+12.0 ± 1.0 (3/3, t=20.8, p=0.002): **holds**" in sesame.render_hans(recs)
     # beside it, the same pairs on lexical-overlap entailment and on all of HANS (here unchanged: 0.9 and 0.5 everywhere)
-    assert "The same pairs on lexical-overlap entailment: 0.0 ± 0.0; on all of HANS: 0.0 ± 0.0" in md
+    assert ("The same pairs on lexical-overlap entailment: +0.0 ± 0.0 (0/3, t=—, p=1.00), within noise; "
+            "on all of HANS: +0.0 ± 0.0 (0/3, t=—, p=1.00), within noise") in sesame.render_hans(recs)
 
 
 def test_faithfulness_table_lists_models_that_are_not_table2s_to_the_bit():
