@@ -161,6 +161,65 @@ def gaussian_blur(x: torch.Tensor, kernel: torch.Tensor, valid: torch.Tensor | N
     return out.to(dtype)
 
 
+def check_sparse_layers(text) -> str | None:
+    """The canonical form of a ``--sparse-layers`` value: None for ``all`` (or None), else ``"last"``, a range
+    ``"4-5"``, a list ``"0,5"`` or a mix (``"0,3-5"``); layers are counted from 0. ValueError naming what was expected."""
+    if text is None:
+        return None
+    if isinstance(text, (list, tuple)):
+        text = ",".join(str(int(i)) for i in text)
+    s = str(text).strip().lower().replace(" ", "")
+    if s in ("", "all"):
+        if s == "":
+            raise ValueError("sparse_layers='': expected 'all', 'last', a layer such as 5, a range such as 4-5 or a list such as 0,5")
+        return None
+    if s == "last":
+        return s
+    for part in s.split(","):
+        bounds = part.split("-")
+        if not (1 <= len(bounds) <= 2 and all(b.isdigit() for b in bounds)) or (len(bounds) == 2 and int(bounds[0]) > int(bounds[1])):
+            raise ValueError(f"sparse_layers={text!r}: expected 'all', 'last', a layer such as 5, a range such as 4-5 "
+                             "or a list such as 0,5 (layers counted from 0)")
+    return s
+
+
+@functools.lru_cache(maxsize=256)
+def sparse_layer_set(text: str | None, num_layers: int) -> frozenset[int]:
+    """The layers (0-based) of a model of ``num_layers`` layers that ``text`` (a :func:`check_sparse_layers` value)
+    makes sparse; ValueError where it names a layer the model does not have."""
+    if text is None:
+        return frozenset(range(num_layers))
+    if text == "last":
+        return frozenset({num_layers - 1})
+    out = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    if max(out) >= num_layers:
+        raise ValueError(f"sparse layers {text}: the model has {num_layers} layers (0 to {num_layers - 1})")
+    return frozenset(out)
+
+
+def layer_index(module: nn.Module) -> int:
+    """The 0-based layer of an attention module: transformers' ``layer_idx`` (BERT family), else the index attnkit
+    gave it when it built or loaded the model (:func:`number_layers`)."""
+    idx = getattr(module, "layer_idx", None)
+    if idx is None:
+        idx = getattr(module, "attnkit_layer", None)
+    if idx is None:
+        raise RuntimeError(f"{type(module).__name__} does not say which layer it is (no layer_idx): build or load the "
+                           "model with attnkit, which numbers its attention modules")
+    return int(idx)
+
+
+def number_layers(model: nn.Module) -> None:
+    """Give every attention module of ``model`` its layer index (``attnkit_layer``), for models whose attention
+    modules do not carry transformers' ``layer_idx``."""
+    for i, m in enumerate(attention_modules(model)):
+        if getattr(m, "layer_idx", None) is None:
+            m.attnkit_layer = i
+
+
 @dataclass(frozen=True)
 class AttentionSpec:
     """What replaces softmax, and the optional locality step.
@@ -183,6 +242,7 @@ class AttentionSpec:
     alpha: float = 1.5  # entmax-alpha: 1 is softmax, 2 sparsemax
     learn_alpha: bool = False  # entmax-alpha: alpha_h = 1 + sigmoid(a_h) per layer and head, started at alpha
     alpha_mix: float = 1.0  # entmax maps: the way from softmax (0) to the target alpha (1); a warm-up moves it
+    sparse_layers: str | None = None  # which layers use the normaliser ("last", "4-5", "0,5"); None: all; the others softmax
 
     def __post_init__(self):
         name = str(self.attention).lower().replace("_", "-")
@@ -220,6 +280,7 @@ class AttentionSpec:
         if not 0 <= mix <= 1:
             raise ValueError(f"alpha_mix={self.alpha_mix!r}: expected a number in [0, 1]")
         object.__setattr__(self, "alpha_mix", mix)
+        object.__setattr__(self, "sparse_layers", check_sparse_layers(self.sparse_layers))
 
     def kernel(self, dtype=torch.float32, device=None) -> torch.Tensor:
         return _cached_kernel(self.blur_size, self.blur_sigma, dtype, None if device is None else torch.device(device))
@@ -244,7 +305,7 @@ class AttentionSpec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         # written only when they matter: configs of earlier models stay as older attnkit wrote them
-        for key, default in (("learn_lam", False), ("learn_alpha", False), ("alpha_mix", 1.0)):
+        for key, default in (("learn_lam", False), ("learn_alpha", False), ("alpha_mix", 1.0), ("sparse_layers", None)):
             if d[key] == default:
                 del d[key]
         if self.attention != "entmax-alpha":
@@ -270,6 +331,8 @@ class AttentionSpec:
             s = f"alpha-entmax ({'learned per layer and head, from ' if self.learn_alpha else ''}alpha={self.alpha:g})"
         elif self.attention == "entmax15":
             s = "1.5-entmax"
+        if self.sparse_layers is not None:
+            s += f" in layer{'s' * (self.sparse_layers != 'last')} {self.sparse_layers} (softmax in the others)"
         if self.blur != "none":
             s += f" + Gaussian blur on {'values' if self.blur == 'value' else 'context'} (k={self.blur_size}, sigma={self.blur_sigma:g})"
             if blur_is_identity(self.blur_size, self.blur_sigma):
@@ -352,7 +415,9 @@ def attnkit_attention_forward(
     if scaling is None:
         scaling = query.size(-1) ** -0.5
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # [B, H, Lq, Lk]
-    if spec.learn_lam:  # sparsegen-lin with each head's own lam: sparsemax(z / (1 - lam_h)), 1 - lam_h = exp(rho_h)
+    if spec.sparse_layers is not None and layer_index(module) not in sparse_layer_set(spec.sparse_layers, module.config.num_hidden_layers):
+        weights = _softmax(_mask_scores(scores, attention_mask), spec)  # a layer that keeps softmax (--sparse-layers)
+    elif spec.learn_lam:  # sparsegen-lin with each head's own lam: sparsemax(z / (1 - lam_h)), 1 - lam_h = exp(rho_h)
         rho = _head_parameter(module, LAM_PARAM)
         # scaled before masking: a masked (-inf) score would give 0 * -inf = NaN in rho's gradient
         scores = scores * torch.exp(-rho).to(scores.dtype)[:, None, None]  # rho [H] -> [H, 1, 1]

@@ -33,7 +33,8 @@ from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.tasks.readers import read_jsonl
 from attnkit.tasks.sentiment import sst_rationales
 from attnkit.tasks.squad import evaluate_qa, load_squad, predict_answers
-from attnkit.training.config import DEFAULT_MINI_LR, METRICS_FILE, MODEL_DIR, PAPER_EPOCHS, PretrainConfig, TrainConfig, check_seed, is_mini_alias
+from attnkit.training.adapt import adapt
+from attnkit.training.config import DEFAULT_MINI_LR, METRICS_FILE, MODEL_DIR, PAPER_EPOCHS, AdaptConfig, PretrainConfig, TrainConfig, check_seed, is_mini_alias
 from attnkit.training.finetune import train
 from attnkit.training.pretrain import pretrain
 from attnkit.training.sweep import SWEPT, run_sweep
@@ -75,13 +76,16 @@ def _train_config(a) -> TrainConfig:
         blur=a.blur, blur_size=TrainConfig.blur_size if a.blur_size is None else a.blur_size,
         blur_sigma=TrainConfig.blur_sigma if a.blur_sigma is None else a.blur_sigma, pooling=a.layer_pooling, se=a.se,
         se_ratio=TrainConfig.se_ratio if a.se_ratio is None else a.se_ratio, pooling_lr=a.pooling_lr,
+        sparse_layers=a.sparse_layers, teacher=a.teacher,
+        distill_weight=TrainConfig.distill_weight if a.distill_weight is None else a.distill_weight,
+        distill_temperature=TrainConfig.distill_temperature if a.distill_temperature is None else a.distill_temperature,
         **mini_train_settings(a, TrainConfig.attention, TrainConfig.lr),  # model, attention, lam, lr, freeze, MiniBERT shape
     )
 
 
 def mini_train_settings(a, default_attention: str = "sparsegen-lin", default_lr: float = 2e-5) -> dict:
     """TrainConfig fields from the train command's arguments: model path, attention, lam, lr, MiniBERT shape, freeze."""
-    shape = {k: getattr(a, k, None) for k in ("kind", "layers", "heads", "dim", "vocab_size")}
+    shape = {k: getattr(a, k, None) for k in ("kind", "layers", "heads", "dim", "vocab_size", "score_scale", "head_mode")}
     mini = is_mini_alias(a.model)
     given = [f"--{k.replace('_', '-')}" for k, v in shape.items() if v is not None]
     if given and not mini:
@@ -89,7 +93,7 @@ def mini_train_settings(a, default_attention: str = "sparsegen-lin", default_lr:
     for k in ("layers", "heads", "dim", "vocab_size"):
         if shape[k] is not None and shape[k] < 1:
             raise ValueError(f"--{k.replace('_', '-')} must be a positive integer, got {shape[k]}")
-    if (shape["dim"] or 32) % (shape["heads"] or 1):
+    if shape["head_mode"] != "full" and (shape["dim"] or 32) % (shape["heads"] or 1):
         raise ValueError(f"--dim {shape['dim'] or 32} is not divisible by --heads {shape['heads']}")
     model = a.model
     ckpt = None if mini else checkpoint_dir(a.model)
@@ -480,7 +484,7 @@ def cmd_pretrain(a) -> int:
         task=a.task, data_dir=a.data_dir, kind=a.kind, attention=a.attention, lam=a.lam, layers=a.layers, heads=a.heads,
         dim=a.dim, vocab_size=a.vocab_size, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, max_length=a.max_length,
         seed=a.seed, output_dir=a.output_dir, max_train_samples=a.max_train_samples, logging_steps=a.logging_steps,
-        lemmatize=a.lemmatize, resume=not a.no_resume,
+        lemmatize=a.lemmatize, resume=not a.no_resume, score_scale=a.score_scale, head_mode=a.head_mode,
     )
     cfg.validate()
     m = pretrain(cfg)
@@ -492,6 +496,45 @@ def cmd_pretrain(a) -> int:
     print(f"[attnkit] model + tokenizer written to {m['model_dir']}")
     print(f"[attnkit] metrics written to {Path(cfg.output_dir) / 'metrics.json'}")
     print(f"[attnkit] fine-tune with: attnkit train --task {cfg.task} --model {m['model_dir']}")
+    return 0
+
+
+def cmd_adapt(a) -> int:
+    ignored = []
+    if a.lam is not None and a.attention != "sparsegen-lin":
+        ignored.append(f"--lam {a.lam:g} (only sparsegen-lin has a lam; the attention is {a.attention})")
+    if a.alpha is not None and a.attention != "entmax-alpha":
+        ignored.append(f"--alpha {a.alpha:g} (only entmax-alpha has an alpha to choose; the attention is {a.attention})")
+    if ignored:
+        raise UserError(f"{'; '.join(ignored)}: an option that would be ignored is refused")
+    d = AdaptConfig()
+    tasks = a.task if a.task is not None else ([] if a.text_file else list(d.tasks))
+    cfg = AdaptConfig(
+        tasks=tasks, text_files=list(a.text_file or []), data_dir=a.data_dir, model=a.model, attention=a.attention,
+        lam=d.lam if a.lam is None else a.lam, alpha=d.alpha if a.alpha is None else a.alpha, anneal=a.anneal, head_warmup=a.head_warmup,
+        sparse_layers=a.sparse_layers, max_steps=a.max_steps, batch_size=a.batch_size, lr=a.lr, warmup_ratio=a.warmup,
+        weight_decay=a.weight_decay, max_length=a.max_length, max_train_samples=a.max_train_samples, seed=a.seed,
+        output_dir=a.output_dir, resume=not a.no_resume, logging_steps=a.logging_steps, save_steps=a.save_steps,
+        precision=a.precision, keep_checkpoints=a.keep_checkpoints,
+    )
+    cfg.validate()
+    if cfg.attention == "entmax-alpha" and cfg.alpha <= 1.01:
+        raise UserError(f"--alpha {cfg.alpha:g}: the anneal starts at alpha 1.01; give a target above it (1.5: 1.5-entmax)")
+    m = adapt(cfg)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0
+    out = Path(cfg.output_dir)
+    if m.get("already_complete"):
+        print(f"[attnkit] the adapt run in {out} is already complete: nothing was changed (--no-resume runs it again)")
+    r = m["adapted"]
+    zs = r.get("zero_share") or []
+    print(f"\n[attnkit] adapted {cfg.model} to {cfg.spec().describe()}: {r['steps']} MLM steps on {r['texts']['texts']:,} texts "
+          f"({r['seconds']:.0f}s); MLM loss {r['mlm_loss']:.4f}"
+          + (f"; {r['texts']['texts_used']:,} of them used (--max-train-samples)" if "texts_used" in r["texts"] else ""))
+    if zs:
+        print("[attnkit] attention weights exactly 0, per layer: " + " ".join(f"L{i}={z:.0%}" for i, z in enumerate(zs)))
+    print(f"[attnkit] encoder written to {out / MODEL_DIR}")
+    print(f"[attnkit] fine-tune with: attnkit train --model {out} --attention {cfg.attention} --task ...")
     return 0
 
 
@@ -568,6 +611,6 @@ def cmd_faithfulness(a) -> int:
 
 
 COMMANDS = {
-    "train": cmd_train, "sweep": cmd_sweep, "pretrain": cmd_pretrain, "evaluate": cmd_evaluate, "predict": cmd_predict,
+    "train": cmd_train, "sweep": cmd_sweep, "pretrain": cmd_pretrain, "adapt": cmd_adapt, "evaluate": cmd_evaluate, "predict": cmd_predict,
     "explain": cmd_explain, "words": cmd_words, "layer-weights": cmd_layer_weights, "faithfulness": cmd_faithfulness,
 }

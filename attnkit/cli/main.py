@@ -87,12 +87,12 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_tasks(a)
         from attnkit.cli import commands  # the whole stack: only when a command runs (see the module's docstring)
 
-        if a.command not in ("train", "sweep", "pretrain") and hasattr(a, "max_length"):
+        if a.command not in ("train", "sweep", "pretrain", "adapt") and hasattr(a, "max_length"):
             commands.prepare_model_length(a)
         return commands.COMMANDS[a.command](a)
     except KeyboardInterrupt:
         out = getattr(a, "output_dir", None)
-        if a.command in ("train", "sweep") and out:
+        if a.command in ("train", "sweep", "adapt") and out:
             print(f"\nattnkit {a.command}: interrupted. Run the same command again to resume from the newest complete "
                   f"checkpoint in {out} (add --no-resume to start afresh).", file=sys.stderr)
         else:

@@ -8,7 +8,7 @@ import argparse
 import re
 
 from attnkit.attention.names import KINDS, NORMALISER_NAMES
-from attnkit.training.config import DEFAULT_MINI_LR, DEFAULT_VOCAB, PretrainConfig, TrainConfig
+from attnkit.training.config import ADAPT_ATTENTIONS, DEFAULT_MINI_LR, DEFAULT_VOCAB, HEAD_MODES, SCORE_SCALES, AdaptConfig, PretrainConfig, TrainConfig
 
 PRETRAIN_DOC = """MiniBERT on a task's own text.
 
@@ -110,6 +110,13 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--learn-alpha", action="store_true", help="entmax-alpha: learn alpha per layer and head (1 + sigmoid(a)), started at --alpha")
     t.add_argument("--alpha-lr", type=float, default=None, help="with --learn-alpha: learning rate of the alpha parameters (default: --lr)")
     t.add_argument("--alpha-warmup", type=float, default=0.0, help="entmax15/entmax-alpha: alpha starts at 1 (softmax) and reaches its target after this fraction of the steps (< 1) or step count (default 0: off)")
+    t.add_argument("--sparse-layers", default=None, metavar="LAYERS",
+                   help="layers that use the sparse map, counted from 0: all (default), last, a range 4-5 or a list 0,5; the others keep softmax")
+    t.add_argument("--teacher", default=None, metavar="RUN_OR_MODEL",
+                   help="distil from this fine-tuned model (e.g. the softmax run): the loss mixes the labels' cross-entropy and "
+                        "the KL divergence to the teacher's predictions (the teacher's logits computed per batch, no gradient)")
+    t.add_argument("--distill-weight", type=float, default=None, help=f"with --teacher: the teacher's share w of the loss, 0 < w <= 1 (default {d.distill_weight:g})")
+    t.add_argument("--distill-temperature", type=float, default=None, help=f"with --teacher: the softmax temperature T of both predictions (default {d.distill_temperature:g})")
     prec = t.add_mutually_exclusive_group()
     prec.add_argument("--bf16", dest="precision", action="store_const", const="bf16", default=d.precision,
                       help="mixed precision: matrix products in bfloat16 under autocast, weights and optimizer in float32 "
@@ -153,6 +160,10 @@ def add_mini_train_options(t: argparse.ArgumentParser) -> None:
     g.add_argument("--heads", type=int, default=None, help="with --model mini: heads per layer (default 1)")
     g.add_argument("--dim", type=int, default=None, help="with --model mini: embedding size (default 32)")
     g.add_argument("--vocab-size", type=int, default=None, help=f"with --model mini: WordPiece vocabulary size (default {DEFAULT_VOCAB})")
+    g.add_argument("--score-scale", default=None, choices=SCORE_SCALES,
+                   help="with --model mini: none = the paper's bare dot product, sqrt = scores / sqrt(d_head) (default sqrt)")
+    g.add_argument("--head-mode", default=None, choices=HEAD_MODES,
+                   help="with --model mini: split = H heads of d/H (BERT's; default), full = H heads of width d + an output projection")
     t.add_argument("--freeze", default=None, metavar="GROUPS",
                    help="comma-separated parameter groups not to train: embeddings, attention, encoder "
                         "(e.g. embeddings,attention = the MiniBERT paper's frozen variant; works for BERT models too)")
@@ -178,6 +189,10 @@ def add_pretrain_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--heads", type=int, default=d.heads, help=f"heads per layer H, splitting --dim (default {d.heads})")
     p.add_argument("--dim", type=int, default=d.dim, help=f"embedding size d (default {d.dim})")
     p.add_argument("--vocab-size", type=int, default=d.vocab_size, help=f"WordPiece vocabulary size (default {d.vocab_size})")
+    p.add_argument("--score-scale", default=d.score_scale, choices=SCORE_SCALES,
+                   help=f"none = the paper's bare dot product softmax(QE·KEᵀ), sqrt = scores / sqrt(d_head) (default {d.score_scale})")
+    p.add_argument("--head-mode", default=d.head_mode, choices=HEAD_MODES,
+                   help=f"split = H heads of d/H (BERT's), full = H heads of width d and an output projection back to d (default {d.head_mode})")
     p.add_argument("--epochs", type=float, default=d.epochs, help=f"MLM epochs (default {d.epochs:g})")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help=f"batch size (default {d.batch_size})")
     p.add_argument("--lr", type=float, default=d.lr, help=f"learning rate (default {d.lr:g})")
@@ -188,6 +203,54 @@ def add_pretrain_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--no-resume", action="store_true", help="pre-train afresh even if the output folder holds a finished run (moved aside to <output-dir>/.replaced-<date>/, not deleted)")
     p.add_argument("--logging-steps", type=int, default=d.logging_steps)
     p.add_argument("--lemmatize", default=None, metavar="LANG", help="lemmatise the corpus first (simplemma: en, fr, de, ...); recorded with the model")
+    return p
+
+
+ADAPT_DOC = """Continued masked-LM pre-training of an encoder for a sparse attention map (AdaSplash's recipe), before
+fine-tuning: the encoder learns to work with the map, so that fine-tuning it with that map need not cost accuracy.
+
+  attnkit adapt --task sst2-ptb --attention entmax15 --max-steps 2 --output-dir a
+  attnkit train --task sst2-ptb --model a --attention entmax15 ...
+
+Texts: the TRAINING split of every --task (never dev or test), and --text-file files (one text per line); exact
+duplicates dropped. The map is annealed from (nearly) softmax to the target over --anneal of the steps: alpha from
+1.01 to 1.5 (entmax15) or --alpha (entmax-alpha); the temperature 1 - lam from 8x to 1x (sparsegen-lin, sparsemax).
+--attention softmax is the control: the same texts, steps and schedule. An encoder without an MLM head (the bundled
+all-MiniLM-L6-v2) gets a new one (tied to the input embeddings). <output-dir>/model is the adapted encoder (the MLM
+head dropped); its run_info.json records how it was adapted."""
+
+
+def add_adapt_parser(sub) -> argparse.ArgumentParser:
+    d = AdaptConfig()
+    p = sub.add_parser("adapt", help="adapt an encoder to a sparse attention map by masked-LM on training texts, before fine-tuning",
+                       description=ADAPT_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", action="append", default=None, help=f"a task whose TRAINING texts are read; repeat for several (default {d.tasks[0]} unless --text-file)")
+    p.add_argument("--text-file", action="append", default=None, help="a file of your own texts, one per line (UTF-8); repeatable")
+    p.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
+    p.add_argument("--model", default=d.model, help="'minilm' (bundled), a local checkpoint or run folder, or a hub name")
+    p.add_argument("--attention", default=d.attention, choices=list(ADAPT_ATTENTIONS), help=f"the map to adapt to (default {d.attention}); softmax: the control")
+    p.add_argument("--lam", type=float, default=None, help=f"sparsegen-lin: the target lam < 1 (default {d.lam:g})")
+    p.add_argument("--alpha", type=float, default=None, help=f"entmax-alpha: the target alpha in (1.01, 2] (default {d.alpha:g})")
+    p.add_argument("--anneal", type=float, default=d.anneal, help=f"fraction of the steps (< 1) or step count over which the map goes from dense to the target (default {d.anneal:g})")
+    p.add_argument("--head-warmup", type=float, default=AdaptConfig.head_warmup, help=f"fraction of the steps (< 1) or step count in which only the MLM head trains, the encoder frozen (default {AdaptConfig.head_warmup:g})")
+    p.add_argument("--sparse-layers", default=None, metavar="LAYERS", help="layers that use the map: all (default), last, 4-5, 0,5; the others keep softmax")
+    p.add_argument("--max-steps", type=int, default=d.max_steps, help=f"MLM steps (default {d.max_steps})")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help=f"per-process batch size (default {d.batch_size})")
+    p.add_argument("--lr", type=float, default=d.lr, help=f"learning rate (default {d.lr:g})")
+    p.add_argument("--warmup", type=float, default=d.warmup_ratio, help=f"learning-rate warm-up, a fraction of the steps (default {d.warmup_ratio:g})")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help=f"(default {d.weight_decay:g})")
+    p.add_argument("--max-length", type=int, default=d.max_length, help=f"truncate texts to this many tokens (default {d.max_length})")
+    p.add_argument("--max-train-samples", type=int, default=None, help="use a random subset of the pooled texts")
+    p.add_argument("--seed", type=int, default=d.seed, help=f"random seed (default {d.seed})")
+    p.add_argument("--output-dir", default=d.output_dir, help=f"run folder (default {d.output_dir}); the encoder goes to <it>/model")
+    p.add_argument("--no-resume", action="store_true", help="start afresh even if the folder holds a run (moved aside to <output-dir>/.replaced-<date>/, not deleted)")
+    p.add_argument("--keep-checkpoints", action="store_true", help="keep the checkpoint-N folders after the run finishes")
+    p.add_argument("--save-steps", type=int, default=d.save_steps, help=f"checkpoint every N steps, to resume from (default {d.save_steps})")
+    p.add_argument("--logging-steps", type=int, default=d.logging_steps)
+    prec = p.add_mutually_exclusive_group()
+    prec.add_argument("--bf16", dest="precision", action="store_const", const="bf16", default=d.precision, help="bfloat16 mixed precision")
+    prec.add_argument("--fp16", dest="precision", action="store_const", const="fp16", help="float16 mixed precision (CUDA GPUs only)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: what torch picks, one per core)")
     return p
 
 
@@ -220,7 +283,7 @@ def add_words_parser(sub) -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="attnkit", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="show library logs and warnings")
-    sub = parser.add_subparsers(dest="command", metavar="{train,sweep,pretrain,evaluate,predict,explain,words,layer-weights,faithfulness,tasks}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,sweep,adapt,pretrain,evaluate,predict,explain,words,layer-weights,faithfulness,tasks}")
 
     t = sub.add_parser("train", help="fine-tune an encoder with softmax or sparse attention")
     add_train_options(t)
@@ -236,6 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_options(w)
     w.set_defaults(output_dir="runs/sweep")
     add_pretrain_parser(sub)
+    add_adapt_parser(sub)
 
     e = sub.add_parser("evaluate", help="metrics of a trained model on a split, printed and written as JSON")
     add_model_io(e)

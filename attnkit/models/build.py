@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import socket
@@ -23,11 +24,13 @@ from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoModelFor
 from transformers.models.auto import modeling_auto
 
 from attnkit.attention.spec import (
-    ATTN_IMPLEMENTATION, CONFIG_KEY, LEARNED, AttentionSpec, add_head_parameters, apply_spec, learned_values, spec_of,
+    ATTN_IMPLEMENTATION, CONFIG_KEY, LEARNED, AttentionSpec, add_head_parameters, apply_spec, learned_values, number_layers,
+    sparse_layer_set, spec_of,
 )
 from attnkit.models.mini import MODEL_TYPE as MINI_MODEL_TYPE  # importing it registers MiniBERT with the Auto classes
 from attnkit.models.modeling_attnkit import (
-    AttnkitConfig, AttnkitForQuestionAnswering, AttnkitForSequenceClassification, AttnkitModel, concrete_class, register,
+    AttnkitConfig, AttnkitForMaskedLM, AttnkitForQuestionAnswering, AttnkitForSequenceClassification, AttnkitModel,
+    concrete_class, register,
 )
 from attnkit.models.pooling import HEAD_KEY, HeadSpec, PooledEncoderForSequenceClassification, head_of
 from attnkit.runfiles import MODEL_DIR, RUN_INFO
@@ -167,11 +170,48 @@ def _attnkit_config(base, spec: AttentionSpec, head: HeadSpec | None = None) -> 
 
 
 def _finish(net, spec: AttentionSpec):
-    """Store the spec in the built model's config; give a new model that learns lam or alpha per head its parameters."""
+    """Store the spec in the built model's config; give a new model that learns lam or alpha per head its parameters;
+    number its attention modules and check that ``--sparse-layers`` names layers it has."""
     apply_spec(net.config, spec)
+    number_layers(net)
+    if spec.sparse_layers is not None:
+        sparse_layer_set(spec.sparse_layers, net.config.num_hidden_layers)
     if spec.learned:
         add_head_parameters(net)  # idempotent: a reloaded model has them already, with its learned values
     return net
+
+
+def build_masked_lm(model: str | os.PathLike | None = DEFAULT_MODEL, spec: AttentionSpec | None = None):
+    """A masked-LM model on ``model``'s encoder with ``spec``'s attention, for continued pre-training (``attnkit
+    adapt``); returns ``(model, names of the weights drawn new)``. A checkpoint without an MLM head (all-MiniLM-L6-v2
+    ships none) gets a new one: transform + decoder tied to the input embeddings (``tie_word_embeddings``)."""
+    register()
+    spec = spec or AttentionSpec()
+    path = resolve_model(model)
+    base = _base_config(path)
+    if base.model_type == MINI_MODEL_TYPE:
+        raise ValueError(f"{path} is a MiniBERT: continue its pre-training with `attnkit pretrain`, not `attnkit adapt`")
+    config = _attnkit_config(base, spec)
+    config.tie_word_embeddings = True
+    if Path(path).is_dir():
+        check_weights_file(path)
+    net, info = AttnkitForMaskedLM.from_pretrained(path, config=config, use_safetensors=True, output_loading_info=True)
+    net.tie_weights()
+    return _finish(net, spec), sorted(info.get("missing_keys", ()))
+
+
+def encoder_of(masked_lm, model: str | os.PathLike | None = DEFAULT_MODEL):
+    """The bare encoder (``AttnkitModel``) of a masked-LM model built by :func:`build_masked_lm` on ``model``: its
+    weights, and those that a masked-LM model has not (BERT's pooler) taken from ``model`` as they were."""
+    path = resolve_model(model)
+    config = AttnkitConfig.from_base(masked_lm.config)
+    encoder = AttnkitModel.from_pretrained(path, config=config, use_safetensors=True)
+    inner = getattr(masked_lm, masked_lm.base_model_prefix)
+    missing, unexpected = encoder.load_state_dict(inner.state_dict(), strict=False)
+    left = [k for k in missing if not k.startswith("pooler.")]
+    if left or unexpected:
+        raise RuntimeError(f"the masked-LM encoder does not fit {path}'s encoder (missing {left[:3]}, unexpected {unexpected[:3]})")
+    return _finish(encoder, spec_of(masked_lm.config))
 
 
 def build_qa_model(model: str | os.PathLike | None = DEFAULT_MODEL, spec: AttentionSpec | None = None, *, from_scratch: bool = False):
@@ -300,11 +340,46 @@ def save_checkpoint(model, out_dir: str | os.PathLike, tokenizer=None, extra: di
     """Write ``model`` (+ tokenizer) to ``out_dir`` atomically, as safetensors.
 
     Everything is written into a sibling temporary folder, then renamed into place, so a
-    killed run leaves either the old checkpoint or the new one, never half of one.
+    killed run leaves either the old checkpoint or the new one, never half of one. A write that
+    fails (a full disk, a read-only folder) removes the temporary folder and raises UserError naming
+    ``out_dir``. The folder gets a manifest of what was written (FOLDER_MANIFEST); an earlier folder at
+    ``out_dir`` is deleted only if it still holds exactly what its manifest lists, else (a note of the
+    user's in it, a folder attnkit did not write) it is moved aside whole into ``.replaced-<date>/``.
     """
+    from attnkit.errors import UserError
+    from attnkit.runfiles import folder_is_as_written, set_aside, write_folder_manifest
+
     out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+        write_folder_manifest(tmp, "attnkit", complete=False)  # a killed save leaves a folder a later run knows as its own
+        _write_checkpoint(model, tmp, tokenizer, extra)
+        write_folder_manifest(tmp, "attnkit")
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, (KeyboardInterrupt, SystemExit, UserError)):
+            raise
+        why = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[-1]
+        raise UserError(f"cannot write the model {out}: {why} (is the disk full, or the folder read-only?); nothing "
+                        "was left half-written") from None
+    old = None
+    if out.exists():
+        if folder_is_as_written(out):
+            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(out, old)
+        else:  # files attnkit did not write (or changed since): kept, whole
+            aside = set_aside(out)
+            logging.getLogger("attnkit").warning("%s held files attnkit did not write: moved aside whole to %s", out, aside)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def _write_checkpoint(model, tmp: Path, tokenizer=None, extra: dict | None = None) -> None:
+    """The files of a saved model, written into the (new, empty) folder ``tmp``."""
     spec = spec_of(model.config)
     apply_spec(model.config, spec)
     model.save_pretrained(tmp)
@@ -328,14 +403,6 @@ def save_checkpoint(model, out_dir: str | os.PathLike, tokenizer=None, extra: di
             os.chmod(f, 0o666 & ~mask)
     if any(tmp.glob("*.bin")):
         raise RuntimeError(f"non-safetensors weights were written to {tmp}")
-    old = None
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    return out
 
 
 #: what sparsify takes: (kind, transformers' Auto mapping name)
@@ -348,8 +415,23 @@ _SPARSIFY_KINDS = (
 )
 
 
-def sparsify(model, attention: str = "sparsegen-lin", lam: float = -4.0, *, blur: str = "none", blur_size: int = 3,
-             blur_sigma: float = 0.3, learn_lam: bool = False, alpha: float = 1.5, learn_alpha: bool = False):
+def _sparsify_settings(attention: str, lam: float | None, alpha: float | None) -> tuple[float, float]:
+    """``(lam, alpha)`` for ``attention``: -4 and 1.5 where not given; a lam other than 0 with an attention that has
+    none, or an alpha other than 1.5 with one that is not entmax-alpha, is refused (it would be ignored), as the CLI
+    refuses --lam/--alpha there."""
+    name = AttentionSpec(attention).attention
+    if lam is not None and name != "sparsegen-lin" and lam != AttentionSpec.lam:
+        raise ValueError(f"sparsify(attention={attention!r}, lam={lam!r}): only sparsegen-lin has a lam; "
+                         f"leave lam out, or use attention='sparsegen-lin'")
+    if alpha is not None and name != "entmax-alpha" and alpha != AttentionSpec.alpha:
+        raise ValueError(f"sparsify(attention={attention!r}, alpha={alpha!r}): only entmax-alpha has an alpha "
+                         f"({name} has {'1.5' if name == 'entmax15' else 'none'}); leave alpha out, or use attention='entmax-alpha'")
+    return (-4.0 if lam is None else lam), (AttentionSpec.alpha if alpha is None else alpha)
+
+
+def sparsify(model, attention: str = "sparsegen-lin", lam: float | None = None, *, blur: str = "none", blur_size: int = 3,
+             blur_sigma: float = 0.3, learn_lam: bool = False, alpha: float | None = None, learn_alpha: bool = False,
+             sparse_layers: str | None = None):
     """Switch a loaded transformers model to attnkit's attention, in place, and return it.
 
     Works for a bare encoder and for its sequence classification, token classification, question answering and
@@ -357,10 +439,13 @@ def sparsify(model, attention: str = "sparsegen-lin", lam: float = -4.0, *, blur
     (``AttentionInterface``). The model becomes attnkit's class for its kind (same weights, same parameter names)
     with an :class:`AttnkitConfig`, so ``save_pretrained`` writes a self-describing checkpoint that reloads
     with the same attention. Raises ValueError for an architecture with its own attention code (DeBERTa-v2, MPNet, ...).
+    ``lam`` (default -4) is sparsegen-lin's and ``alpha`` (default 1.5) entmax-alpha's: given with another attention,
+    they are refused, not ignored.
     """
     register()
+    lam, alpha = _sparsify_settings(attention, lam, alpha)
     spec = AttentionSpec(attention, lam, blur=blur, blur_size=blur_size, blur_sigma=blur_sigma, learn_lam=learn_lam,
-                         alpha=alpha, learn_alpha=learn_alpha)
+                         alpha=alpha, learn_alpha=learn_alpha, sparse_layers=sparse_layers)
     name = type(model).__name__
     if isinstance(model.config, AttnkitConfig):  # already attnkit's: change the attention
         set_attention(model, spec)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from attnkit.attention.names import ENTMAX_NAMES, KINDS
@@ -96,6 +96,10 @@ class TrainConfig:
     learn_alpha: bool = False  # entmax-alpha: alpha learned per layer and head, started at alpha
     alpha_lr: float | None = None  # learn_alpha: the learning rate of the alpha parameters (None: lr)
     alpha_warmup: float = 0.0  # entmax maps: alpha moves from 1 (softmax) to its target over this fraction of the steps (or count); 0: off
+    sparse_layers: str | None = None  # layers that use the sparse map ("last", "4-5", "0,5"); None: all; the others keep softmax
+    teacher: str | None = None  # a fine-tuned model (or run folder) whose predictions the student also learns from
+    distill_weight: float = 0.5  # with teacher: loss = (1 - w) * cross-entropy(labels) + w * T^2 * KL(teacher || student at T)
+    distill_temperature: float = 2.0
     # SesameBERT: locality step and layer pooling
     blur: str = "none"  # none | context | value
     blur_size: int = 3
@@ -112,6 +116,8 @@ class TrainConfig:
     heads: int | None = None
     dim: int | None = None
     vocab_size: int | None = None
+    score_scale: str | None = None  # none (the paper's bare dot product) | sqrt (1/sqrt(d_head), the default)
+    head_mode: str | None = None  # split (d/H per head, BERT's; the default) | full (each head d wide, W_o back to d)
 
     def validate(self) -> None:
         """ValueError naming the first setting that cannot give a meaningful run."""
@@ -149,6 +155,14 @@ class TrainConfig:
             lemmatizer(self.lemmatize)
         self.spec()
         self.head()
+        check_mini_shape(self.score_scale, self.head_mode)
+        if self.teacher is not None or self.distill_weight != 0.5 or self.distill_temperature != 2.0:
+            if self.teacher is None:
+                raise ValueError("--distill-weight/--distill-temperature: need --teacher (the model whose predictions are distilled)")
+            if not (isinstance(self.distill_weight, (int, float)) and 0 < self.distill_weight <= 1):
+                raise ValueError(f"--distill-weight {self.distill_weight}: expected a weight > 0 and <= 1 (1: the teacher alone)")
+            if not (isinstance(self.distill_temperature, (int, float)) and math.isfinite(self.distill_temperature) and self.distill_temperature > 0):
+                raise ValueError(f"--distill-temperature {self.distill_temperature}: expected a temperature > 0")
         if self.pooling_lr is not None:
             if not (self.se or self.pooling == "weighted"):
                 raise ValueError(f"--pooling-lr {self.pooling_lr}: needs --se or --layer-pooling weighted (the layer weights it trains)")
@@ -170,10 +184,14 @@ class TrainConfig:
         if (self.alpha != 1.5 or self.learn_alpha) and self.attention != "entmax-alpha":
             raise ValueError(f"--alpha/--learn-alpha: need --attention entmax-alpha, not {self.attention}")
         try:
+            if self.sparse_layers is not None and self.attention in ("softmax",):
+                raise ValueError(f"--sparse-layers {self.sparse_layers}: needs a sparse --attention (softmax is softmax in every layer)")
             return AttentionSpec(self.attention, lam, blur=self.blur, blur_size=self.blur_size, blur_sigma=self.blur_sigma,
-                                 learn_lam=self.learn_lam, alpha=self.alpha, learn_alpha=self.learn_alpha)
+                                 learn_lam=self.learn_lam, alpha=self.alpha, learn_alpha=self.learn_alpha,
+                                 sparse_layers=self.sparse_layers)
         except ValueError as e:
             msg = re.sub(r"^(\w+)=(.*?):", lambda m: f"{option_name(m.group(1))} {m.group(2).strip(chr(39))}:", str(e))  # blur_size=4: -> --blur-size 4:
+            msg = msg.replace("sparse_layers=", "--sparse-layers ")
             msg = re.sub(r"^(learn_lam|learn_alpha) ", lambda m: f"{option_name(m.group(1))} ", msg)
             raise ValueError(f"--alpha {self.alpha}: {msg}" if "alpha" in msg and not msg.startswith(("--alpha", "--learn")) else msg) from None
 
@@ -195,6 +213,18 @@ SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 MAX_POSITIONS = 512
 DEFAULT_MINI_LR = 1e-2  # a tiny model trained from (nearly) scratch: AdamW at 1e-2 (best of 1e-3, 3e-3, 1e-2 on SemEval-2013), not BERT's 2e-5
 DEFAULT_VOCAB = 4000
+
+
+SCORE_SCALES = ("none", "sqrt")  # as attnkit.models.mini (not imported here: no torch for --help)
+HEAD_MODES = ("split", "full")
+
+
+def check_mini_shape(score_scale, head_mode) -> None:
+    """ValueError naming --score-scale or --head-mode when either is not one of its choices (None: the default)."""
+    if score_scale is not None and score_scale not in SCORE_SCALES:
+        raise ValueError(f"--score-scale {score_scale!r}: expected one of {', '.join(SCORE_SCALES)} (none = the paper's bare dot product)")
+    if head_mode is not None and head_mode not in HEAD_MODES:
+        raise ValueError(f"--head-mode {head_mode!r}: expected one of {', '.join(HEAD_MODES)}")
 
 
 def is_mini_alias(model) -> bool:
@@ -224,6 +254,8 @@ class PretrainConfig:
     max_train_samples: int | None = None
     logging_steps: int = 50
     lemmatize: str | None = None  # language: the corpus is lemmatised (simplemma) before the tokenizer is trained
+    score_scale: str = "sqrt"  # none: the paper's bare dot product; sqrt: scores / sqrt(d_head) (BERT, the authors' package)
+    head_mode: str = "split"  # split: H heads of d/H (BERT); full: H heads of width d and an output projection back to d
     resume: bool = True  # False: an earlier run in output_dir is moved aside (.replaced-<date>/) and pre-training starts afresh
 
     def spec(self) -> AttentionSpec:
@@ -243,7 +275,8 @@ class PretrainConfig:
         if self.max_length < 2:
             raise ValueError(f"--max-length {self.max_length}: expected a whole number of tokens of at least 2 (with [CLS] and [SEP])")
         check_seed(self.seed)
-        if self.dim % self.heads:
+        check_mini_shape(self.score_scale, self.head_mode)
+        if self.head_mode == "split" and self.dim % self.heads:
             raise ValueError(f"--dim {self.dim} is not divisible by --heads {self.heads}")
         if not (isinstance(self.epochs, (int, float)) and math.isfinite(self.epochs) and self.epochs > 0):
             raise ValueError(f"--epochs {self.epochs}: expected a number of epochs > 0")
@@ -257,3 +290,108 @@ class PretrainConfig:
             raise ValueError(f"--max-length {self.max_length}: MiniBERT has {MAX_POSITIONS} positions at most")
         if not 0 < self.mlm_probability < 1:
             raise ValueError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
+
+
+# ----------------------------------------------------------------------------- adapting an encoder to a sparse map
+
+#: the alpha an entmax anneal starts from (AdaSplash's 1.01: all but softmax, every weight still positive)
+ADAPT_ALPHA_START = 1.01
+#: sparsegen-lin's anneal starts at the lam whose temperature 1 - lam is this many times larger (a much denser map)
+ADAPT_LAM_FACTOR = 8.0
+#: the sparse maps attnkit adapt anneals to, and softmax (the control)
+ADAPT_ATTENTIONS = ("softmax", "sparsemax", "sparsegen-lin", "entmax15", "entmax-alpha")
+
+
+@dataclass
+class AdaptConfig:
+    """Continued masked-LM pre-training of an encoder for a sparse map (``attnkit adapt``); written to
+    ``<output>/run_config.json``. The sparsity is annealed from (nearly) softmax to the target over ``anneal``."""
+
+    tasks: list = field(default_factory=lambda: ["rotten-tomatoes"])  # tasks whose TRAINING texts are read
+    text_files: list = field(default_factory=list)  # the user's own texts, one per line
+    data_dir: str | None = None
+    model: str = "minilm"
+    attention: str = "entmax15"
+    lam: float = -4.0  # sparsegen-lin's target lam
+    alpha: float = 1.5  # entmax-alpha's target alpha (entmax15: 1.5)
+    anneal: float = 0.5  # fraction of the steps (< 1) or a step count over which the map goes from dense to the target
+    head_warmup: float = 0.05  # fraction of the steps (< 1) or a step count in which only the MLM head trains (the encoder frozen)
+    sparse_layers: str | None = None
+    max_steps: int = 2000
+    batch_size: int = 32
+    lr: float = 5e-5
+    warmup_ratio: float = 0.06
+    weight_decay: float = 0.01
+    max_length: int = 128
+    max_train_samples: int | None = None
+    mlm_probability: float = 0.15
+    seed: int = 42
+    output_dir: str = "runs/adapt"
+    resume: bool = True
+    logging_steps: int = 50
+    save_steps: int = 500
+    precision: str = "fp32"
+    keep_checkpoints: bool = False
+
+    def spec(self) -> AttentionSpec:
+        from attnkit.attention.spec import AttentionSpec  # torch: only when a run is set up, not for --help
+
+        if self.sparse_layers is not None and self.attention == "softmax":
+            raise ValueError(f"--sparse-layers {self.sparse_layers}: needs a sparse --attention (softmax is softmax in every layer)")
+        try:
+            return AttentionSpec(self.attention, self.lam if self.attention == "sparsegen-lin" else 0.0,
+                                 alpha=self.alpha if self.attention == "entmax-alpha" else 1.5,
+                                 sparse_layers=self.sparse_layers)
+        except ValueError as e:
+            raise ValueError(str(e).replace("sparse_layers=", "--sparse-layers ")) from None
+
+    def validate(self) -> None:
+        if self.attention not in ADAPT_ATTENTIONS:
+            raise ValueError(f"--attention {self.attention}: attnkit adapt takes {', '.join(ADAPT_ATTENTIONS)}")
+        if not self.tasks and not self.text_files:
+            raise ValueError("no text to adapt on: give --task (its training split) or --text-file")
+        if len(set(self.tasks)) != len(self.tasks) or len(set(self.text_files)) != len(self.text_files):
+            raise ValueError("a --task or --text-file given twice: each is read once")
+        for t in self.tasks:
+            if ":" in t:
+                name, _, split = t.partition(":")
+                raise ValueError(f"--task {t}: attnkit adapt reads training texts only (never {split} texts, which would "
+                                 f"leak into the evaluation): give --task {name}")
+        if not isinstance(self.max_steps, int) or self.max_steps < 1:
+            raise ValueError(f"--max-steps {self.max_steps}: expected a number of steps >= 1")
+        if not (isinstance(self.anneal, (int, float)) and math.isfinite(self.anneal) and self.anneal >= 0) or (self.anneal >= 1 and self.anneal != int(self.anneal)):
+            raise ValueError(f"--anneal {self.anneal}: expected a fraction of the steps (< 1) or a whole step count, >= 0")
+        if not (isinstance(self.head_warmup, (int, float)) and math.isfinite(self.head_warmup) and self.head_warmup >= 0) or (self.head_warmup >= 1 and self.head_warmup != int(self.head_warmup)):
+            raise ValueError(f"--head-warmup {self.head_warmup}: expected a fraction of the steps (< 1) or a whole step count, >= 0")
+        if self.head_warmup >= 1 and self.head_warmup >= self.max_steps:
+            raise ValueError(f"--head-warmup {self.head_warmup:g}: the run has {self.max_steps} steps, so the encoder would never train")
+        if self.anneal >= 1 and self.anneal > self.max_steps:
+            raise ValueError(f"--anneal {self.anneal:g}: the run has {self.max_steps} steps, so the anneal would never reach its "
+                             "target; give a fraction of the steps (< 1) or fewer steps")
+        for name, v in (("--batch-size", self.batch_size), ("--logging-steps", self.logging_steps), ("--save-steps", self.save_steps)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} {v}: expected a whole number >= 1")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"--lr {self.lr}: expected a learning rate > 0")
+        if not (isinstance(self.warmup_ratio, (int, float)) and math.isfinite(self.warmup_ratio) and 0 <= self.warmup_ratio < 1):
+            raise ValueError(f"--warmup {self.warmup_ratio}: expected a fraction of the steps, >= 0 and < 1")
+        if not (isinstance(self.weight_decay, (int, float)) and math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"--weight-decay {self.weight_decay}: expected a finite number >= 0")
+        if not isinstance(self.max_length, int) or self.max_length < 3:
+            raise ValueError(f"--max-length {self.max_length}: expected a whole number of tokens of at least 3 ([CLS], a token, [SEP])")
+        if self.max_train_samples is not None and (not isinstance(self.max_train_samples, int) or self.max_train_samples < 1):
+            raise ValueError(f"--max-train-samples {self.max_train_samples}: expected a whole number >= 1")
+        if not 0 < self.mlm_probability < 1:
+            raise ValueError(f"--mlm-probability {self.mlm_probability}: expected a fraction in (0, 1)")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision {self.precision!r}: expected one of {', '.join(PRECISIONS)} (--bf16, --fp16, or neither)")
+        check_seed(self.seed)
+        self.spec()
+
+    def head_warmup_steps(self) -> int:
+        """The first steps, in which the encoder is frozen and only the MLM head trains."""
+        return int(self.head_warmup * self.max_steps) if self.head_warmup < 1 else int(self.head_warmup)
+
+    def anneal_steps(self) -> int:
+        """The number of steps over which the map goes from dense to its target (0: none, the target from step 0)."""
+        return int(self.anneal * self.max_steps) if self.anneal < 1 else int(self.anneal)

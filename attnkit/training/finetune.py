@@ -15,12 +15,14 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
 
 from attnkit.analysis.explain import plot_learned_lam
 from attnkit.attention import kernels
 from attnkit.attention.spec import LEARNED, AttentionSpec, learned_values, spec_of
-from attnkit.models.build import build_classifier, load_tokenizer, save_checkpoint, set_attention
+from attnkit.models.build import build_classifier, checkpoint_dir, load_model, load_tokenizer, save_checkpoint, set_attention
 from attnkit.models.freeze import freeze_parameters
 from attnkit.runfiles import RUN_INFO, write_json_atomic
 from attnkit.tasks import is_qa_task, load_task
@@ -111,6 +113,54 @@ def alpha_warmup_callback(warmup: float):
             self._set(state, model, end=True)  # the target alpha, whatever step training stopped at
 
     return AlphaWarmup()
+
+
+# ----------------------------------------------------------------------------- distillation
+
+
+class DistillTrainer(AttnkitTrainer):
+    """:class:`AttnkitTrainer` whose loss also pulls the student towards a fine-tuned teacher's predictions:
+    ``(1 - w) * CE(labels) + w * T^2 * KL(softmax(teacher / T) || softmax(student / T))`` (Hinton et al. 2015); the
+    teacher's logits are computed for each batch, in eval mode and without gradient."""
+
+    def __init__(self, *args, teacher=None, distill_weight: float = 0.5, distill_temperature: float = 2.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.teacher, self.distill_weight, self.distill_temperature = teacher, distill_weight, distill_temperature
+        for p in teacher.parameters():
+            p.requires_grad_(False)
+        teacher.eval()
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        outputs = model(**inputs)
+        ce = outputs["loss"]
+        dev = next(model.parameters()).device
+        if next(self.teacher.parameters()).device != dev:
+            self.teacher.to(dev)
+        with torch.no_grad():
+            t_logits = self.teacher(**{k: v for k, v in inputs.items() if k != "labels"}).logits
+        T, w = self.distill_temperature, self.distill_weight
+        s_logits = outputs["logits"]
+        kl = F.kl_div(F.log_softmax(s_logits.float() / T, dim=-1), F.log_softmax(t_logits.float() / T, dim=-1),
+                      log_target=True, reduction="batchmean") * (T * T)
+        loss = (1.0 - w) * ce + w * kl
+        return (loss, outputs) if return_outputs else loss
+
+
+def load_teacher(cfg: TrainConfig, data, tokenizer):
+    """The ``--teacher`` model, checked to be a classifier of the task's labels that reads the same tokens."""
+    path = str(checkpoint_dir(cfg.teacher) or cfg.teacher)
+    if not Path(path).expanduser().exists():
+        raise FileNotFoundError(f"--teacher {cfg.teacher} does not exist (expected a run folder or model folder of a fine-tuned classifier)")
+    teacher = load_model(path)
+    names = [teacher.config.id2label[i] for i in range(teacher.config.num_labels)] if teacher.config.id2label else []
+    if data.metric == "regression" or list(map(str, names)) != list(map(str, data.label_names)):
+        raise ValueError(f"--teacher {cfg.teacher}: its labels {names} are not task {cfg.task}'s {data.label_names}: "
+                         "distil from a model fine-tuned on the same task")
+    t_vocab = load_tokenizer(path).get_vocab()
+    if t_vocab != tokenizer.get_vocab():
+        raise ValueError(f"--teacher {cfg.teacher}: its tokenizer differs from the student's ({cfg.model}): the teacher must "
+                         "read the same token ids (fine-tune both from the same encoder)")
+    return teacher, path
 
 
 # ----------------------------------------------------------------------------- data
@@ -205,6 +255,7 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
         model_path = str(init_mini_checkpoint(
             texts, out / "mini_init", kind=cfg.kind or "sa", layers=cfg.layers or 1, heads=cfg.heads or 1,
             dim=cfg.dim or 32, vocab_size=cfg.vocab_size or 4000, spec=spec, seed=cfg.seed, extra={"task": cfg.task},
+            score_scale=cfg.score_scale or "sqrt", head_mode=cfg.head_mode or "split",
         ))
     tokenizer = load_tokenizer(model_path)
     check_length(cfg, model_path)
@@ -215,7 +266,7 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
         train_ds, heldout = hold_out(train_ds, cfg.holdout, cfg.seed)
     dev_ds = subsample(enc["validation"], cfg.max_eval_samples, cfg.seed)
     steps = cfg.max_steps if cfg.max_steps > 0 else math.ceil(len(train_ds) / cfg.batch_size * cfg.epochs)
-    for name, w in (("--lam-warmup", cfg.lam_warmup), ("--alpha-warmup", cfg.alpha_warmup)):
+    for name, w in (("--warmup", cfg.warmup_ratio), ("--lam-warmup", cfg.lam_warmup), ("--alpha-warmup", cfg.alpha_warmup)):
         if w >= 1 and w >= steps:  # a step count that outlasts the run: the schedule would never reach its target
             raise ValueError(f"{name} {w:g}: the run has {steps} steps, so the warm-up would never end; give a fraction "
                              "of the steps (< 1) or fewer steps")
@@ -236,7 +287,12 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
         frozen = freeze_parameters(model, cfg.freeze)
     args = training_arguments(cfg, out, MAIN_METRIC[data.metric])
     collator = DataCollatorWithPadding(tokenizer)
-    trainer = AttnkitTrainer(
+    distill = {}
+    if cfg.teacher is not None:
+        teacher, teacher_path = load_teacher(cfg, data, tokenizer)
+        distill = {"teacher": teacher, "distill_weight": cfg.distill_weight, "distill_temperature": cfg.distill_temperature}
+    trainer = (DistillTrainer if distill else AttnkitTrainer)(
+        **distill,
         model=model,
         args=args,
         head_lr=cfg.head_lr,
@@ -275,6 +331,11 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
         metrics[f"{kind}_learned"] = values
     if frozen is not None:
         metrics["frozen"] = {k: v for k, v in frozen.items() if k != "names"}
+    if distill:
+        metrics["teacher"] = {"model": teacher_path, "weight": cfg.distill_weight, "temperature": cfg.distill_temperature}
+    adapted = _adapted_record(model_path)
+    if adapted is not None:
+        metrics["adapted"] = adapted  # how the encoder this run started from was adapted (attnkit adapt)
     metrics["log_history"] = history
 
     if trainer.is_world_process_zero():
@@ -291,6 +352,15 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
             for ext in ("png", "svg"):
                 plot_learned_lam(values, out / f"{kind}_learned.{ext}", start=getattr(spec, kind), title=f"{cfg.task}: learned {kind}", name=kind)
     return metrics
+
+
+def _adapted_record(model_path) -> dict | None:
+    """The ``adapted`` record of an encoder written by ``attnkit adapt`` (None for any other model)."""
+    f = Path(str(model_path)).expanduser() / RUN_INFO
+    try:
+        return json.loads(f.read_text()).get("adapted") if f.is_file() else None
+    except (OSError, ValueError):
+        return None
 
 
 def initial_classifier(cfg: TrainConfig, data, model_path: str | None = None):

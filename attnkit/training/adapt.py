@@ -1,0 +1,305 @@
+"""``attnkit adapt``: continued masked-LM pre-training of an encoder for a sparse attention map.
+
+A pre-trained encoder's heads were trained under softmax; swapping in a sparse map at fine-tuning time costs
+accuracy on short texts. AdaSplash (Gonçalves et al., ICML 2025) adapts the encoder first: masked-language modelling
+on unlabelled text with alpha annealed linearly from 1.01 to the target over the first part of the steps, then
+fine-tuning. This module does that for any attnkit encoder:
+
+    texts   = the *training* texts of one or more tasks (+ the user's own text files); never dev or test texts
+    model   = the encoder + an MLM head (the checkpoint's own, or a new one: transform + decoder tied to the
+              input embeddings; all-MiniLM-L6-v2 ships none), attention = the target map
+    anneal  = entmax maps: alpha 1.01 -> target; sparsegen-lin: temperature 1 - lam from 8x to 1x; sparsemax as
+              sparsegen-lin with target lam 0; softmax: nothing (the control, same data, steps and schedule)
+    head    = for the first --head-warmup steps only the MLM head trains (a new head is random: its first gradients
+              would be noise in the encoder)
+    result  = <output-dir>/model: the bare encoder (the MLM head dropped, BERT's pooler as it was), with the target
+              map in its config and how it was adapted in run_info.json ("adapted"), which ``attnkit train --model``,
+              ``sparsify`` and the Auto classes take.
+
+The run folder works as ``attnkit train``'s: locked, resumable from its checkpoints, a finished run with the same
+settings returned as it is, one with other settings refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from datasets import Dataset
+from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
+
+from attnkit.attention import kernels
+from attnkit.attention.spec import AttentionSpec, attention_modules, spec_of
+from attnkit.errors import DataFormatError
+from attnkit.models.build import build_masked_lm, checkpoint_dir, encoder_of, load_tokenizer, save_checkpoint, set_attention
+from attnkit.runfiles import METRICS_FILE, MODEL_DIR, write_json_atomic
+from attnkit.tasks import load_task
+from attnkit.tasks.registry import default_data_dir
+from attnkit.training.config import ADAPT_ALPHA_START, ADAPT_LAM_FACTOR, AdaptConfig
+from attnkit.training.pretrain import mlm_collator
+from attnkit.training.runs import (
+    check_finite, check_precision, finish_run, finished_metrics, fit, prepare_output, run_folder,
+)
+
+log = logging.getLogger("attnkit")
+
+#: settings that do not change what an adapt run computes
+_FREE = ("output_dir", "resume", "logging_steps", "keep_checkpoints", "save_steps")
+
+
+# ----------------------------------------------------------------------------- texts
+
+
+def read_text_file(path: str | Path) -> list[str]:
+    """One text per line (UTF-8, a BOM allowed); blank lines skipped. DataFormatError naming file and line."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise FileNotFoundError(f"--text-file {path} does not exist")
+    if not p.is_file():
+        raise ValueError(f"--text-file {path} is not a regular file (a folder, FIFO or device): give a text file, one text per line")
+    out = []
+    with p.open("rb") as f:
+        for i, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if i == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise DataFormatError(p, i, f"not UTF-8 text ({e.reason} at byte {e.start}); expected one text per line") from None
+            line = line.replace("\ufeff", "").strip()
+            if line:
+                out.append(line)
+    if not out:
+        raise ValueError(f"--text-file {path} holds no text (only blank lines)")
+    return out
+
+
+def adapt_texts(cfg: AdaptConfig) -> tuple[list[str], dict]:
+    """The pooled texts (exact duplicates dropped, first kept) and where they came from: per task the number of
+    training texts, per file its number of lines. Only training splits are read."""
+    data_root = Path(cfg.data_dir).expanduser().resolve() if cfg.data_dir else default_data_dir()
+    texts: list[str] = []
+    sources: dict = {"tasks": {}, "files": {}}
+    for task in cfg.tasks:
+        data = load_task(task, cfg.data_dir)
+        if "train" not in data.splits:
+            raise ValueError(f"task {task} has no training split (it has {', '.join(data.splits)}): attnkit adapt reads training texts only")
+        train = data.splits["train"]  # the ONLY split read: dev/test texts never reach the encoder
+        got = list(train["text"]) + (list(train["text_pair"]) if "text_pair" in train.column_names else [])
+        sources["tasks"][task] = len(got)
+        texts += got
+    for f in cfg.text_files:
+        p = Path(f).expanduser().resolve()
+        if data_root is not None and Path(data_root).resolve() in p.parents:
+            raise ValueError(f"--text-file {f} lies in the data folder {data_root}: its dev or test texts must not be read; "
+                             "give the task with --task (attnkit adapt then reads its training split only)")
+        got = read_text_file(f)
+        sources["files"][str(p)] = len(got)
+        texts += got
+    texts = [t for t in texts if isinstance(t, str) and t.strip()]
+    pooled = list(dict.fromkeys(texts))
+    sources["texts"] = len(pooled)
+    sources["duplicates_dropped"] = len(texts) - len(pooled)
+    if cfg.max_train_samples is not None and len(pooled) > cfg.max_train_samples:
+        keep = np.random.default_rng(cfg.seed).permutation(len(pooled))[: cfg.max_train_samples]
+        pooled = [pooled[i] for i in sorted(keep.tolist())]
+        sources["texts_used"] = len(pooled)
+    if not pooled:
+        raise ValueError("no text to adapt on: the tasks and files given hold no text")
+    return pooled, sources
+
+
+# ----------------------------------------------------------------------------- the anneal
+
+
+def target_spec(cfg: AdaptConfig) -> AttentionSpec:
+    return cfg.spec()
+
+
+def spec_at(cfg: AdaptConfig, step: int) -> AttentionSpec:
+    """The attention at ``step``: dense at step 0, moving linearly to the target, which it reaches at
+    :meth:`AdaptConfig.anneal_steps` (and keeps)."""
+    target = cfg.spec()
+    n = cfg.anneal_steps()
+    if target.attention == "softmax" or n <= 0 or step >= n:
+        return target
+    f = step / n
+    if target.attention in ("entmax15", "entmax-alpha"):
+        goal = 1.5 if target.attention == "entmax15" else target.alpha
+        mix0 = (ADAPT_ALPHA_START - 1.0) / (goal - 1.0)
+        return replace(target, alpha_mix=mix0 + (1.0 - mix0) * f)
+    # sparsegen-lin (and sparsemax, its lam = 0): temperature 1 - lam from ADAPT_LAM_FACTOR x to 1 x
+    lam = target.lam if target.attention == "sparsegen-lin" else 0.0
+    t1 = 1.0 - lam
+    t = ADAPT_LAM_FACTOR * t1 + (t1 - ADAPT_LAM_FACTOR * t1) * f
+    return replace(target, attention="sparsegen-lin", lam=1.0 - t)
+
+
+def schedule_value(spec: AttentionSpec) -> dict:
+    """What the progress bar shows of the current map: alpha (entmax maps) or lam (sparsegen-lin)."""
+    if spec.attention == "entmax15":
+        return {"alpha": round(spec.effective_alpha(1.5), 4)}
+    if spec.attention == "entmax-alpha":
+        return {"alpha": round(spec.effective_alpha(spec.alpha), 4)}
+    if spec.attention == "sparsegen-lin":
+        return {"lam": round(spec.lam, 4)}
+    return {}
+
+
+class AnnealCallback(TrainerCallback):
+    """Sets the model's attention to :func:`spec_at` before every step (a resumed run resumes at the right alpha),
+    and to the target when training ends, whatever step it stopped at."""
+
+    def __init__(self, cfg: AdaptConfig):
+        self.cfg = cfg
+
+    def on_step_begin(self, args, state, control, model=None, **kw):
+        spec = spec_at(self.cfg, state.global_step)
+        if spec_of(model.config) != spec:
+            set_attention(model, spec)
+
+    def on_train_end(self, args, state, control, model=None, **kw):
+        set_attention(model, target_spec(self.cfg))
+
+
+class HeadWarmupCallback(TrainerCallback):
+    """For the first :meth:`AdaptConfig.head_warmup_steps` steps only the MLM head trains: the encoder's weights get no
+    gradient (AdamW leaves a parameter without one as it is), so a new, random head does not send noise into them."""
+
+    def __init__(self, cfg: AdaptConfig):
+        self.cfg = cfg
+
+    def on_step_begin(self, args, state, control, model=None, **kw):
+        frozen = state.global_step < self.cfg.head_warmup_steps()
+        inner = getattr(model, model.base_model_prefix)
+        tied = {id(p) for p in model.get_output_embeddings().parameters()} if model.get_output_embeddings() is not None else set()
+        for p in inner.parameters():
+            if id(p) not in tied:  # the word embeddings are the decoder's weights too: they train with the head
+                p.requires_grad_(not frozen)
+
+
+class AdaptTrainer(Trainer):
+    """The Trainer, whose logs (progress bar, log_history) also give the current alpha or lam."""
+
+    def log(self, logs, *args, **kwargs):
+        logs = dict(logs) | schedule_value(spec_of(self.model.config))
+        return super().log(logs, *args, **kwargs)
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def adapt(cfg: AdaptConfig) -> dict:
+    """Adapt ``cfg.model`` to ``cfg.attention`` by masked-LM on the texts; returns the metrics dict.
+
+    As ``attnkit train``: the run folder is locked; a finished run there with the same settings is returned as it is,
+    one with other settings refused (``cfg.resume`` off moves it aside when training starts)."""
+    cfg.validate()
+    check_precision(cfg)
+    with run_folder(Path(cfg.output_dir)) as out:
+        done = finished_metrics(cfg, out, free=_FREE)
+        if done is not None:
+            log.warning("the adapt run in %s is complete (metrics.json, model/): nothing to do; --no-resume runs it again", out)
+            return done | {"already_complete": True}
+        return _adapt(cfg, out)
+
+
+def attention_zeros(model, tokenizer, texts: list[str], max_length: int, batch_size: int = 32) -> dict:
+    """Per layer: the share of attention weights between real tokens that are exactly 0, and the mean number of
+    non-zero weights per row (real query rows only), over ``texts``."""
+    model.eval()
+    device = next(model.parameters()).device
+    n_layers = len(attention_modules(model))
+    zeros, total, nnz, rows = [0.0] * n_layers, [0.0] * n_layers, [0.0] * n_layers, [0.0] * n_layers
+    with torch.no_grad():
+        for i in range(0, len(texts), batch_size):
+            enc = tokenizer(texts[i:i + batch_size], truncation=True, max_length=max_length, padding=True, return_tensors="pt").to(device)
+            out = model(**enc, output_attentions=True)
+            m = enc["attention_mask"].bool()  # [B, L]
+            pair = (m[:, None, :, None] & m[:, None, None, :]).float()  # [B, 1, L, L] real query x real key
+            for j, a in enumerate(out.attentions):  # [B, H, L, L]
+                a = a.float()
+                real = pair.expand_as(a)
+                zeros[j] += float(((a == 0).float() * real).sum())
+                total[j] += float(real.sum())
+                nnz[j] += float(((a != 0).float() * real).sum())
+                rows[j] += float(m[:, None, :].expand(a.shape[0], a.shape[1], a.shape[2]).sum())  # real query rows x heads
+    return {"zero_share": [z / max(t, 1.0) for z, t in zip(zeros, total)],
+            "nonzeros_per_row": [n / max(r, 1.0) for n, r in zip(nnz, rows)]}
+
+
+def _adapt(cfg: AdaptConfig, out: Path) -> dict:
+    set_seed(cfg.seed)
+    texts, sources = adapt_texts(cfg)
+    model_path = str(checkpoint_dir(cfg.model) or cfg.model)
+    tokenizer = load_tokenizer(model_path)
+    start = spec_at(cfg, 0)
+    model, new_weights = build_masked_lm(model_path, start)
+    ds = Dataset.from_dict({"text": texts}).map(
+        lambda b: tokenizer(b["text"], truncation=True, max_length=cfg.max_length, return_special_tokens_mask=True),
+        batched=True, remove_columns=["text"], desc="tokenising",
+    )
+    args = TrainingArguments(
+        output_dir=str(out),
+        max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.batch_size,
+        learning_rate=cfg.lr,
+        warmup_steps=cfg.warmup_ratio,
+        weight_decay=cfg.weight_decay,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        eval_strategy="no",
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=1,
+        logging_steps=cfg.logging_steps,
+        report_to="none",
+        disable_tqdm=False,
+        dataloader_num_workers=0,
+        prediction_loss_only=True,
+        use_cpu=not torch.cuda.is_available(),
+        bf16=cfg.precision == "bf16",
+        fp16=cfg.precision == "fp16",
+        average_tokens_across_devices=False,
+    )
+    trainer = AdaptTrainer(model=model, args=args, train_dataset=ds, data_collator=mlm_collator(tokenizer, cfg.mlm_probability),
+                           processing_class=tokenizer, callbacks=[AnnealCallback(cfg), HeadWarmupCallback(cfg)])
+    if start.is_sparse or cfg.spec().is_sparse:
+        kernels.cpu_kernel()  # a first run compiles the CPU kernel here (and says so), not inside the first step's ETA
+    prepare_output(cfg, out, keep=())  # everything before training worked: only now is an earlier run moved aside
+    t0 = time.time()
+    result = fit(trainer, cfg)
+    seconds = time.time() - t0
+    history = list(trainer.state.log_history)
+    check_finite(trainer.model, cfg, history)
+    set_attention(trainer.model, cfg.spec())
+    # the MLM loss at the end, on (at most) 1,000 of the training texts masked with a fixed seed
+    probe = ds.select(range(min(1000, len(ds))))
+    mlm_eval = Trainer(model=trainer.model, args=args, data_collator=mlm_collator(tokenizer, cfg.mlm_probability, seed=cfg.seed))
+    mlm_loss = float(mlm_eval.evaluate(probe)["eval_loss"])
+    sample = texts[: min(256, len(texts))]
+    zeros = attention_zeros(trainer.model, tokenizer, sample, cfg.max_length)
+    record = {
+        "attention": cfg.spec().to_dict(),
+        "schedule": ({"alpha_start": ADAPT_ALPHA_START, "alpha_end": 1.5 if cfg.attention == "entmax15" else cfg.alpha}
+                     if cfg.attention in ("entmax15", "entmax-alpha") else
+                     {"lam_start": spec_at(cfg, 0).lam, "lam_end": cfg.lam if cfg.attention == "sparsegen-lin" else 0.0}
+                     if cfg.attention in ("sparsegen-lin", "sparsemax") else {}),
+        "anneal_steps": cfg.anneal_steps() if cfg.attention != "softmax" else 0, "head_warmup_steps": cfg.head_warmup_steps(),
+        "steps": int(trainer.state.global_step), "batch_size": cfg.batch_size, "lr": cfg.lr, "max_length": cfg.max_length,
+        "mlm_probability": cfg.mlm_probability, "seed": cfg.seed, "precision": cfg.precision,
+        "texts": sources, "model": str(cfg.model), "new_weights": new_weights, "seconds": round(seconds, 1),
+        "mlm_loss": mlm_loss, **zeros,
+    }
+    metrics = {"adapted": record, "train": dict(result.metrics), "log_history": history,
+               "parameters": sum(p.numel() for p in trainer.model.parameters())}
+    if trainer.is_world_process_zero():
+        encoder = encoder_of(trainer.model, model_path)
+        model_dir = save_checkpoint(encoder, out / MODEL_DIR, tokenizer, extra={"adapted": record, "max_length": cfg.max_length})
+        metrics["model_dir"] = str(model_dir)
+        write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": cfg.spec().to_dict()})
+        write_json_atomic(out / METRICS_FILE, metrics)
+        finish_run(cfg, out, history, "loss", title=f"adapt to {cfg.spec().describe()}: MLM loss")
+    return metrics
