@@ -95,7 +95,8 @@ def faithfulness_cell(task: str, method: str, seed: int, a) -> dict:
     texts = list(load_task(task, a.data_dir).splits["test"]["text"])[: a.max_examples]
     rationales = [r for _, r in sst_rationales(a.data_dir, "test")][: a.max_examples] if task == "sst2-ptb" else None
     t0 = time.time()
-    rep = faithfulness_report(WordClassifier(model, tok, max_length=max_length, ig_steps=a.ig_steps), texts, rationales=rationales, seed=seed)
+    rep = faithfulness_report(WordClassifier(model, tok, max_length=max_length, ig_steps=a.ig_steps), texts, rationales=rationales, seed=seed,
+                              tie_draws=a.tie_draws)
     return {"task": task, "method": method, "seed": seed, "run": str(run), "ig_steps": a.ig_steps, "max_length": max_length,
             **model_scores(run, task, method, seed, a), **rep,
             "seconds": round(time.time() - t0, 1), "torch_threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None,
@@ -182,6 +183,34 @@ def _ms(xs: list[float], scale: float = 100.0, digits: int = 1) -> str:
     return f"{statistics.mean(xs):.{digits}f} ± {statistics.stdev(xs) if len(xs) > 1 else 0.0:.{digits}f}"
 
 
+def tie_note(recs: list[dict]) -> list[str]:
+    """How the records ordered tied words: at random over seeded draws (attnkit since issue 38) or by position."""
+    old = sum("tie_draws" not in r for r in recs)
+    if not old:
+        return [f"Tied words ordered at random, every erasure measure the mean over {sorted({r['tie_draws'] for r in recs})} "
+                "seeded draws of the tie order (attnkit.analysis.faithfulness)."]
+    return [f"**Ties broken by position**: {old} of {len(recs)} records were measured before issue 38, when words with equal",
+            "scores (a sparse map's zeros) entered the top k leftmost first, so at larger k part of a sparse map's ranking is",
+            "word order. Their models are not kept (runs/ is not committed): measured again, the tie-free measures and the",
+            "share of top-k slots that ties decided replace these."]
+
+
+def tie_section(by: dict) -> list[str]:
+    """The share of top-k slots that ties decided, per model and ranking (records made since issue 38)."""
+    rows = []
+    for (task, method), cell in sorted(by.items()):
+        rs = [cell[s] for s in sorted(cell) if "tie_draws" in cell[s]]
+        if rs:
+            rows.append(f"| {task} | {method} | {','.join(str(r['seed']) for r in rs)} | "
+                        + " | ".join(_ms([r["explanations"][e].get("tie_share") for r in rs]) for e in SHOWN) + " |")
+    if not rows:
+        return []
+    return ["", "## Top-k slots decided by ties", "",
+            "Share (%) of each ranking's top-k slots, over every k and text, taken by a word tied with a word left out",
+            "(ordered at random, the measures averaged over the draws), mean ± std over seeds.", "",
+            "| task | method | seeds | " + " | ".join(SHOWN) + " |", "|---|---|---|" + "---|" * len(SHOWN), *rows]
+
+
 def render(recs: list[dict]) -> str:
     by: dict = {}
     for r in recs:
@@ -191,6 +220,7 @@ def render(recs: list[dict]) -> str:
              "table), words removed (ERASER), k = 1, 5, 10, 20, 50% of the words. Comprehensiveness AOPC (higher: the ranking",
              "found what the model uses) and sufficiency AOPC (lower: those words alone keep the prediction), in points of",
              "probability (× 100), mean ± std over seeds; plausibility: average precision (× 100) against SST's word labels.",
+             *tie_note(recs),
              "", "| task | method | seeds | texts | ranking | comprehensiveness AOPC | sufficiency AOPC | plausibility AP |",
              "|---|---|---|---|---|---|---|---|"]
     order = ["softmax", "SSAF", *ssaf_table2.ENTMAX_METHODS, *MINI]
@@ -227,6 +257,7 @@ def render(recs: list[dict]) -> str:
             key = (task, base, e)
             lines.append(f"| {task} | {method} − {base} ({','.join(map(str, seeds))}) | {e} | {fam.add(comp, (*key, 'comp'))} "
                          f"| {fam.add(suff, (*key, 'suff'))} | {fam.add(pl, (*key, 'plaus'))} |")
+    lines += tie_section(by)
     taus = [(k, r["kendall_tau"]) for k, cell in sorted(by.items()) for r in cell.values()]
     if taus:
         lines += ["", "Kendall's tau between the rankings (mean over texts, then over seeds):", "",
@@ -253,6 +284,7 @@ def main():
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     ap.add_argument("--max-examples", type=int, default=300, help="first N test texts per run (default 300)")
     ap.add_argument("--ig-steps", type=int, default=20)
+    ap.add_argument("--tie-draws", type=int, default=5, help="seeded draws of the order of tied words the erasure measures average over")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--work-dir", default="runs/ssaf_table2", help="Table 2's run folders (models are kept there)")
     ap.add_argument("--mini-work-dir", default="runs/bench_minibert", help="MiniBERT's run folders (benchmarks/minibert.py)")

@@ -11,7 +11,7 @@ from torch import nn
 
 from attnkit.analysis.faithfulness import (
     EXPLANATIONS, PERCENTS, WordClassifier, average_precision, erasure_measures, erasure_texts, faithfulness_report,
-    kendall_tau, top_count,
+    kendall_tau, ranking, tied_slots, top_count,
 )
 from attnkit.cli import main
 from attnkit.models.build import load_tokenizer
@@ -41,6 +41,51 @@ def test_erasure_measures_have_the_known_answer():
     assert m["right"]["sufficiency"] == pytest.approx([0.0] * 5)  # "good" alone suffices
     assert m["wrong"]["comprehensiveness"] == pytest.approx([0.0] * 5)  # top 50% of 10 words never reaches "good"
     assert m["wrong"]["sufficiency"] == pytest.approx([gap] * 5)
+
+
+def test_tied_words_are_ordered_at_random_not_by_position():
+    # no ties: the ranking is the scores' order whatever the draw
+    assert ranking([0.1, 0.9, 0.5], np.random.default_rng(3)) == [1, 2, 0]
+    # four tied words: every order is drawn, and each word leads about a quarter of the time
+    rng = np.random.default_rng(0)
+    firsts = [ranking([0.0, 0.0, 0.0, 0.0], rng)[0] for _ in range(4000)]
+    assert sorted(set(firsts)) == [0, 1, 2, 3]
+    assert all(abs(firsts.count(i) / 4000 - 0.25) < 0.03 for i in range(4))
+    # the tied group stays below the higher score
+    assert all(ranking([0.0, 2.0, 0.0, 0.0], rng)[0] == 1 for _ in range(50))
+
+
+def test_tied_slots_count_the_top_k_slots_a_tie_decided():
+    # k = 1 (25%): the one high word, no tie; k = 2 (50%): one of three tied zeros fills the second slot
+    assert tied_slots([1.0, 0.0, 0.0, 0.0], (25, 50)) == (1, 3)
+    # a tie wholly inside the top k decides nothing: (1, 1) both in the top 2, and 0 wholly outside
+    assert tied_slots([1.0, 1.0, 0.0, 0.0], (50,)) == (0, 2)
+    # all tied (a uniform map): every slot of every k is the tie's
+    assert tied_slots([0.5] * 10, PERCENTS) == (1 + 1 + 1 + 2 + 5, 10)
+    assert tied_slots(list(range(10)), PERCENTS) == (0, 10)
+
+
+def test_erasure_with_tied_scores_has_the_known_answer():
+    """A map that ties "good" with three other words: the top 50% (2 of 4 words) holds "good" with probability 1/2,
+    so comprehensiveness is half the gap and sufficiency half the gap. Ranked by position (the old rule) the first two
+    words were taken and "good", last, never was: comprehensiveness 0, a property of word order, not of the map."""
+    words = ["the", "film", "was", "good"]
+    tied = [0.0, 0.0, 0.0, 0.0]
+    gap = P_GOOD - 0.5
+    positional = erasure_texts(words, tied, (50,))
+    assert positional == ([["was", "good"]], [["the", "film"]])  # what ranking by position gave
+    m = erasure_measures(reads_good, words, 1, {"tied": tied}, (50,), rng=np.random.default_rng(0), tie_draws=4000)
+    assert m["tied"]["draws"] == 4000 and m["tied"]["tied"] == 2 and m["tied"]["slots"] == 2
+    assert m["tied"]["comprehensiveness"][0] == pytest.approx(gap / 2, abs=0.05 * gap)
+    assert m["tied"]["sufficiency"][0] == pytest.approx(gap / 2, abs=0.05 * gap)
+    # an explanation without a tie at any cut is measured once, and exactly
+    m = erasure_measures(reads_good, words, 1, {"sharp": [0.0, 0.1, 0.2, 1.0]}, (25, 50), tie_draws=5)
+    assert m["sharp"]["draws"] == 1 and m["sharp"]["tied"] == 0
+    assert m["sharp"]["comprehensiveness"] == pytest.approx([gap, gap]) and m["sharp"]["sufficiency"] == pytest.approx([0.0, 0.0])
+    # the same seed draws the same tie orders
+    a, b = (erasure_measures(reads_good, words, 1, {"tied": tied}, (50,), rng=np.random.default_rng(7), tie_draws=5)
+            for _ in range(2))
+    assert a == b
 
 
 def test_rank_agreement_and_plausibility():
@@ -109,6 +154,13 @@ def test_report_on_a_one_word_model(one_word):
     rnd = rep["explanations"]["random"]
     assert rnd["aopc_comprehensiveness"] < gap - 0.05 and rnd["aopc_sufficiency"] > 0.05
     assert rep["kendall_tau"]["attention vs grad_x_input"] is not None
+    # the share of top-k slots that ties decided, per explanation: the random ranking has no ties; the attention of a
+    # model that reads one word is zero on every other word, so past "good" its top-k slots are the tie's
+    assert rep["tie_draws"] == 5 and rnd["tie_share"] == 0.0
+    att = rep["explanations"]["attention"]["tie_share"]
+    # (per text: "good" takes the first slot, and every later slot goes to one of the tied zeros)
+    want = [tied_slots([float(w == "good") for w in t.split()]) for t in texts]
+    assert att == pytest.approx(sum(w[0] for w in want) / sum(w[1] for w in want)) and att > 0.1
 
 
 def test_faithfulness_command(tiny_bert, tiny_task, tmp_path, capsys):

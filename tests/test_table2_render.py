@@ -259,3 +259,32 @@ def test_faithfulness_table_lists_models_that_are_not_table2s_to_the_bit():
     assert "| sentube-auto | SSAF | 1 | 66.5 | 66.6 |" in md
     assert "| sentube-auto | softmax | 1 |" not in md.split("not Table 2's model to the bit")[1]  # the same model: not listed
     assert "| sentube-auto | SSAF | 2 |" not in md.split("not Table 2's model to the bit")[1]  # no Table 2 record: nothing to compare
+
+
+def test_faithfulness_table_pairs_by_seed_under_holm_and_reports_tie_shares():
+    spec = importlib.util.spec_from_file_location("faithfulness_bench", _PATH.with_name("faithfulness.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    names = ("attention", "rollout", "received", "grad_x_input", "integrated_gradients", "random")
+
+    def rec(method, seed, comp, tie=None):
+        ex = {e: {"aopc_comprehensiveness": comp if e == "attention" else 0.1, "aopc_sufficiency": 0.2,
+                  **({"tie_share": tie if e == "attention" else 0.0} if tie is not None else {})} for e in names}
+        return {"task": "sst2-ptb", "method": method, "seed": seed, "examples": 3, "explanations": ex,
+                "kendall_tau": {"attention vs integrated_gradients": 0.1}, **({"tie_draws": 5} if tie is not None else {})}
+
+    # entmax15: +10, +11, +12 points of comprehensiveness (t = 19.1, p = 0.003); SSAF: 0, +4, +8 (t = 1.7)
+    recs = [rec("softmax", s, 0.10) for s in (1, 2, 3)]
+    recs += [rec("entmax15", s, 0.19 + 0.01 * s, tie=0.2 + 0.1 * s) for s in (1, 2, 3)]
+    recs += [rec("SSAF", s, 0.06 + 0.04 * s) for s in (1, 2, 3)]
+    md = mod.render(recs)
+    row = lambda m: next(ln for ln in md.splitlines() if ln.startswith(f"| sst2-ptb | {m} − softmax") and "| attention |" in ln)  # noqa: E731
+    assert "| +11.0 ± 1.0 (3/3, t=19.1, p=0.003) | holds |" in row("entmax15")
+    assert "| +4.0 ± 4.0 (2/3, t=1.7, p=0.23) | within noise |" in row("SSAF")
+    assert "Holm's correction across the methods compared with one baseline on one set" in md
+    # tie shares: only the records made with random tie order have them; the older ones are flagged as positional
+    ties = md.split("## Top-k slots decided by ties")[1].split("Kendall")[0]
+    assert "| sst2-ptb | entmax15 | 1,2,3 | 40.0 ± 10.0 | 0.0 ± 0.0 |" in ties and "| SSAF |" not in ties
+    assert "**Ties broken by position**: 6 of 9 records" in md
+    fresh = mod.render([r for r in recs if r["method"] == "entmax15"])
+    assert "Ties broken by position" not in fresh and "Tied words ordered at random" in fresh

@@ -20,6 +20,13 @@ AOPC is the mean over the k's (DeYoung et al. 2020). Explanations:
   integrated-gradients baseline keeps [CLS]/[SEP] and puts [PAD] everywhere else);
 - ``random``: a random ranking (seeded), the floor.
 
+**Ties.** Sparse maps give many words exactly the same score (zero attention). Ranking them by position would make
+part of a sparse map's "explanation" word order, not attention, so tied words are ordered at random: every
+erasure measure is averaged over ``tie_draws`` seeded draws of the tie order (default 5; an explanation whose top-k
+cuts never fall inside a group of tied words needs one), and each explanation reports ``tie_share``, the share of
+its top-k slots (over every k and example) that a tie decided: slots taken by words tied with words left out.
+Plausibility (average precision) and Kendall's tau-b treat ties as ties already.
+
 Also reported: Kendall's tau between each attention explanation's word scores and each gradient method's, averaged
 over examples (Jain & Wallace 2019); and, where the words that carry the label are known (SST's word-level labels:
 :func:`attnkit.tasks.sentiment.sst_rationales`), **plausibility**: the average precision (area under the
@@ -55,14 +62,38 @@ def top_count(n_words: int, percent: float) -> int:
     return min(n_words, max(1, math.ceil(n_words * percent / 100)))
 
 
-def ranking(scores: Sequence[float]) -> list[int]:
-    """Word indices from the highest score down (ties: the earlier word first)."""
-    return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+#: seeded draws of the order of tied words that the erasure measures are averaged over
+TIE_DRAWS = 5
 
 
-def erasure_texts(words: list[str], scores: Sequence[float], percents=PERCENTS) -> tuple[list[list[str]], list[list[str]]]:
-    """For each k: (the words without their top k%, only the top k% in their order)."""
-    order = ranking(scores)
+def ranking(scores: Sequence[float], rng: np.random.Generator | None = None) -> list[int]:
+    """Word indices from the highest score down. Tied words in a random order drawn from ``rng``; without one, the
+    earlier word first (deterministic, and positional: use it only where there are no ties)."""
+    if rng is None:
+        return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    keys = rng.random(len(scores))
+    return sorted(range(len(scores)), key=lambda i: (-scores[i], keys[i]))
+
+
+def tied_slots(scores: Sequence[float], percents=PERCENTS) -> tuple[int, int]:
+    """(top-k slots that a tie decides, all top-k slots), summed over the k's: a slot is decided by a tie when its
+    word's score equals the k-th highest score and some word with that score is left out of the top k."""
+    s = np.asarray(scores, dtype=float)
+    desc = np.sort(s)[::-1]
+    tied = total = 0
+    for pct in percents:
+        k = top_count(len(s), pct)
+        edge = desc[k - 1]
+        inside, every = int(np.sum(desc[:k] == edge)), int(np.sum(s == edge))
+        tied += inside if every > inside else 0
+        total += k
+    return tied, total
+
+
+def erasure_texts(words: list[str], scores: Sequence[float], percents=PERCENTS,
+                  rng: np.random.Generator | None = None) -> tuple[list[list[str]], list[list[str]]]:
+    """For each k: (the words without their top k%, only the top k% in their order); ties ordered by ``rng``."""
+    order = ranking(scores, rng)
     removed, kept = [], []
     for pct in percents:
         top = set(order[: top_count(len(words), pct)])
@@ -72,22 +103,31 @@ def erasure_texts(words: list[str], scores: Sequence[float], percents=PERCENTS) 
 
 
 def erasure_measures(predict: Callable[[list[list[str]]], np.ndarray], words: list[str], target: int,
-                     explanations: dict[str, Sequence[float]], percents=PERCENTS) -> dict[str, dict[str, list[float]]]:
+                     explanations: dict[str, Sequence[float]], percents=PERCENTS, *,
+                     rng: np.random.Generator | None = None, tie_draws: int = TIE_DRAWS) -> dict[str, dict[str, list[float]]]:
     """Comprehensiveness and sufficiency at each k of every explanation of one example.
 
-    ``predict(list of word lists) -> probabilities [n, classes]``; ``target``: the predicted class of ``words``."""
+    ``predict(list of word lists) -> probabilities [n, classes]``; ``target``: the predicted class of ``words``.
+    Where a top-k cut falls inside a group of tied words, the measures are the mean over ``tie_draws`` random orders
+    of the tied words drawn from ``rng`` (a fresh ``default_rng(0)`` if none); ``tied``/``slots`` per explanation
+    count the top-k slots a tie decided (:func:`tied_slots`)."""
+    rng = rng if rng is not None else np.random.default_rng(0)
     batch: list[list[str]] = [words]
     spans = {}
     for name, scores in explanations.items():
-        removed, kept = erasure_texts(words, scores, percents)
-        spans[name] = len(batch)
-        batch += removed + kept
+        tied, slots = tied_slots(scores, percents)
+        draws = max(1, tie_draws) if tied else 1
+        spans[name] = (len(batch), draws, tied, slots)
+        for _ in range(draws):
+            removed, kept = erasure_texts(words, scores, percents, rng)
+            batch += removed + kept
     p = np.asarray(predict(batch))[:, target]
     full, k = p[0], len(percents)
     out = {}
-    for name, s in spans.items():
-        out[name] = {"comprehensiveness": [float(full - x) for x in p[s : s + k]],
-                     "sufficiency": [float(full - x) for x in p[s + k : s + 2 * k]]}
+    for name, (s, draws, tied, slots) in spans.items():
+        block = (full - p[s : s + 2 * k * draws]).reshape(draws, 2 * k).mean(0)
+        out[name] = {"comprehensiveness": [float(x) for x in block[:k]], "sufficiency": [float(x) for x in block[k:]],
+                     "tied": tied, "slots": slots, "draws": draws}
     return out
 
 
@@ -183,10 +223,14 @@ class WordClassifier:
 
 
 def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales: Sequence[Sequence[bool]] | None = None,
-                        seed: int = 0, progress: bool = True, percents=PERCENTS) -> dict:
+                        seed: int = 0, progress: bool = True, percents=PERCENTS, tie_draws: int = TIE_DRAWS) -> dict:
     """Every measure of every explanation over ``texts`` (``rationales``: per text, per word, whether it carries the
-    label; gives plausibility). Means over the examples; per-example values are not kept."""
+    label; gives plausibility). Means over the examples; per-example values are not kept. Tied words are ordered at
+    random, the erasure measures averaged over ``tie_draws`` seeded draws; ``tie_share`` per explanation: the share of
+    its top-k slots that ties decided."""
     rng = np.random.default_rng(seed)
+    tie_rng = np.random.default_rng([seed, 38])  # its own stream: the random ranking stays what it was
+    tied = {e: [0, 0] for e in EXPLANATIONS}
     comp = {e: [] for e in EXPLANATIONS}
     suff = {e: [] for e in EXPLANATIONS}
     taus = {(a, g): [] for a in ATTENTION_EXPLANATIONS for g in GRADIENT_EXPLANATIONS}
@@ -198,10 +242,12 @@ def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales
             continue
         used += 1
         target, scores = clf.explain(words, rng)
-        m = erasure_measures(clf.probs, words, target, scores, percents)
+        m = erasure_measures(clf.probs, words, target, scores, percents, rng=tie_rng, tie_draws=tie_draws)
         for e in EXPLANATIONS:
             comp[e].append(m[e]["comprehensiveness"])
             suff[e].append(m[e]["sufficiency"])
+            tied[e][0] += m[e]["tied"]
+            tied[e][1] += m[e]["slots"]
         for (a, g), ts in taus.items():
             t = kendall_tau(scores[a], scores[g])
             if t is not None:
@@ -213,11 +259,12 @@ def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales
                     ap[e].append(v)
     if not used:
         raise ValueError("no example with words to explain")
-    report = {"examples": used, "percents": list(percents), "explanations": {}}
+    report = {"examples": used, "percents": list(percents), "tie_draws": tie_draws, "explanations": {}}
     for e in EXPLANATIONS:
         c, s = np.asarray(comp[e]), np.asarray(suff[e])
         row = {"comprehensiveness": c.mean(0).tolist(), "sufficiency": s.mean(0).tolist(),
-               "aopc_comprehensiveness": float(c.mean()), "aopc_sufficiency": float(s.mean())}
+               "aopc_comprehensiveness": float(c.mean()), "aopc_sufficiency": float(s.mean()),
+               "tie_share": tied[e][0] / tied[e][1] if tied[e][1] else 0.0}
         if rationales is not None:
             row["plausibility_auprc"] = float(np.mean(ap[e])) if ap[e] else None
             row["plausibility_examples"] = len(ap[e])
