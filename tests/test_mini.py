@@ -166,6 +166,104 @@ def test_ssa_attention_uses_only_the_query_projection():
     assert torch.allclose(out.last_hidden_state[0], A @ E, atol=1e-5)
 
 
+# ----------------------------------------------------------------------------- the paper's options (issue 39)
+
+
+@pytest.mark.parametrize("scale,div", [("none", 1.0), ("sqrt", 32**0.5)])
+def test_score_scale_none_is_the_papers_bare_dot_product(scale, div):
+    torch.manual_seed(0)
+    m = MiniBertModel(make_config(30, kind="sa", score_scale=scale)).eval()
+    att = m.layers[0].attention
+    ids = torch.tensor([[2, 7, 9, 11, 3]])
+    with torch.no_grad():
+        out = m(ids, output_attentions=True)
+        E = m.embeddings(ids)[0]
+        A = torch.softmax((E @ att.query.weight.T) @ (E @ att.key.weight.T).T / div, -1)
+    assert torch.allclose(out.attentions[0][0, 0], A, atol=1e-6)
+    assert torch.allclose(out.last_hidden_state[0], A @ (E @ att.value.weight.T), atol=1e-5)
+    assert m.config.score_scale == scale and m.config.scale_scores == (scale == "sqrt")
+    with pytest.raises(ValueError, match="score_scale 'cube'"):
+        make_config(30, score_scale="cube")
+
+
+def test_full_heads_each_see_the_whole_width_and_project_back(tmp_path):
+    torch.manual_seed(0)
+    d = 32
+    split = MiniBertModel(make_config(30, kind="ssa", heads=2, dim=d))
+    full = MiniBertModel(make_config(30, kind="ssa", heads=2, dim=d, head_mode="full", score_scale="none")).eval()
+    one = MiniBertModel(make_config(30, kind="ssa", heads=1, dim=d))
+    # split 1 x 2 is a reshaping of 1 x 1 (same parameters); full 1 x 2 has two d x d queries and W_o (2d x d)
+    assert attention_parameter_count(split) == attention_parameter_count(one) == d * d
+    assert attention_parameter_count(full) == 2 * d * d + 2 * d * d
+    assert attention_parameter_count(MiniBertModel(make_config(30, kind="sa", heads=2, head_mode="full"))) == 3 * 2 * d * d + 2 * d * d
+    assert attention_parameter_count(MiniBertModel(make_config(30, kind="nta", heads=2, head_mode="full"))) == 2 * d * d
+    # 1 x 1 is the same model either way (no W_o)
+    assert {k: v.shape for k, v in MiniBertModel(make_config(30, kind="sa", head_mode="full")).state_dict().items()} == \
+        {k: v.shape for k, v in MiniBertModel(make_config(30, kind="sa")).state_dict().items()}
+    att = full.layers[0].attention
+    ids = torch.tensor([[2, 7, 9, 11, 3]])
+    with torch.no_grad():
+        out = full(ids, output_attentions=True)
+        E = full.embeddings(ids)[0]
+        Wq = att.query.weight  # [2d, d]: rows h*d..(h+1)*d are head h's query
+        heads = [torch.softmax((E @ Wq[h * d:(h + 1) * d].T) @ E.T, -1) for h in range(2)]
+        expect = torch.cat([A @ E for A in heads], -1) @ att.output.weight.T
+    for h in range(2):
+        assert torch.allclose(out.attentions[0][0, h], heads[h], atol=1e-6)
+    assert not torch.allclose(heads[0], heads[1])  # two different heads, each over all 32 dimensions
+    assert torch.allclose(out.last_hidden_state[0], expect, atol=1e-5)
+    # --heads need not divide --dim in full mode; the choice travels in config.json and reloads
+    odd = MiniBertForSequenceClassification(make_config(30, kind="sa", heads=3, head_mode="full", num_labels=2))
+    odd.save_pretrained(tmp_path / "odd")
+    back = MiniBertForSequenceClassification.from_pretrained(tmp_path / "odd")
+    assert back.config.head_mode == "full" and back.config.num_attention_heads == 3
+    with pytest.raises(ValueError, match="head_mode 'wide'"):
+        make_config(30, head_mode="wide")
+
+
+def test_checkpoints_written_before_the_options_load_as_they_ran(tmp_path):
+    """config.json without score_scale/head_mode (scale_scores only): sqrt (or none) and split, identical outputs."""
+    torch.manual_seed(0)
+    for old_flag, scale in ((True, "sqrt"), (False, "none")):
+        m = MiniBertForSequenceClassification(make_config(30, kind="sa", heads=2, score_scale=scale, num_labels=2)).eval()
+        m.save_pretrained(tmp_path / scale)
+        cfg_path = tmp_path / scale / "config.json"
+        cfg = json.loads(cfg_path.read_text())
+        for k in ("score_scale", "head_mode"):
+            del cfg[k]
+        cfg["scale_scores"] = old_flag
+        cfg_path.write_text(json.dumps(cfg))
+        old = MiniBertForSequenceClassification.from_pretrained(tmp_path / scale).eval()
+        assert old.config.score_scale == scale and old.config.head_mode == "split"
+        ids = torch.tensor([[2, 7, 9, 11, 3]])
+        with torch.no_grad():
+            assert torch.equal(old(ids).logits, m(ids).logits)
+
+
+def test_paper_options_on_the_command_line(tmp_path, capsys):
+    from conftest import write_tiny_sentiment
+
+    data = write_tiny_sentiment(tmp_path / "data", n_train=48, n_dev=16)
+    pre = tmp_path / "pre"
+    assert main(["pretrain", "--task", "csv", "--data-dir", str(data), "--heads", "3", "--head-mode", "full",
+                 "--score-scale", "none", "--epochs", "1", "--vocab-size", "100", "--output-dir", str(pre)]) == 0
+    cfg = json.loads((pre / "model" / "config.json").read_text())
+    assert (cfg["score_scale"], cfg["head_mode"], cfg["num_attention_heads"]) == ("none", "full", 3)
+    assert json.loads((pre / "metrics.json").read_text())["shape"]["score_scale"] == "none"
+    out = tmp_path / "scratch"
+    assert main(["train", "--task", "csv", "--data-dir", str(data), "--model", "mini", "--heads", "2", "--head-mode", "full",
+                 "--score-scale", "none", "--vocab-size", "100", "--max-steps", "2", "--no-heatmap", "--output-dir", str(out)]) == 0
+    cfg = json.loads((out / "model" / "config.json").read_text())
+    assert (cfg["score_scale"], cfg["head_mode"]) == ("none", "full")
+    capsys.readouterr()
+    assert main(["train", "--task", "csv", "--data-dir", str(data), "--model", str(out), "--score-scale", "none"]) == 2
+    assert "--score-scale only apply to --model mini" in capsys.readouterr().err
+    from attnkit.training.config import PretrainConfig
+
+    with pytest.raises(ValueError, match="^--head-mode 'wide': expected one of split, full$"):
+        PretrainConfig(head_mode="wide").validate()
+
+
 def test_classifier_loss_and_masked_lm_loss():
     tok = _tok()
     enc = tok(SENTS, padding=True, return_tensors="pt")
@@ -530,7 +628,9 @@ def test_two_identical_runs_write_identical_files(tmp_path):
                "--vocab-size", "120", "--max-steps", "4", "--threads", "1", "--no-heatmap", "--output-dir", str(out)]
         subprocess.run(cmd, env={**env, "PYTHONHASHSEED": hashseed}, check=True, capture_output=True, text=True)
         outs.append(out)
-    files = sorted(p.relative_to(outs[0]) for d in ("mini_init", "model") for p in (outs[0] / d).rglob("*") if p.is_file())
+    # every file but the hidden bookkeeping (.attnkit-files.json records the files' mtimes)
+    files = sorted(p.relative_to(outs[0]) for d in ("mini_init", "model") for p in (outs[0] / d).rglob("*")
+                   if p.is_file() and not p.name.startswith("."))
     assert {"model/tokenizer.json", "model/model.safetensors", "mini_init/tokenizer.json"} <= {str(f) for f in files}
     for f in files:
         assert (outs[0] / f).read_bytes() == (outs[1] / f).read_bytes(), f

@@ -15,17 +15,26 @@ One attention layer over its input X [B, L, d], in one of three kinds (``attenti
 by the :class:`~attnkit.attention.AttentionSpec` stored in ``config.attnkit`` exactly as for
 the BERT models (``apply_spec``/``spec_of``), so a checkpoint records its normaliser the same way.
 
-Choices made here (the paper does not fix them):
+What the paper fixes, and the options where it does not (each recorded in the checkpoint's config.json):
 
-* scaling ``s = 1/sqrt(d_head)`` as in BERT (``scale_scores=False`` gives the paper's bare dot product);
-* with H > 1 heads, d is split into H contiguous slices of ``d_head = d / H``: head h uses
-  slice h of the (projected, for sa/ssa) queries, keys and values, and the head outputs are
-  concatenated back to d. There is no output projection W_o (none in the paper, and it keeps
-  SSA at exactly a third of SA's attention parameters for any H);
+* scores: ``score_scale="none"`` is the paper's bare dot product softmax(QE·KEᵀ); ``"sqrt"`` multiplies by
+  ``1/sqrt(d_head)`` as BERT and the authors' ``minibert`` package do. The default stays ``"sqrt"`` (what every
+  earlier attnkit MiniBERT used); checkpoints written before the option (``scale_scores`` true/false) load as
+  ``"sqrt"``/``"none"``;
+* heads (the paper does not say how its 1 x 2 was built), ``head_mode``:
+
+  - ``"split"`` (default, BERT's way): d is split into H contiguous slices of ``d_head = d / H``; head h uses
+    slice h of the (projected, for sa/ssa) queries, keys and values; the head outputs are concatenated back to
+    d, with no output projection (so 1 x 2 has exactly the parameters of 1 x 1, and SSA a third of SA's);
+  - ``"full"``: every head sees the whole width (``d_head = d``, its own d x d Wq/Wk/Wv) and, when H > 1, the
+    H·d concatenated outputs go through an output projection W_o (H·d x d, no bias) back to d. 1 x 1 is the
+    same model in both modes (no W_o). nta heads have no parameters, so its H full heads are the same head;
+* layers are stacked as the paper draws them: the output of one attention layer is the next one's input E,
+  with **no dropout and no residual connection** (the paper: "We first removed dropout layers, as well as
+  residual connections"), and no layer norm or feed-forward block; ``residual=True`` adds X to each layer's
+  output and ``dropout > 0`` drops it, both off by default;
 * padded keys get -inf before the normaliser, so they receive exactly 0 weight and the outputs of
-  real tokens never depend on padding;
-* ``residual=True`` adds X to the attention output, ``dropout > 0`` drops attention outputs
-  (both off by default, as in the paper).
+  real tokens never depend on padding.
 
 The models ignore ``config._attn_implementation`` ("attnkit" or any other): they always run this
 file's attention, so ``attnkit.models.build_classifier``/``load_classifier`` work unchanged.
@@ -46,6 +55,8 @@ from attnkit.attention.spec import AttentionSpec, apply_spec, spec_of
 from attnkit.attention.spec import register as register_attention
 
 MODEL_TYPE = "attnkit-mini"
+SCORE_SCALES = ("none", "sqrt")
+HEAD_MODES = ("split", "full")
 
 
 class MiniBertConfig(PretrainedConfig):
@@ -66,7 +77,9 @@ class MiniBertConfig(PretrainedConfig):
         attention_kind: str = "sa",
         max_position_embeddings: int = 512,
         head_hidden_size: int | None = None,
-        scale_scores: bool = True,
+        score_scale: str | None = None,
+        head_mode: str = "split",
+        scale_scores: bool | None = None,
         residual: bool = False,
         dropout: float = 0.0,
         initializer_range: float = 1.0,
@@ -80,7 +93,15 @@ class MiniBertConfig(PretrainedConfig):
                         ("num_attention_heads", num_attention_heads), ("vocab_size", vocab_size)):
             if int(v) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v}")
-        if hidden_size % num_attention_heads:
+        if score_scale is None:  # checkpoints written before score_scale carry scale_scores (default True)
+            score_scale = "none" if scale_scores is False else "sqrt"
+        if score_scale not in SCORE_SCALES:
+            raise ValueError(f"score_scale {score_scale!r}: expected one of {', '.join(SCORE_SCALES)} (none = the paper's bare dot product)")
+        if scale_scores is not None and bool(scale_scores) != (score_scale == "sqrt"):
+            raise ValueError(f"score_scale {score_scale!r} contradicts scale_scores={scale_scores}")
+        if head_mode not in HEAD_MODES:
+            raise ValueError(f"head_mode {head_mode!r}: expected one of {', '.join(HEAD_MODES)}")
+        if head_mode == "split" and hidden_size % num_attention_heads:
             raise ValueError(f"hidden_size {hidden_size} is not divisible by num_attention_heads {num_attention_heads}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
@@ -91,7 +112,9 @@ class MiniBertConfig(PretrainedConfig):
         self.attention_kind = kind
         self.max_position_embeddings = int(max_position_embeddings)
         self.head_hidden_size = int(head_hidden_size or hidden_size)
-        self.scale_scores = bool(scale_scores)
+        self.score_scale = score_scale
+        self.scale_scores = score_scale == "sqrt"  # kept beside score_scale: what older attnkit reads
+        self.head_mode = head_mode
         self.residual = bool(residual)
         self.dropout = float(dropout)
         self.initializer_range = float(initializer_range)
@@ -129,15 +152,21 @@ class MiniBertAttention(nn.Module):
         super().__init__()
         self.config = config
         d, kind = config.hidden_size, config.attention_kind
-        self.n_heads = config.num_attention_heads
-        self.d_head = d // self.n_heads
-        self.scaling = self.d_head**-0.5 if config.scale_scores else 1.0
-        self.query = nn.Linear(d, d, bias=False) if kind in ("sa", "ssa") else None
-        self.key = nn.Linear(d, d, bias=False) if kind == "sa" else None
-        self.value = nn.Linear(d, d, bias=False) if kind == "sa" else None
+        self.n_heads = H = config.num_attention_heads
+        self.full = getattr(config, "head_mode", "split") == "full"
+        self.d_head = d if self.full else d // H
+        scale = getattr(config, "score_scale", None) or ("sqrt" if config.scale_scores else "none")
+        self.scaling = self.d_head**-0.5 if scale == "sqrt" else 1.0
+        width = H * self.d_head  # split: d; full: H * d
+        self.query = nn.Linear(d, width, bias=False) if kind in ("sa", "ssa") else None
+        self.key = nn.Linear(d, width, bias=False) if kind == "sa" else None
+        self.value = nn.Linear(d, width, bias=False) if kind == "sa" else None
+        self.output = nn.Linear(width, d, bias=False) if self.full and H > 1 else None  # W_o: full heads only
 
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [B, L, d] -> [B, H, L, d_head]
-        B, L, _ = x.shape
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [B, L, H * d_head] (or [B, L, d] unprojected) -> [B, H, L, d_head]
+        B, L, w = x.shape
+        if w != self.n_heads * self.d_head:  # full heads over an unprojected X: every head sees all of it
+            return x[:, None].expand(B, self.n_heads, L, w)
         return x.view(B, L, self.n_heads, self.d_head).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,7 +179,8 @@ class MiniBertAttention(nn.Module):
         weights = spec_of(self.config).normalise(scores)  # [B, H, L, L], rows sum to 1
         out = torch.matmul(weights, v)  # [B, H, L, dh]
         B, H, L, dh = out.shape
-        return out.transpose(1, 2).reshape(B, L, H * dh), weights  # [B, L, d]
+        out = out.transpose(1, 2).reshape(B, L, H * dh)  # [B, L, H * d_head]
+        return (self.output(out) if self.output is not None else out), weights  # [B, L, d]
 
 
 class MiniBertLayer(nn.Module):
@@ -302,7 +332,7 @@ class MiniBertForSequenceClassification(MiniBertPreTrainedModel):
 
 
 def attention_parameter_count(model: nn.Module) -> int:
-    """Parameters of the attention layers only (Wq, Wk, Wv)."""
+    """Parameters of the attention layers only (Wq, Wk, Wv, and W_o of full heads)."""
     return sum(p.numel() for m in model.modules() if isinstance(m, MiniBertAttention) for p in m.parameters())
 
 

@@ -134,19 +134,23 @@ def train_tokenizer(texts, vocab_size: int = DEFAULT_VOCAB, max_length: int = MA
     )
 
 
-def new_mini(tokenizer, *, kind="sa", layers=1, heads=1, dim=32, spec: AttentionSpec | None = None, masked_lm=True):
-    """A randomly initialised MiniBERT sized to ``tokenizer``'s vocabulary."""
+def new_mini(tokenizer, *, kind="sa", layers=1, heads=1, dim=32, spec: AttentionSpec | None = None, masked_lm=True,
+             score_scale: str = "sqrt", head_mode: str = "split"):
+    """A randomly initialised MiniBERT sized to ``tokenizer``'s vocabulary (``score_scale``/``head_mode``: mini.py)."""
     cfg = make_config(len(tokenizer), kind=kind, layers=layers, heads=heads, dim=dim, spec=spec,
-                      pad_token_id=tokenizer.pad_token_id, max_position_embeddings=MAX_POSITIONS)
+                      pad_token_id=tokenizer.pad_token_id, max_position_embeddings=MAX_POSITIONS,
+                      score_scale=score_scale, head_mode=head_mode)
     return MiniBertForMaskedLM(cfg) if masked_lm else MiniBertModel(cfg)
 
 
 def init_mini_checkpoint(train_texts, out_dir, *, kind="sa", layers=1, heads=1, dim=32, vocab_size=DEFAULT_VOCAB,
-                         spec: AttentionSpec | None = None, seed: int = 42, extra: dict | None = None) -> Path:
+                         spec: AttentionSpec | None = None, seed: int = 42, extra: dict | None = None,
+                         score_scale: str = "sqrt", head_mode: str = "split") -> Path:
     """Tokenizer trained on ``train_texts`` + random MiniBERT encoder, saved at ``out_dir`` (training from scratch)."""
     set_seed(seed)
     tok = train_tokenizer(train_texts, vocab_size)
-    model = new_mini(tok, kind=kind, layers=layers, heads=heads, dim=dim, spec=spec, masked_lm=False)
+    model = new_mini(tok, kind=kind, layers=layers, heads=heads, dim=dim, spec=spec, masked_lm=False,
+                     score_scale=score_scale, head_mode=head_mode)
     return save_checkpoint(model, out_dir, tok, extra={"init": "random (no MLM)", **(extra or {})})
 
 
@@ -190,7 +194,8 @@ def _pretrain(cfg: PretrainConfig, out: Path) -> dict:
         texts = [lem(t) for t in texts]
     t0 = time.time()
     tok = train_tokenizer(texts, cfg.vocab_size)
-    model = new_mini(tok, kind=cfg.kind, layers=cfg.layers, heads=cfg.heads, dim=cfg.dim, spec=cfg.spec())
+    model = new_mini(tok, kind=cfg.kind, layers=cfg.layers, heads=cfg.heads, dim=cfg.dim, spec=cfg.spec(),
+                     score_scale=cfg.score_scale, head_mode=cfg.head_mode)
     ds = Dataset.from_dict({"text": texts}).map(
         lambda b: tok(b["text"], truncation=True, max_length=cfg.max_length), batched=True, remove_columns=["text"],
         desc="tokenising",
@@ -226,7 +231,8 @@ def _pretrain(cfg: PretrainConfig, out: Path) -> dict:
         "task": cfg.task,
         "kind": cfg.kind,
         "attention": cfg.spec().to_dict(),
-        "shape": {"layers": cfg.layers, "heads": cfg.heads, "dim": cfg.dim},
+        "shape": {"layers": cfg.layers, "heads": cfg.heads, "dim": cfg.dim, "head_mode": cfg.head_mode,
+                  "score_scale": cfg.score_scale},
         "vocab_size": len(tok),
         "train_texts": len(texts),
         "mlm_loss": float(final["mlm_loss"]),
