@@ -4,7 +4,7 @@ Each cell: `attnkit pretrain` (MLM on the training text, lemmatised or not) then
 (which inherits the lemmatisation), the budget of the MiniBERT benchmark's CLI timing (5 MLM epochs, 4 fine-tuning
 epochs, batch 32, max length 64). Cells whose metrics.json exists are reused.
 
-    OMP_NUM_THREADS=1 python benchmarks/minibert_lemmas.py --data-dir ../shared/data --out benchmarks/results/minibert_lemmas
+    OMP_NUM_THREADS=1 python studies/minibert/minibert_lemmas.py --data-dir ../shared/data --out studies/minibert/results/minibert_lemmas
 """
 
 from __future__ import annotations
@@ -44,14 +44,14 @@ def main():
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     ap.add_argument("--kind", default="sa")
     ap.add_argument("--work-dir", default="runs/bench_minibert_lemmas")
-    ap.add_argument("--out", default="benchmarks/results/minibert_lemmas")
+    ap.add_argument("--out", default="studies/minibert/results/minibert_lemmas")
     a = ap.parse_args()
     recs = [run(s, lem, a) for s in a.seeds for lem in (None, "en")]
     Path(a.out + ".json").write_text(json.dumps(recs, indent=1) + "\n")
     lines = [
         "# MiniBERT on SemEval-2013, with and without lemmatisation",
         "",
-        f"`python benchmarks/minibert_lemmas.py --data-dir ../shared/data --kind {a.kind} --seeds {' '.join(map(str, a.seeds))}`; "
+        f"`python studies/minibert/minibert_lemmas.py --data-dir ../shared/data --kind {a.kind} --seeds {' '.join(map(str, a.seeds))}`; "
         f"{dt.date.today().isoformat()}, {platform.machine()}, one torch thread. Mini{a.kind.upper()}, 1 layer x 1 head, d = 32, "
         "MLM pre-training (5 epochs) then fine-tuning (4 epochs, batch 32, length 64); accuracy in %, mean ± std over seeds.",
         "",
