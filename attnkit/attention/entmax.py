@@ -30,7 +30,9 @@ on the support:
     grad_alpha = sum_i g_i [ (p_i - q~_i) / (alpha - 1)^2 - (p_i log p_i - q~_i H) / (alpha - 1) ],
                  q~ = q / sum(q),  H = sum_j p_j log p_j
 
-(grad_alpha computed in float64; 0 where alpha = 1.) As the sparsemax maps: each row is shifted by its max, so
+(grad_alpha computed in float64; 0 where alpha = 1.) A double backward (``create_graph=True``, e.g. a gradient
+penalty or Hessian-vector products) differentiates these formulas, written in torch, on every path: the kernels
+compute first derivatives only, so with grad mode on in the backward the torch form runs. As the sparsemax maps: each row is shifted by its max, so
 the result is shift-invariant at any magnitude; ``-inf`` entries get exactly 0, a fully masked row gives zeros and
 a zero gradient, ``+inf`` entries share the mass equally, a NaN makes its row NaN, fp16/bf16 are computed in
 float32.
@@ -68,6 +70,14 @@ def _finish(p: torch.Tensor, z: torch.Tensor, pinf: torch.Tensor, inf_rows: torc
     share = pinf.to(p.dtype) / pinf.sum(-1, keepdim=True).clamp(min=1).to(p.dtype)
     p = torch.where(inf_rows, share, p)
     return p.masked_fill(torch.isnan(z).any(-1, keepdim=True), math.nan)
+
+
+def _power_on_support(p: torch.Tensor, e) -> torch.Tensor:
+    """p^e where p > 0, else 0, with a finite derivative everywhere: outside the support p is locally constant 0, and
+    differentiating p^e there (e < 1) would give inf * 0 = NaN in a double backward."""
+    on = p > 0
+    safe = torch.where(on, p, torch.ones((), dtype=p.dtype, device=p.device))
+    return torch.where(on, safe**e, torch.zeros((), dtype=p.dtype, device=p.device))
 
 
 def _grad_scores(p: torch.Tensor, g: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -111,11 +121,12 @@ class _Entmax15Function(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         (p,) = ctx.saved_tensors
-        if kernel_applies(p):
-            return torch.ops.attnkit.entmax_backward(p, g, None)[0]
-        if triton_applies(p):
-            return triton_kernels().entmax_backward(p, g, None)[0]
-        return _grad_scores(p, g, p.sqrt())
+        if not torch.is_grad_enabled():  # a plain backward: the kernels (the torch form below is the double backward's)
+            if kernel_applies(p):
+                return torch.ops.attnkit.entmax_backward(p, g, None)[0]
+            if triton_applies(p):
+                return triton_kernels().entmax_backward(p, g, None)[0]
+        return _grad_scores(p, g, _power_on_support(p, 0.5))
 
 
 def entmax15(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -173,19 +184,20 @@ class _EntmaxBisectFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         p, alpha = ctx.saved_tensors
-        zero = torch.zeros((), dtype=p.dtype, device=p.device)
         bwd = torch.ops.attnkit.entmax_backward if kernel_applies(p) else triton_kernels().entmax_backward if triton_applies(p) else None
-        if bwd is not None:  # the kernels give alpha's gradient per row from the same pass
-            grad_z, grad_alpha = bwd(p, g, alpha)
+        if bwd is not None and not torch.is_grad_enabled():  # the kernels give alpha's gradient per row from the same
+            grad_z, grad_alpha = bwd(p, g, alpha)  # pass; a double backward (grad enabled) takes the torch form below
             return grad_z, (grad_alpha if ctx.needs_input_grad[1] else None), None
-        q = torch.where(p > 0, p ** (2 - alpha), zero)
+        q = _power_on_support(p, 2 - alpha)
         grad_z = _grad_scores(p, g, q)
         grad_alpha = None
         if ctx.needs_input_grad[1]:
             p64, g64, q64, a64 = p.double(), g.double(), q.double(), alpha.double()
             d = a64 - 1
             safe_d = torch.where(d > 0, d, torch.ones_like(d))
-            plogp = torch.where(p64 > 0, p64 * torch.log(p64), torch.zeros((), dtype=torch.float64, device=p.device))
+            on = p64 > 0
+            safe_p = torch.where(on, p64, torch.ones((), dtype=torch.float64, device=p.device))  # log 1 = 0: no inf * 0
+            plogp = torch.where(on, safe_p * torch.log(safe_p), torch.zeros((), dtype=torch.float64, device=p.device))
             ent = plogp.sum(-1, keepdim=True)
             qn = q64 / q64.sum(-1, keepdim=True).clamp(min=torch.finfo(torch.float64).tiny)
             ga = (g64 * ((p64 - qn) / safe_d**2 - (plogp - qn * ent) / safe_d)).sum(-1, keepdim=True)

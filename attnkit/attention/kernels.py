@@ -152,6 +152,19 @@ def _define_ops() -> None:
         grad_z, grad_alpha = cpu_kernel().entmax_backward(p, g, alpha if alpha is not None else torch.empty(0, dtype=torch.float64))
         return grad_z, grad_alpha
 
+    def _sparsemax_backward_setup(ctx, inputs, output):
+        p, _, scale = inputs
+        ctx.save_for_backward(p)
+        ctx.scale = scale
+
+    def _sparsemax_backward_vjp(ctx, grad):
+        # the backward is scale * (g - mean of g on the support) on the support: linear and symmetric in g, and p
+        # enters only through its support (locally constant), so a double backward is the same map of grad
+        (p,) = ctx.saved_tensors
+        return None, torch.ops.attnkit.sparsemax_backward(p, grad, ctx.scale), None
+
+    sparsemax_backward.register_autograd(_sparsemax_backward_vjp, setup_context=_sparsemax_backward_setup)
+
     def like_first(x, *rest):
         return torch.empty_like(x.contiguous())
 

@@ -132,7 +132,7 @@ class _SparsemaxFunction(torch.autograd.Function):
         (p,) = ctx.saved_tensors
         if _kernel_for(p):
             return torch.ops.attnkit.sparsemax_backward(p, g, ctx.scale), None, None
-        if triton_applies(p):
+        if triton_applies(p) and not torch.is_grad_enabled():  # a double backward differentiates the torch form below
             return triton_kernels().sparsemax_backward(p, g, ctx.scale), None, None
         s = p > 0
         gs = torch.where(s, g, torch.zeros((), dtype=g.dtype, device=g.device))
