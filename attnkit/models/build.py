@@ -429,20 +429,6 @@ def _sparsify_settings(attention: str, lam: float | None, alpha: float | None) -
     return (-4.0 if lam is None else lam), (AttentionSpec.alpha if alpha is None else alpha)
 
 
-def _sparsify_settings(attention: str, lam: float | None, alpha: float | None) -> tuple[float, float]:
-    """``(lam, alpha)`` for ``attention``: -4 and 1.5 where not given; a lam other than 0 with an attention that has
-    none, or an alpha other than 1.5 with one that is not entmax-alpha, is refused (it would be ignored), as the CLI
-    refuses --lam/--alpha there."""
-    name = AttentionSpec(attention).attention
-    if lam is not None and name != "sparsegen-lin" and lam != AttentionSpec.lam:
-        raise ValueError(f"sparsify(attention={attention!r}, lam={lam!r}): only sparsegen-lin has a lam; "
-                         f"leave lam out, or use attention='sparsegen-lin'")
-    if alpha is not None and name != "entmax-alpha" and alpha != AttentionSpec.alpha:
-        raise ValueError(f"sparsify(attention={attention!r}, alpha={alpha!r}): only entmax-alpha has an alpha "
-                         f"({name} has {'1.5' if name == 'entmax15' else 'none'}); leave alpha out, or use attention='entmax-alpha'")
-    return (-4.0 if lam is None else lam), (AttentionSpec.alpha if alpha is None else alpha)
-
-
 def sparsify(model, attention: str = "sparsegen-lin", lam: float | None = None, *, blur: str = "none", blur_size: int = 3,
              blur_sigma: float = 0.3, learn_lam: bool = False, alpha: float | None = None, learn_alpha: bool = False,
              sparse_layers: str | None = None):
