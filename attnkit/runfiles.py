@@ -31,6 +31,16 @@ RUN_FILES = frozenset({METRICS_FILE, "run_config.json", RUN_INFO, "curves.png", 
 WRITTEN_BY = "written_by"
 #: what attnkit writes into the PNG (tEXt "Software") and SVG (dc:creator) figures it draws
 FIGURE_CREATOR = "attnkit"
+#: attnkit's record of a run, written into its run folder when the run starts: only a folder that holds one is a run
+#: (never a folder that merely has a model/ or checkpoint-* inside); it lists the checkpoints the run wrote
+RUN_RECORD = ".attnkit-run.json"
+#: what :func:`attnkit.models.build.save_checkpoint` wrote into a model folder (every file, its size and time): the
+#: folder is replaced only while it holds exactly that, else it is moved aside whole
+FOLDER_MANIFEST = ".attnkit-files.json"
+#: the outputs attnkit wrote into a folder in formats that cannot carry a mark of their own (TSV, JSON lines, HTML)
+OUTPUT_LEDGER = ".attnkit-outputs.json"
+#: the folder an earlier run (or a folder attnkit must replace but did not write) is moved into, never deleted
+REPLACED_PREFIX = ".replaced-"
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -67,21 +77,125 @@ def write_json_atomic(path: str | os.PathLike, obj) -> None:
 
 def written_by_attnkit(path: str | os.PathLike) -> bool:
     """Whether the file at ``path`` says attnkit wrote it: a JSON object with ``"written_by": "attnkit ..."``, a PNG
-    with the tEXt chunk ``Software: attnkit``, an SVG whose metadata names attnkit as its creator."""
+    with the tEXt chunk ``Software: attnkit``, an SVG whose metadata names attnkit as its creator; or a file of any
+    format that the ledger of its folder (OUTPUT_LEDGER, see :func:`record_output`) lists with these very bytes."""
     path = Path(path)
     try:
         suffix = path.suffix.lower()
         if suffix == ".json":
             d = json.loads(path.read_text(encoding="utf-8"))
-            return isinstance(d, dict) and str(d.get(WRITTEN_BY, "")).startswith("attnkit")
-        if suffix == ".png":
-            return _png_software(path) == FIGURE_CREATOR
-        if suffix == ".svg":
+            if isinstance(d, dict) and str(d.get(WRITTEN_BY, "")).startswith("attnkit"):
+                return True
+        elif suffix == ".png":
+            if _png_software(path) == FIGURE_CREATOR:
+                return True
+        elif suffix == ".svg":
             head = path.read_text(encoding="utf-8", errors="replace")[:4000]
-            return f"<dc:title>{FIGURE_CREATOR}</dc:title>" in head
+            if f"<dc:title>{FIGURE_CREATOR}</dc:title>" in head:
+                return True
+        return _ledger_lists(path)
     except (OSError, ValueError):
         return False
-    return False
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _read_ledger(folder: Path) -> dict:
+    try:
+        d = json.loads((folder / OUTPUT_LEDGER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    files = d.get("files") if isinstance(d, dict) and str(d.get(WRITTEN_BY, "")).startswith("attnkit") else None
+    return files if isinstance(files, dict) else {}
+
+
+def _ledger_lists(path: Path) -> bool:
+    """Whether the ledger beside ``path`` lists it with its present size and SHA-256 (an edited file is not attnkit's)."""
+    entry = _read_ledger(path.parent).get(path.name)
+    if not isinstance(entry, dict) or not path.is_file() or path.stat().st_size != entry.get("size"):
+        return False
+    return _sha256(path) == entry.get("sha256")
+
+
+def record_output(path: str | os.PathLike, by: str) -> None:
+    """Note in the ledger of ``path``'s folder (OUTPUT_LEDGER) that attnkit (``by``: "attnkit predict") wrote the file
+    at ``path`` as it is now, so that a later run of the same command may replace it (a file whose format cannot carry
+    a mark: TSV, JSON lines). A ledger that cannot be written is no error: the output is written, only not marked."""
+    path = Path(path)
+    files = _read_ledger(path.parent)
+    files[path.name] = {"size": path.stat().st_size, "sha256": _sha256(path), "by": by}
+    try:
+        write_json_atomic(path.parent / OUTPUT_LEDGER, {WRITTEN_BY: "attnkit", "files": files})
+    except UserError:
+        pass
+
+
+def replaced_folder(parent: str | os.PathLike) -> Path:
+    """A new, empty ``<parent>/.replaced-<date>[-n]/`` to move what attnkit must not delete into."""
+    import time
+
+    parent = Path(parent)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = parent / f"{REPLACED_PREFIX}{stamp}"
+    n = 1
+    while True:
+        try:
+            aside.mkdir()
+            return aside
+        except FileExistsError:
+            n += 1
+            aside = parent / f"{REPLACED_PREFIX}{stamp}-{n}"
+
+
+def set_aside(path: str | os.PathLike) -> Path:
+    """Move the file or folder ``path`` whole into a new ``.replaced-<date>/`` beside it; return where it went."""
+    path = Path(path)
+    target = replaced_folder(path.parent) / path.name
+    os.replace(path, target)
+    return target
+
+
+def folder_files(folder: str | os.PathLike) -> dict[str, list[int]]:
+    """``{relative path: [size, mtime in ns]}`` of every file under ``folder`` (its manifest and temporary files aside)."""
+    folder = Path(folder)
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and not p.name.startswith(FOLDER_MANIFEST):
+            st = p.stat()
+            out[p.relative_to(folder).as_posix()] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def write_folder_manifest(folder: str | os.PathLike, by: str, complete: bool = True) -> None:
+    """Record in ``folder`` (FOLDER_MANIFEST) every file attnkit wrote there; ``complete=False``: a folder being
+    written (a temporary one, which a later run may remove if it was left by a killed process)."""
+    folder = Path(folder)
+    files = folder_files(folder) if complete else {}
+    write_json_atomic(folder / FOLDER_MANIFEST, {WRITTEN_BY: by, "complete": complete, "files": files})
+
+
+def read_folder_manifest(folder: str | os.PathLike) -> dict | None:
+    """The manifest attnkit wrote into ``folder``, or None if there is none (or it is not attnkit's)."""
+    try:
+        d = json.loads((Path(folder) / FOLDER_MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) and str(d.get(WRITTEN_BY, "")).startswith("attnkit") else None
+
+
+def folder_is_as_written(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds exactly the files attnkit wrote there, unchanged (its manifest says which): only then
+    may it be deleted or replaced; a file added or edited by hand makes it the user's."""
+    m = read_folder_manifest(folder)
+    return m is not None and m.get("complete") is True and m.get("files") == folder_files(folder)
 
 
 def _png_software(path: Path) -> str | None:

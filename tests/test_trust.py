@@ -104,6 +104,7 @@ def test_an_empty_split_is_named_not_a_sampler_error(tiny_bert, tmp_path, capsys
     for split in ("dev", "test"):
         (d / f"{split}.txt").write_text("(3 (2 a) (4 good))\n")
     (tmp_path / "o/checkpoint-5").mkdir(parents=True)  # an earlier run's checkpoint: --no-resume must not move it aside
+    _record(tmp_path / "o", "checkpoint-5")
     assert main(["train", "--task", "sst2-ptb", "--data-dir", str(tmp_path), "--model", str(tiny_bert),
                  "--output-dir", str(tmp_path / "o"), "--no-resume"]) == 2
     assert f"task sst2-ptb: the train split has no examples in {tmp_path}" in capsys.readouterr().err
@@ -215,6 +216,7 @@ def test_a_figure_that_cannot_be_drawn_does_not_fail_a_finished_run(tmp_path, mo
 
     monkeypatch.setattr(runs, "plot_curves", broken)
     (tmp_path / "checkpoint-4").mkdir()
+    _record(tmp_path, "checkpoint-4")  # the run wrote it (its record says so)
     with caplog.at_level("WARNING", logger="attnkit"):
         runs.finish_run(TrainConfig(output_dir=str(tmp_path)), tmp_path, [], "accuracy", title="t")
     assert not (tmp_path / "checkpoint-4").exists()  # the checkpoints go all the same
@@ -262,7 +264,15 @@ def test_the_same_seed_trains_the_same_model_bit_for_bit(attention, tiny_bert, d
 def test_no_resume_moves_checkpoints_aside_only_once_training_can_start(tiny_bert, data, tmp_path, capsys):
     out = tmp_path / "o"
     (out / "checkpoint-5").mkdir(parents=True)  # an earlier run's checkpoint
+    _record(out, "checkpoint-5")
     # --max-length beyond the model's positions fails after the data and resume checks, before training
     assert main(args(tiny_bert, data, out, "--max-steps", "2", "--no-resume", "--max-length", "100000")) == 2
     assert "100000" in capsys.readouterr().err
     assert (out / "checkpoint-5").is_dir() and not list(out.glob(".replaced-*"))
+
+
+def _record(out, *checkpoints):
+    """attnkit's record of a run in ``out`` that wrote ``checkpoints`` (as a run writes it when it starts)."""
+    from attnkit.runfiles import RUN_RECORD
+
+    (out / RUN_RECORD).write_text(json.dumps({"written_by": "attnkit train", "checkpoints": list(checkpoints)}))

@@ -5,8 +5,10 @@ when a command runs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -25,7 +27,10 @@ from attnkit.errors import DataFormatError, UserError
 from attnkit.models.build import MINI_MODEL_TYPE, check_max_length, checkpoint_dir, checkpoint_spec, is_qa_model, max_positions
 from attnkit.models.freeze import parse_groups
 from attnkit.models.pooling import head_of
-from attnkit.runfiles import WRITTEN_BY, check_not_input, check_output_file, check_side_file, write_json_atomic, write_text_atomic
+from attnkit.runfiles import (
+    RUN_RECORD, WRITTEN_BY, check_not_input, check_output_file, check_side_file, folder_lock, record_output, write_json_atomic,
+    write_text_atomic,
+)
 from attnkit.tasks import default_data_dir, is_qa_task, load_task
 from attnkit.tasks.glue import HANS_FILE, entailment_index, hans_report, hans_subset, read_hans, write_submission
 from attnkit.tasks.metrics import predictions_of
@@ -217,12 +222,64 @@ def _protected(a) -> dict:
 
 def _default(path: Path) -> Path:
     """An output at a path attnkit chose (no --output given): a file there that attnkit did not write is kept."""
-    return check_side_file(path, "the default output (give --output to write elsewhere)")
+    path = check_side_file(path, "the default output (give --output to write elsewhere)")
+    _lock_run_of(path)
+    return path
 
 
 def _output(a, path, option: str) -> Path:
     """An output file the user named (``path``), checked before anything is written (see check_output_file)."""
-    return check_output_file(path, option, _protected(a))
+    path = check_output_file(path, option, _protected(a))
+    _lock_run_of(path)
+    return path
+
+
+#: the locks this command holds on run folders it writes into (see output_locks)
+_LOCKS: dict = {"stack": None, "held": set()}
+
+
+@contextlib.contextmanager
+def output_locks():
+    """While a command runs: every run folder it writes an output into is locked (the first time an output there is
+    checked), so that no training run moves the run aside, or replaces its model, under the output; and it refuses at
+    once if another attnkit process is writing that run folder. Released when the command ends."""
+    with contextlib.ExitStack() as stack:
+        _LOCKS.update(stack=stack, held=set())
+        try:
+            yield
+        finally:
+            _LOCKS.update(stack=None, held=set())
+
+
+def _lock_run_of(path: str | os.PathLike) -> None:
+    """Hold the lock of the run folder (a folder with attnkit's record of a run) that ``path`` lies in, if any."""
+    stack = _LOCKS["stack"]
+    if stack is None:
+        return
+    here = Path(path).expanduser().resolve().parent
+    run = next((q for q in (here, *here.parents) if (q / RUN_RECORD).is_file()), None)
+    if run is None or run in _LOCKS["held"]:
+        return
+    stack.enter_context(folder_lock(run))
+    _LOCKS["held"].add(run)
+
+
+def _input_file(path: str, option: str) -> Path:
+    """An input file the user named: it exists and is a regular file (a folder, a named pipe or a device is named so)."""
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        raise UserError(f"{option} {p} does not exist") from None
+    except OSError as e:
+        raise UserError(f"{option} {p} cannot be read: {e.strerror or e}") from None
+    if stat.S_ISDIR(mode):
+        raise UserError(f"{option} {p} is a folder, not a file")
+    if not stat.S_ISREG(mode):
+        kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+                else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "a special file")
+        raise UserError(f"{option} {p} is {kind}, not a regular file: write the texts into a file and give its name")
+    return p
 
 
 def _model_and_split(a):
@@ -347,6 +404,7 @@ def _write_jsonl(rows: list[dict], output: str | None, what: str) -> None:
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     if output:
         write_text_atomic(output, lines)
+        record_output(output, "attnkit predict")  # JSON lines carry no mark: the folder's ledger says attnkit wrote it
         print(f"[attnkit] {len(rows)} {what} written to {output}")
     else:
         sys.stdout.write(lines)
@@ -373,13 +431,28 @@ def _predict_split(a) -> int:
     if a.output_dir and not (data.submission or {}).get(a.split):
         raise UserError(f"--output-dir {a.output_dir}: only for a GLUE test split's submission file; task {task} {a.split} "
                         "writes JSON lines (--output)")
-    out = _output(a, a.output, "--output") if a.output else _default(d / f"predictions_{task}_{a.split}.jsonl")
+    submission = (data.submission or {}).get(a.split)
+    if submission:  # the GLUE file: a file of that name attnkit did not write is the user's, never replaced
+        folder = Path(a.output_dir) if a.output_dir else d / "glue_submission"
+        if folder.exists() and not folder.is_dir():
+            raise UserError(f"--output-dir {folder} is a file, not a folder")
+        out = check_side_file(folder / submission, "the GLUE submission file (give another --output-dir)")
+        _lock_run_of(out)
+    else:
+        out = _output(a, a.output, "--output") if a.output else _default(d / f"predictions_{task}_{a.split}.jsonl")
     pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
     logits = predict_logits(model, tok, list(ds["text"]), pairs, batch_size=a.batch_size, max_length=a.max_length)
     preds = predictions_of(data.metric, logits)
     idx = list(ds["idx"]) if "idx" in ds.column_names else list(range(len(ds)))
-    if (data.submission or {}).get(a.split):
-        path = write_submission(data, a.split, preds, idx, a.output_dir or d / "glue_submission")
+    if submission:
+        try:
+            path = write_submission(data, a.split, preds, idx, out.parent)
+        except OSError as e:
+            raise UserError(f"cannot write {out}: {e.strerror or e}") from None
+        finally:
+            for tmp in out.parent.glob(f".{out.name}.tmp"):
+                tmp.unlink(missing_ok=True)
+        record_output(path, "attnkit predict")
         print(f"[attnkit] {len(preds)} predictions written to {path} (GLUE submission format)")
         return 0
     names = label_names_of(model)
@@ -387,6 +460,7 @@ def _predict_split(a) -> int:
         json.dumps({"idx": int(i), "prediction": float(p) if data.metric == "regression" else names[int(p)]}) + "\n" for i, p in zip(idx, preds)
     )
     write_text_atomic(out, lines)
+    record_output(out, "attnkit predict")
     print(f"[attnkit] {len(preds)} predictions written to {out}")
     return 0
 
@@ -399,6 +473,8 @@ def cmd_predict(a) -> int:
     ignored = [f"{o} {v}" for o, v in (("--task", a.task), ("--output-dir", a.output_dir), ("--data-dir", a.data_dir)) if v is not None]
     if ignored:
         raise UserError(f"{', '.join(ignored)}: only with --split (predicting a whole split of a task)")
+    if a.file:
+        _input_file(a.file, "--file")
     if a.output:
         _output(a, a.output, "--output")
         check_not_input(a.output, "--output", {"--file": a.file})
@@ -453,7 +529,9 @@ def cmd_explain(a) -> int:
         write_json_atomic(a.stats, {**st, WRITTEN_BY: "attnkit explain"})
     print(f"[attnkit] heatmap written to {path}")
     if a.html:
-        print(f"[attnkit] interactive view written to {write_html(maps, a.html, title=f'attnkit: {a.text[:60]}')}")
+        page = write_html(maps, a.html, title=f'attnkit: {a.text[:60]}')
+        record_output(page, "attnkit explain")
+        print(f"[attnkit] interactive view written to {page}")
     return 0
 
 

@@ -70,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.command is None:
         parser.print_help()
         return 0
-    if not a.verbose and a.command != "tasks":  # quieting transformers imports it (and torch): not for a listing
-        _quiet_libraries()
     try:
+        if not a.verbose and a.command != "tasks":  # quieting transformers imports it (and torch): not for a listing
+            _quiet_libraries()
         if getattr(a, "threads", None) is not None:
             if a.threads < 1:
                 raise UserError(f"--threads {a.threads}: expected a number of threads >= 1")
@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if a.command not in ("train", "sweep", "pretrain", "adapt") and hasattr(a, "max_length"):
             commands.prepare_model_length(a)
-        return commands.COMMANDS[a.command](a)
+        with commands.output_locks():  # a command writing into a run folder holds its lock until it is done
+            return commands.COMMANDS[a.command](a)
     except KeyboardInterrupt:
         out = getattr(a, "output_dir", None)
         if a.command in ("train", "sweep", "adapt") and out:

@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import time
 from contextlib import contextmanager
@@ -16,14 +17,18 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, Trainer, TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
+from transformers import AutoConfig, Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_utils import TrainOutput
 
 from attnkit.analysis.explain import plot_curves
 from attnkit.attention.spec import LEARNED
 from attnkit.models.build import check_max_length, check_weights_file, resolve_model
 from attnkit.models.pooling import layer_weight_parameters
-from attnkit.runfiles import LOCK_FILE, folder_lock, write_json_atomic
+from attnkit.errors import UserError
+from attnkit.runfiles import (
+    FOLDER_MANIFEST, LOCK_FILE, REPLACED_PREFIX, RUN_RECORD, WRITTEN_BY, folder_is_as_written, folder_lock,
+    read_folder_manifest, replaced_folder, set_aside, write_json_atomic,
+)
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig, option_name
 
 log = logging.getLogger("attnkit")
@@ -37,26 +42,39 @@ def subsample(ds, n: int | None, seed: int):
 
 
 def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
-    """The newest ``checkpoint-N`` the Trainer finished writing (it writes trainer_state.json last).
+    """The newest ``checkpoint-N`` this run wrote (its record lists it) and the Trainer finished writing (it writes
+    trainer_state.json last). A folder of that name the record does not list is never resumed from.
 
-    A run killed while saving leaves a checkpoint without trainer_state.json, and a disk fault
-    may leave a garbled one; either is moved aside (``.incomplete-checkpoint-N``) with a message
-    and the previous one is used.
+    A checkpoint whose save was cut short (the record says it was being written, and it has no trainer_state.json)
+    is removed: the run wrote it, and half of it is of no use. A damaged one (a disk fault: garbled state, weights,
+    RNG state, optimizer) is moved aside (``.incomplete-checkpoint-N``) with a message; the one before is used.
     """
     out = Path(output_dir)
-    if not out.is_dir():
+    rec = read_record(out)
+    if rec is None:
         return None
     while True:
-        last = get_last_checkpoint(str(out))
-        if last is None:
+        ckpts = recorded_checkpoints(out, rec)
+        if not ckpts:
             return None
-        why = _checkpoint_damage(Path(last))
+        last = ckpts[-1]
+        why = _checkpoint_damage(last)
         if why is None:
-            return last
-        aside = out / f".incomplete-{Path(last).name}"
-        shutil.rmtree(aside, ignore_errors=True)
-        os.replace(last, aside)
-        log.warning("checkpoint %s is not usable (%s); moved aside to %s, resuming from the one before", last, why, aside)
+            return str(last)
+        if rec.get("saving") == last.name and not (last / "trainer_state.json").is_file():
+            shutil.rmtree(last, ignore_errors=True)
+            log.warning("checkpoint %s was cut short while it was written (%s): removed, resuming from the one before", last, why)
+        else:
+            aside = out / f".incomplete-{last.name}"
+            n = 1
+            while aside.exists():
+                n += 1
+                aside = out / f".incomplete-{last.name}-{n}"
+            os.replace(last, aside)
+            log.warning("checkpoint %s is not usable (%s); moved aside to %s, resuming from the one before", last, why, aside)
+        rec["checkpoints"] = [c for c in rec.get("checkpoints", []) if c != last.name]
+        rec["saving"] = None
+        write_record(out, rec)
 
 
 def _checkpoint_damage(ckpt: Path) -> str | None:
@@ -72,7 +90,135 @@ def _checkpoint_damage(ckpt: Path) -> str | None:
         check_weights_file(ckpt)
     except OSError as e:
         return str(e)
+    rng = ckpt / "rng_state.pth"
+    if rng.exists():  # small: load it as the Trainer will
+        try:
+            from transformers.trainer_pt_utils import safe_globals  # the numpy types the Trainer's RNG state holds
+
+            with safe_globals():
+                torch.load(rng, weights_only=True)
+        except Exception as e:  # noqa: BLE001 - pickle, zip and short-read errors alike
+            return f"{rng.name} is damaged ({type(e).__name__})"
+    for name in ("optimizer.pt", "scheduler.pt", "scaler.pt"):  # large: check that the archive is whole, without loading it
+        f = ckpt / name
+        if f.exists():
+            try:
+                import zipfile
+
+                with zipfile.ZipFile(f) as z:
+                    z.infolist()
+            except Exception as e:  # noqa: BLE001
+                return f"{name} is damaged ({type(e).__name__})"
     return None
+
+
+# ----------------------------------------------------------------------------- the record of a run
+
+
+def read_record(out: Path) -> dict | None:
+    """attnkit's record of the run in ``out`` (RUN_RECORD), or None if there is none. One that cannot be read is a
+    ValueError naming it and the ways out."""
+    f = Path(out) / RUN_RECORD
+    if not f.exists():
+        return None
+    try:
+        rec = json.loads(f.read_text(encoding="utf-8"))
+        if not isinstance(rec, dict) or not str(rec.get(WRITTEN_BY, "")).startswith("attnkit"):
+            raise ValueError("not a record written by attnkit")
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{f}, attnkit's record of the run in {out}, is unreadable ({e}): add --no-resume to move the run "
+                         f"aside (into {out}/{REPLACED_PREFIX}<date>/) and train afresh there, or pick another --output-dir") from None
+    rec.setdefault("checkpoints", [])
+    return rec
+
+
+def write_record(out: Path, rec: dict) -> None:
+    """Write the run's record (rank 0 of a multi-process run only)."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        write_json_atomic(Path(out) / RUN_RECORD, rec)
+
+
+def start_record(out: Path, command: str) -> dict:
+    """A new record of a run of ``command`` ("attnkit train") in ``out``, written now, before the run writes anything."""
+    rec = {WRITTEN_BY: command, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "checkpoints": [], "saving": None,
+           "finished": False}
+    write_record(out, rec)
+    return rec
+
+
+def _step(name: str) -> int:
+    tail = name.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
+def recorded_checkpoints(out: Path, rec: dict | None = None) -> list[Path]:
+    """The ``checkpoint-N`` folders the run in ``out`` wrote (its record lists them) that are there, oldest first."""
+    rec = read_record(out) if rec is None else rec
+    if rec is None:
+        return []
+    names = [n for n in rec.get("checkpoints", []) if isinstance(n, str) and _TRAINER_CHECKPOINT.fullmatch(n)]
+    return sorted((out / n for n in names if (out / n).is_dir()), key=lambda p: _step(p.name))
+
+
+def _trainer_named(out: Path) -> list[Path]:
+    """Folders named as the Trainer names its checkpoints (``checkpoint-<digits>``): it would write into them."""
+    return sorted((p for p in out.iterdir() if p.is_dir() and _TRAINER_CHECKPOINT.fullmatch(p.name)), key=lambda p: _step(p.name))
+
+
+_TRAINER_CHECKPOINT = re.compile(r"checkpoint-\d+")
+
+
+class RunRecorder(TrainerCallback):
+    """Keeps the run's record up to date: every checkpoint is listed before the Trainer writes it (so a save cut short
+    is known as this run's), the loss summed so far is stored in it (a resumed run reports the whole run's mean
+    training loss), and only checkpoints the record lists are rotated out (the newest two and the best are kept)."""
+
+    def __init__(self, trainer, out: Path, prior_loss: float = 0.0, keep: int = 2):
+        self.trainer, self.out, self.prior_loss, self.keep = trainer, Path(out), prior_loss, keep
+        self.saving: str | None = None
+
+    def _note(self, args, state, control, **kw):
+        if control.should_save and state.is_world_process_zero:
+            name = f"checkpoint-{state.global_step}"
+            rec = read_record(self.out) or start_record(self.out, "attnkit train")
+            if name not in rec["checkpoints"]:
+                rec["checkpoints"].append(name)
+            rec["saving"] = self.saving = name
+            write_record(self.out, rec)
+
+    on_step_end = on_epoch_end = _note
+
+    def loss_so_far(self) -> float:
+        t = self.trainer
+        pending = getattr(t, "_tr_loss", None)
+        return self.prior_loss + float(getattr(t, "_total_loss_scalar", 0.0)) + (float(pending) if pending is not None else 0.0)
+
+    def on_save(self, args, state, control, **kw):
+        if not state.is_world_process_zero:
+            return
+        name = f"checkpoint-{state.global_step}"
+        if (self.out / name).is_dir():
+            write_json_atomic(self.out / name / LOSS_FILE, {WRITTEN_BY: "attnkit", "total_loss": self.loss_so_far(),
+                                                            "global_step": state.global_step})
+        rec = read_record(self.out) or start_record(self.out, "attnkit train")
+        rec["saving"] = self.saving = None
+        best = Path(state.best_model_checkpoint).name if state.best_model_checkpoint else None
+        ckpts = recorded_checkpoints(self.out, rec)
+        keep = {p.name for p in ckpts[-1:]} | ({best} if best else set())  # the newest and the best, as the Trainer keeps
+        for c in reversed(ckpts):
+            if len(keep) >= self.keep:
+                break
+            keep.add(c.name)
+        for c in ckpts:
+            if c.name not in keep:
+                shutil.rmtree(c, ignore_errors=True)
+        rec["checkpoints"] = [n for n in rec["checkpoints"] if n in keep or not (self.out / n).exists()]
+        rec["checkpoints"] = [n for n in rec["checkpoints"] if (self.out / n).exists()]
+        write_record(self.out, rec)
+
+
+#: beside a checkpoint's trainer state: the training loss summed over its steps (the mean of a resumed run needs it)
+LOSS_FILE = "attnkit_loss.json"
 
 
 #: settings that may differ when a run is resumed: they do not change what is trained, or only how
@@ -90,37 +236,79 @@ def _read_json(path: Path) -> dict:
 
 
 def is_run_folder(out: Path) -> bool:
-    """Whether ``out`` holds something of an attnkit run (settings, metrics, model, checkpoints, set-aside runs)."""
+    """Whether ``out`` holds an attnkit run: attnkit's record of it (RUN_RECORD, written when the run starts), or
+    nothing but earlier runs attnkit moved aside (a run cut short right after ``--no-resume`` moved them). A ``model/``
+    or a ``checkpoint-*`` folder alone proves nothing: anyone may make one."""
     if not out.is_dir():
         return False
-    names = ("run_config.json", METRICS_FILE, MODEL_DIR, "mini_init")
-    return (any((out / n).exists() for n in names) or bool(_checkpoint_dirs(out))
-            or any(p.name.startswith((".replaced-", ".incomplete-")) for p in out.iterdir()))
+    if (out / RUN_RECORD).exists():
+        return True
+    entries = [p for p in out.iterdir() if p.name != LOCK_FILE]
+    return bool(entries) and all(p.is_dir() and p.name.startswith(REPLACED_PREFIX) and (p / RUN_RECORD).exists() for p in entries)
 
 
 @contextmanager
 def run_folder(out: Path, option: str = "--output-dir"):
     """Make (if missing) and lock the run folder ``out`` for one run (rank 0 of a multi-process run only).
 
-    Refused at once: a file, a folder that is not empty and holds no attnkit run, a folder another process is writing.
-    If the run fails and the folder was made here and holds nothing, it is removed again."""
+    Refused at once: a file, a folder that is not empty and holds no attnkit run (no record of one), a folder another
+    process is writing. Leftovers of a save that was killed are tidied (see :func:`tidy_killed_saves`). If the run fails
+    and the folder was made here and holds nothing, it is removed again. A run that ends without an error is marked
+    finished in its record."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"{option} {out} is a file, not a folder")
-    if (out / "sweep.json").is_file():
-        raise ValueError(f"{option} {out} holds an attnkit sweep, not a run: pick a new or empty folder")
     if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()) and not is_run_folder(out):
-        raise ValueError(f"{option} {out} is not empty and holds no attnkit run (a run writes model/, metrics.json, "
-                         "run_config.json, ... there): pick a new or empty folder")
+        if _holds_sweep(out):
+            raise ValueError(f"{option} {out} holds an attnkit sweep, not a run: pick a new or empty folder")
+        raise ValueError(f"{option} {out} is not empty and holds no attnkit run (no {RUN_RECORD}, the record a run writes "
+                         "there when it starts; a model/ or checkpoint-* folder is no proof): pick a new or empty folder")
     made = first_missing(out)
     out.mkdir(parents=True, exist_ok=True)
+    rank0 = int(os.environ.get("RANK", "0")) == 0
     try:
-        with folder_lock(out) if int(os.environ.get("RANK", "0")) == 0 else contextlib.nullcontext():
+        with folder_lock(out) if rank0 else contextlib.nullcontext():
+            if rank0:
+                tidy_killed_saves(out)
             yield out
+            rec = read_record(out)
+            if rank0 and rec is not None and not rec.get("finished") and (out / METRICS_FILE).is_file():
+                write_record(out, rec | {"finished": True})
     except BaseException:
         if made is not None and all(p.name == LOCK_FILE for p in out.iterdir()):
             shutil.rmtree(made, ignore_errors=True)  # the folders made here, holding nothing but the lock file
         raise
+
+
+def _holds_sweep(out: Path) -> bool:
+    try:
+        return isinstance(json.loads((out / "sweep.json").read_text(encoding="utf-8")), list)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+
+
+_KILLED_SAVE = re.compile(r"\.(.+)\.(tmp|old)-[0-9a-f]{8}")
+
+
+def tidy_killed_saves(out: Path) -> None:
+    """What a model save killed half-way left in ``out`` (see :func:`save_checkpoint`), where attnkit's manifest
+    inside proves it wrote it: a temporary folder is removed (the save is redone); the earlier model, renamed on its
+    way out, is put back if the new one never arrived, else removed. Anything else is left as it is."""
+    for p in list(out.iterdir()):
+        m = _KILLED_SAVE.fullmatch(p.name)
+        if m is None or not p.is_dir() or read_folder_manifest(p) is None:
+            continue
+        name, kind = m.groups()
+        if kind == "tmp":
+            shutil.rmtree(p, ignore_errors=True)
+            log.warning("removed %s, left by a save that was cut short", p)
+        elif not (out / name).exists():
+            os.replace(p, out / name)
+            log.warning("put %s back (a save that was cut short had set it aside)", out / name)
+        elif folder_is_as_written(p):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            set_aside(p)
 
 
 def first_missing(path: Path) -> Path | None:
@@ -157,38 +345,104 @@ def finished_metrics(cfg, out: Path | None = None, free: tuple = _FINISHED_FREE)
     """The metrics of a finished run in ``out`` (default ``cfg.output_dir``) made with the same settings, or None if
     there is none (or ``cfg.resume`` is off: it is moved aside when training starts).
 
-    A finished run has metrics.json and model/. One made with other settings (or whose settings are not recorded)
-    is never replaced silently: ValueError naming the differences and the ways out. The one exception is asking for a
-    longer run (more epochs or steps) of a run that kept its checkpoints: it is trained on from its last one."""
+    A run is attnkit's by its record (RUN_RECORD); it is finished when its record says so or its metrics.json is
+    written. One made with other settings is never replaced silently: ValueError naming the differences and the ways
+    out. Nor is a damaged one (settings, metrics or model missing or unreadable), unless it kept checkpoints to
+    resume from (then the run is resumed, its settings checked by :func:`check_resume`). The one exception is asking
+    for a longer run (more epochs or steps) of a run that kept its checkpoints: it is trained on from its last one."""
     out = Path(cfg.output_dir if out is None else out)
-    saved, metrics = out / "run_config.json", out / METRICS_FILE
-    if not cfg.resume or not (metrics.is_file() and (out / MODEL_DIR / "config.json").is_file()):
+    if not cfg.resume:
+        return None
+    rec = read_record(out)
+    if rec is None or not (rec.get("finished") or (out / METRICS_FILE).is_file()):
         return None
     fields = type(cfg).__dataclass_fields__
-    old = _read_json(saved) if saved.is_file() else None
-    if old is not None:
-        diffs = settings_differences(old, asdict(cfg), free, fields)
-    else:  # a run of an older attnkit: its model says which attention it has; the rest is unknown
-        diffs = _spec_differences(cfg, out / MODEL_DIR / "config.json") or ["its settings are not recorded (no run_config.json)"]
-    if diffs and _checkpoint_dirs(out) and old is not None and not settings_differences(old, asdict(cfg), _RESUME_FREE, fields):
+    missing = damaged_parts(out)
+    kept = [c for c in recorded_checkpoints(out, rec) if _checkpoint_damage(c) is None]
+    if missing:
+        if kept:
+            log.warning("the run in %s is damaged (%s): resuming it from its last checkpoint", out, "; ".join(missing))
+            return None
+        diffs = _differences(cfg, out, free)
+        raise ValueError(
+            f"{out} holds a damaged run ({'; '.join(missing)}{'; other settings: ' + '; '.join(diffs) if diffs else ''}): "
+            f"nothing was changed; add --no-resume to move it aside (into {out}/{REPLACED_PREFIX}<date>/) and train afresh "
+            "there, or pick another --output-dir"
+        )
+    old = _read_json(out / "run_config.json")
+    diffs = settings_differences(old, asdict(cfg), free, fields)
+    if diffs and kept and not settings_differences(old, asdict(cfg), _RESUME_FREE, fields):
         # only the length differs and the run kept its checkpoints (--keep-checkpoints): train it on from there
         log.warning("continuing the finished run in %s from its last checkpoint (%s)", out, "; ".join(diffs))
         return None
     if diffs:
         raise ValueError(
             f"{out} holds a finished run with other settings ({'; '.join(diffs)}): pick another --output-dir, or add "
-            f"--no-resume to move that run aside (into {out}/.replaced-<date>/) and train afresh there"
+            f"--no-resume to move that run aside (into {out}/{REPLACED_PREFIX}<date>/) and train afresh there"
         )
-    return _read_json(metrics)
+    return _read_json(out / METRICS_FILE)
+
+
+def damaged_parts(out: Path) -> list[str]:
+    """What of a finished run in ``out`` is missing or unreadable: its settings, metrics, model config or weights."""
+    bad = []
+    for name, what in (("run_config.json", "its settings"), (METRICS_FILE, "its metrics")):
+        f = out / name
+        if not f.is_file():
+            bad.append(f"{what} {f} {'is not a file' if f.exists() else 'are missing'}")
+            continue
+        try:
+            json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError) as e:
+            bad.append(f"{what} {f} are unreadable ({type(e).__name__})")
+    model = out / MODEL_DIR
+    if not model.is_dir():
+        bad.append(f"its model {model}/ is missing")
+        return bad
+    cfg = model / "config.json"
+    if not cfg.is_file():
+        bad.append(f"its model's {cfg} is missing")
+    else:
+        try:
+            json.loads(cfg.read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError) as e:
+            bad.append(f"its model's {cfg} is unreadable ({type(e).__name__})")
+    try:
+        check_weights_file(model)
+    except OSError as e:
+        bad.append(str(e).split(";")[0])
+    return bad
+
+
+def _differences(cfg, out: Path, free: tuple) -> list[str]:
+    """How ``cfg`` differs from the settings of the run in ``out`` as far as they can be read (its run_config.json,
+    else the attention stored in its model or last checkpoint); [] where nothing can be read."""
+    try:
+        if (out / "run_config.json").is_file():
+            return settings_differences(_read_json(out / "run_config.json"), asdict(cfg), free, type(cfg).__dataclass_fields__)
+        ckpts = recorded_checkpoints(out)
+        for f in [out / MODEL_DIR / "config.json"] + [c / "config.json" for c in reversed(ckpts)]:
+            if f.is_file():
+                return _spec_differences(cfg, f)
+    except (ValueError, AttributeError):
+        pass
+    return []
 
 
 def finish_run(cfg: TrainConfig, out: Path, history: list[dict], metric: str, title: str) -> None:
-    """After a finished run: draw ``curves.{png,svg}`` (training loss and dev ``metric`` from the Trainer's
-    ``history``) and remove the checkpoint folders (optimizer state, a copy of model/) unless kept. The model and
-    metrics are saved by then: a figure that cannot be drawn is a warning, not a failed run."""
-    if not cfg.keep_checkpoints:
-        for c in _checkpoint_dirs(out):
-            shutil.rmtree(c, ignore_errors=True)
+    """After a finished run (its model and metrics saved): mark it finished in its record, draw ``curves.{png,svg}``
+    (training loss and dev ``metric`` from the Trainer's ``history``) and remove the checkpoint folders this run wrote
+    (its record lists them: optimizer state, a copy of model/) unless kept; a ``checkpoint-*`` folder it did not write
+    is left alone. A figure that cannot be drawn is a warning, not a failed run."""
+    rec = read_record(out)
+    if rec is not None:
+        rec["finished"] = True
+        write_record(out, rec)
+        if not cfg.keep_checkpoints:
+            for c in recorded_checkpoints(out, rec):
+                shutil.rmtree(c, ignore_errors=True)
+            rec["checkpoints"] = [n for n in rec["checkpoints"] if (out / n).exists()]
+            write_record(out, rec)
     for ext in ("png", "svg"):
         try:
             plot_curves(history, out / f"curves.{ext}", metric, title=title,
@@ -209,21 +463,27 @@ def same_paths(d: dict) -> dict:
 
 
 def _checkpoint_dirs(out: Path) -> list[Path]:
-    """The Trainer's ``checkpoint-N`` folders in a run folder."""
-    return sorted(p for p in out.glob("checkpoint-*") if p.is_dir())
+    """The ``checkpoint-N`` folders the run in a run folder wrote (its record lists them)."""
+    return recorded_checkpoints(out)
 
 
 def check_resume(cfg: TrainConfig, out: Path) -> None:
-    """Stop before any work if ``out`` holds checkpoints of a run with other settings (unless ``cfg.resume`` is off):
-    the message names the differences. Changes nothing in ``out``."""
+    """Stop before any work if ``out`` holds checkpoints of a run with other settings (unless ``cfg.resume`` is off),
+    or checkpoints whose settings are not recorded (run_config.json missing): the message names the differences and
+    the ways out. Changes nothing in ``out``."""
     ckpts = _checkpoint_dirs(out)
     if not ckpts or not cfg.resume:
         return
     saved = out / "run_config.json"
     if saved.is_file():
         diffs = settings_differences(_read_json(saved), asdict(cfg), _RESUME_FREE, TrainConfig.__dataclass_fields__)
-    else:  # a run of an older attnkit: compare the attention its checkpoints were trained with
-        diffs = _spec_differences(cfg, Path(get_last_checkpoint(str(out)) or ckpts[-1]) / "config.json")
+    else:
+        diffs = _spec_differences(cfg, ckpts[-1] / "config.json")
+        raise ValueError(
+            f"{out} holds checkpoints of a run whose settings are missing ({saved} is gone"
+            f"{'; its attention differs: ' + '; '.join(diffs) if diffs else ''}): nothing was changed; add --no-resume to "
+            f"move it aside (into {out}/{REPLACED_PREFIX}<date>/) and train afresh there, or pick another --output-dir"
+        )
     if diffs:
         raise ValueError(
             f"{out} holds checkpoints of a run with other settings ({'; '.join(diffs)}): rerun with the same "
@@ -232,18 +492,14 @@ def check_resume(cfg: TrainConfig, out: Path) -> None:
 
 
 def move_aside(out: Path, keep: tuple = ()) -> Path | None:
-    """Move everything of an earlier run in ``out`` (all but hidden entries and ``keep``) into a new hidden folder
-    ``.replaced-<date>/`` beside it, and return that folder (None if there was nothing to move). Nothing is deleted."""
-    entries = [p for p in out.iterdir() if not p.name.startswith(".") and p.name not in keep]
-    if not entries:
+    """Move everything of an earlier run in ``out`` (all but hidden entries and ``keep``; its record and attnkit's
+    ledger of outputs too) into a new hidden folder ``.replaced-<date>/`` beside it, and return that folder (None if
+    there was nothing to move). Nothing is deleted."""
+    own_hidden = (RUN_RECORD, ".attnkit-outputs.json")
+    entries = [p for p in out.iterdir() if (not p.name.startswith(".") or p.name in own_hidden) and p.name not in keep]
+    if not [p for p in entries if p.name != ".attnkit-outputs.json"]:
         return None
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    aside = out / f".replaced-{stamp}"
-    n = 1
-    while aside.exists():
-        n += 1
-        aside = out / f".replaced-{stamp}-{n}"
-    aside.mkdir()
+    aside = replaced_folder(out)
     for p in entries:
         os.replace(p, aside / p.name)
     return aside
@@ -258,14 +514,27 @@ def _spec_differences(cfg, config_file: Path) -> list[str]:
 
 def prepare_output(cfg, out: Path, keep: tuple = ("mini_init",)) -> None:
     """Make a run folder ready once everything before training has worked (its settings were checked first):
-    ``cfg.resume = False`` moves the earlier run there (finished or not: model, metrics, checkpoints, figures) aside
-    into ``.replaced-<date>/`` and starts afresh; then writes ``run_config.json``: only now is the folder committed
-    to the new run, so a run killed before this point leaves the earlier one as it was."""
+    ``cfg.resume = False`` moves the earlier run there (finished or not: model, metrics, checkpoints, figures, its
+    record) aside into ``.replaced-<date>/`` and starts afresh; then writes the run's record (RUN_RECORD: a new one,
+    or the resumed run's, marked unfinished again) and ``run_config.json``: only now is the folder committed to the
+    new run, so a run killed before this point leaves the earlier one as it was. A ``checkpoint-N`` folder the record
+    does not list (the Trainer would write into it, or resume from it) is moved aside whole."""
     if not cfg.resume:
         aside = move_aside(out, keep)
         if aside is not None:
             log.warning("--no-resume: the earlier run in %s was moved aside to %s", out, aside)
     if int(os.environ.get("RANK", "0")) == 0:
+        rec = read_record(out) if cfg.resume else None
+        command = {"PretrainConfig": "attnkit pretrain", "AdaptConfig": "attnkit adapt"}.get(type(cfg).__name__, "attnkit train")
+        rec = start_record(out, command) if rec is None else rec | {"finished": False}
+        strangers = [p for p in _trainer_named(out) if p.name not in rec["checkpoints"]]
+        if strangers:
+            aside = replaced_folder(out)
+            for p in strangers:
+                os.replace(p, aside / p.name)
+            log.warning("%s: not written by this run (its record does not list %s), and the Trainer writes folders of that "
+                        "name: moved aside whole to %s", out, ", ".join(p.name for p in strangers), aside)
+        write_record(out, rec)
         extra = {"attention_spec": cfg.spec().to_dict()} | ({"head_spec": cfg.head().to_dict()} if hasattr(cfg, "head") else {})
         write_json_atomic(out / "run_config.json", asdict(cfg) | extra)
 
@@ -326,7 +595,7 @@ def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
         save_strategy="steps" if per_steps else "epoch",
         eval_steps=every,
         save_steps=every,
-        save_total_limit=2,
+        save_total_limit=None,  # the run's own RunRecorder rotates (the Trainer's rotation deletes any checkpoint-* folder)
         load_best_model_at_end=True,
         metric_for_best_model=best_metric,
         greater_is_better=True,
@@ -374,11 +643,58 @@ class AttnkitTrainer(Trainer):
 
 
 def fit(trainer, cfg: TrainConfig):
-    """``trainer.train()``, resumed from the run folder's newest complete checkpoint unless ``cfg.resume`` is off."""
-    resume = last_complete_checkpoint(cfg.output_dir) if cfg.resume else None
+    """``trainer.train()``, resumed from the run folder's newest complete checkpoint unless ``cfg.resume`` is off.
+
+    Every checkpoint is listed in the run's record before it is written (:class:`RunRecorder`). A checkpoint that
+    cannot be written (a full disk, a read-only folder) is removed and reported as a UserError naming it. A resumed
+    run's ``train_loss`` is the mean over all of the run's steps, not over the resumed ones only."""
+    out = Path(cfg.output_dir)
+    resume = last_complete_checkpoint(out) if cfg.resume else None
+    prior = 0.0
     if resume:
         log.warning("resuming from %s", resume)
-    return trainer.train(resume_from_checkpoint=resume)
+        prior = _loss_of(Path(resume))
+    recorder = RunRecorder(trainer, out, prior or 0.0)
+    trainer.add_callback(recorder)
+    try:
+        result = trainer.train(resume_from_checkpoint=resume)
+    except BaseException as e:
+        pending = recorder.saving
+        if pending is None or int(os.environ.get("RANK", "0")) != 0:
+            raise
+        shutil.rmtree(out / pending, ignore_errors=True)  # listed as this run's before it was written: half of it is no use
+        rec = read_record(out)
+        if rec is not None:
+            write_record(out, rec | {"saving": None, "checkpoints": [n for n in rec["checkpoints"] if n != pending]})
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        why = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[-1]
+        raise UserError(f"cannot write the checkpoint {out / pending}: {why} (is the disk full, or the folder read-only?); "
+                        "the half-written checkpoint was removed: run the same command again to resume from the last "
+                        "complete one") from None
+    finally:
+        trainer.remove_callback(recorder)
+    if not resume:
+        return result
+    metrics = dict(result.metrics)
+    steps = trainer.state.global_step
+    if prior is None:  # a checkpoint of an earlier attnkit: the loss of the steps before it was not kept
+        metrics.pop("train_loss", None)
+        metrics["train_loss_note"] = (f"resumed from {resume}, which does not record the loss of its steps: the mean "
+                                      "training loss of the whole run is not known")
+        return TrainOutput(result.global_step, float("nan"), metrics)
+    loss = (prior + float(getattr(trainer, "_total_loss_scalar", 0.0))) / max(steps, 1)
+    metrics["train_loss"] = loss
+    return TrainOutput(result.global_step, loss, metrics)
+
+
+def _loss_of(ckpt: Path) -> float | None:
+    """The training loss summed over the steps up to checkpoint ``ckpt`` (LOSS_FILE), or None if it does not say."""
+    try:
+        d = json.loads((ckpt / LOSS_FILE).read_text(encoding="utf-8"))
+        return float(d["total_loss"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def check_finite(model, cfg, history: list[dict]) -> None:

@@ -199,8 +199,31 @@ def run_sweep(base: TrainConfig, values: list[float], seeds: list[int], out_dir:
 
 
 def _is_sweep_folder(out: Path) -> bool:
-    return (out / "sweep.json").is_file() or any(
-        p.is_dir() and re.fullmatch(r"(softmax|lam-?[\d.e+-]+|alpha[\d.e+-]+)_seed-?\d+", p.name) for p in out.iterdir())
+    if (out / "sweep.json").is_file():
+        read_sweep_records(out / "sweep.json")  # a sweep.json attnkit did not write is refused, naming it
+        return True
+    return any(p.is_dir() and re.fullmatch(r"(softmax|lam-?[\d.e+-]+|alpha[\d.e+-]+)_seed-?\d+", p.name) for p in out.iterdir())
+
+
+#: what every record of a sweep cell holds (sweep.json is a list of them)
+_RECORD_KEYS = ("seed", "metric", "dev", "test", "mean_support", "run_dir")
+
+
+def read_sweep_records(path: Path) -> list[dict]:
+    """The cell records of a sweep.json attnkit wrote; ValueError naming the file for one it did not write (or that
+    was damaged): it is neither read as records nor replaced."""
+    way_out = "move it out of the folder, or pick another --output-dir"
+    try:
+        recs = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not readable JSON ({type(e).__name__}): it is not an attnkit sweep's record; {way_out}") from None
+    def is_record(r) -> bool:
+        return (isinstance(r, dict) and all(k in r for k in _RECORD_KEYS) and r.get("param", "lam") in SWEPT
+                and isinstance(r.get(r.get("param", "lam")), (int, float, str)) and isinstance(r["seed"], int))
+    if not isinstance(recs, list) or not all(is_record(r) for r in recs):
+        raise ValueError(f"{path} does not hold attnkit sweep records (a list of cells, each with its {', '.join(_RECORD_KEYS)}): "
+                         f"attnkit did not write it; {way_out}")
+    return recs
 
 
 def check_view(base: TrainConfig, layer: int | None, head: int) -> None:
@@ -219,7 +242,7 @@ def check_view(base: TrainConfig, layer: int | None, head: int) -> None:
 def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | None, view_head: int, report_only: bool,
            log: Callable[[str], None]) -> list[dict]:
     # records of an earlier sweep into this folder (also when its run folders are gone, e.g. a committed sweep.json)
-    earlier = {(*swept(r), r["seed"]): r for r in (json.loads((out / "sweep.json").read_text()) if (out / "sweep.json").is_file() else [])}
+    earlier = {(*swept(r), r["seed"]): r for r in (read_sweep_records(out / "sweep.json") if (out / "sweep.json").is_file() else [])}
     other = {p for p, _, _ in earlier} - {cells[0].param}
     if other:
         raise ValueError(f"--output-dir {out} holds a sweep over {', '.join(sorted(other))}, not {cells[0].param}: pick another folder")
