@@ -18,6 +18,9 @@ and the attnkit, torch and transformers versions.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import math
 import statistics
 import subprocess
@@ -185,7 +188,92 @@ def rule_text(alpha: float = 0.05, family: str | None = None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Records
+# Records: one JSON list per table, read and appended under a lock (several workers may share a file)
+
+@contextlib.contextmanager
+def locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(str(path) + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def read_records(path: Path) -> list[dict]:
+    """A records file's list (empty where there is none yet)."""
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def add_record(path: Path, rec: dict, key: tuple[str, ...] = ("task", "method", "seed"), then=None) -> list[dict]:
+    """Add (or replace) the record with ``rec``'s ``key`` under the lock; ``then(records)`` runs still holding it."""
+    with locked(path):
+        recs = [r for r in read_records(path) if tuple(r[k] for k in key) != tuple(rec[k] for k in key)]
+        recs.append(rec)
+        recs.sort(key=lambda r: tuple(r[k] for k in key))
+        write_records(path, recs)
+        if then is not None:
+            then(recs)
+        return recs
+
+
+def write_records(path: Path, recs: list[dict]) -> None:
+    """Replace the records file atomically (call with the lock held)."""
+    from attnkit.runfiles import write_text_atomic
+
+    write_text_atomic(path, json.dumps(recs, indent=1) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Cells of paired comparisons in the tables
+
+def mean_sd(xs: list[float]) -> str:
+    """mean ± std as the tables print them (one decimal; std 0 for one value, "—" for none)."""
+    if not xs:
+        return "—"
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return f"{statistics.mean(xs):.1f} ± {sd:.1f}"
+
+
+def verdict(diffs: list[float]) -> str:
+    """The verdict of one paired comparison standing alone: a two-sided paired t-test at 5% (studies.stats)."""
+    return paired_test(diffs).verdict
+
+
+def paired(d: list[float], sep: str = " | ", test=None) -> str:
+    """Paired differences as the tables print them: mean ± std (seeds won of all, t, p), then the verdict after
+    ``sep``; ``test`` is the comparison's :class:`~studies.stats.PairedTest` where a family's Holm correction called it."""
+    if not d:
+        return f"—{sep}—"
+    test = test or paired_test(d)
+    return f"{format_paired(test, verdict=False, won=True)}{sep}{test.verdict}"
+
+
+class Family:
+    """Paired comparisons collected while a table is built, given their verdicts at once (Holm within each family),
+    then written into the lines where their placeholders stand."""
+
+    def __init__(self):
+        self.diffs, self.keys = [], []
+
+    def add(self, d: list[float], family=None, sep: str = " | ") -> str:
+        self.diffs.append((d, sep))
+        self.keys.append(family if d else None)
+        return f"\x00{len(self.diffs) - 1}\x00"
+
+    def fill(self, lines: list[str]) -> list[str]:
+        tests = verdicts_by_family([paired_test(d) for d, _ in self.diffs], self.keys)
+        cells = [paired(d, sep, t) for (d, sep), t in zip(self.diffs, tests)]
+        out = []
+        for line in lines:
+            parts = line.split("\x00")
+            out.append("".join(cells[int(x)] if k % 2 else x for k, x in enumerate(parts)))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Provenance
 
 def _git(args: list[str], cwd: Path) -> str | None:
     try:

@@ -34,11 +34,14 @@ def _records(path: Path) -> list:
     return json.loads(path.read_text()) if path.is_file() else []
 
 
-SSAF = "benchmarks/ssaf_table2.py"
-FAITH = "benchmarks/faithfulness.py"
-SESAME = "benchmarks/sesame_paper.py"
-RESULTS = ROOT / "benchmarks" / "results"
-SSAF_DIR = FAITH_DIR = SESAME_DIR = RESULTS
+SSAF = "studies/ssaf/ssaf_table2.py"
+FAITH = "studies/faithfulness/faithfulness.py"
+SESAME = "studies/sesamebert/sesame_paper.py"
+SSAF_DIR = ROOT / "studies" / "ssaf" / "results"
+FAITH_DIR = ROOT / "studies" / "faithfulness" / "results"
+SESAME_DIR = ROOT / "studies" / "sesamebert" / "results"
+MINI = "studies/minibert/render.py"
+MINI_DIR = ROOT / "studies" / "minibert" / "results"
 
 
 def tables() -> dict[Path, Callable[[], str]]:
@@ -59,6 +62,8 @@ def tables() -> dict[Path, Callable[[], str]]:
         SESAME_DIR / "sesame_paper_table3_bf16.md": lambda: sp().render_table3(_records(SESAME_DIR / "sesame_paper_table3_bf16.json"), "bf16"),
         SESAME_DIR / "sesame_paper_hans_bf16.md": lambda: sp().render_hans(_records(SESAME_DIR / "sesame_paper_hans_bf16.json"), "bf16"),
     }
+    if (MINI_DIR / "minibert_study.md").is_file():  # MiniBERT's study (issue 39), once its first table is committed
+        out[MINI_DIR / "minibert_study.md"] = lambda: script(MINI).render(_records(MINI_DIR / "records.json"))
     return out
 
 

@@ -499,7 +499,7 @@ def test_roberta_family_with_se_and_blur(tiny_roberta):
 def _weights_digest(model_dir: Path) -> str:
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("sesame_paper", Path(__file__).resolve().parents[1] / "benchmarks" / "sesame_paper.py")
+    spec = importlib.util.spec_from_file_location("sesame_paper", Path(__file__).resolve().parents[1] / "studies" / "sesamebert" / "sesame_paper.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.weights_digest(model_dir)  # the digest the benchmark records
@@ -551,7 +551,7 @@ def test_initial_se_weights_are_those_of_the_model_a_run_starts_from(tiny_bert, 
 
     from attnkit.training.finetune import train
 
-    spec = importlib.util.spec_from_file_location("sesame_paper", Path(__file__).resolve().parents[1] / "benchmarks" / "sesame_paper.py")
+    spec = importlib.util.spec_from_file_location("sesame_paper", Path(__file__).resolve().parents[1] / "studies" / "sesamebert" / "sesame_paper.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     a = types.SimpleNamespace(work_dir=str(tmp_path), data_dir=str(tiny_task), model=str(tiny_bert), epochs=1, batch_size=16, lr=1e-30,

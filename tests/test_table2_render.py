@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "ssaf_table2.py"
+_STUDIES = Path(__file__).resolve().parent.parent / "studies"
+_PATH = _STUDIES / "ssaf" / "ssaf_table2.py"
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +74,8 @@ def test_entmax_section_pairs_each_map_with_softmax_and_ssaf_and_pools_sets(t2):
 def sesame():
     import sys
 
-    sys.path.insert(0, str(_PATH.parent))
-    spec = importlib.util.spec_from_file_location("sesame_paper", _PATH.parent / "sesame_paper.py")
+    sys.path[:0] = [str(_PATH.parent), str(_STUDIES / "sesamebert")]
+    spec = importlib.util.spec_from_file_location("sesame_paper", _STUDIES / "sesamebert" / "sesame_paper.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -246,7 +247,7 @@ def test_sesame_table3_and_hans_pair_by_seed(sesame):
 
 
 def test_faithfulness_table_lists_models_that_are_not_table2s_to_the_bit():
-    spec = importlib.util.spec_from_file_location("faithfulness_bench", _PATH.with_name("faithfulness.py"))
+    spec = importlib.util.spec_from_file_location("faithfulness_bench", _STUDIES / "faithfulness" / "faithfulness.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     ex = {e: {"aopc_comprehensiveness": 0.1, "aopc_sufficiency": 0.2} for e in ("attention", "rollout", "received", "grad_x_input", "integrated_gradients", "random")}
@@ -262,7 +263,7 @@ def test_faithfulness_table_lists_models_that_are_not_table2s_to_the_bit():
 
 
 def test_faithfulness_table_pairs_by_seed_under_holm_and_reports_tie_shares():
-    spec = importlib.util.spec_from_file_location("faithfulness_bench", _PATH.with_name("faithfulness.py"))
+    spec = importlib.util.spec_from_file_location("faithfulness_bench", _STUDIES / "faithfulness" / "faithfulness.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     names = ("attention", "rollout", "received", "grad_x_input", "integrated_gradients", "random")

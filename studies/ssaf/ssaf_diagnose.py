@@ -16,8 +16,8 @@ On ``--sentences`` dev texts of ``--task`` it measures, per layer and head:
 
 Writes ``OUT.json`` and ``OUT.png``::
 
-    python benchmarks/ssaf_diagnose.py --task semeval2013 --data-dir ../shared/data --runs /work/runs \
-        --out benchmarks/results/ssaf_diagnose_semeval2013
+    python studies/ssaf/ssaf_diagnose.py --task semeval2013 --data-dir ../shared/data --runs /work/runs \
+        --out studies/ssaf/results/ssaf_diagnose_semeval2013
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from attnkit.attention.spec import AttentionSpec
 from attnkit.models.build import build_classifier, load_model, load_tokenizer
 from attnkit.tasks import load_task
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from attnkit.training.config import PAPER_LAM  # noqa: E402
-from benchmarks.ssaf_table2 import TASKS  # noqa: E402
+from studies.ssaf.ssaf_table2 import TASKS  # noqa: E402
 from benchmarks.support import recorded_scores  # noqa: E402
 
 SCAN = (-12.0, -8.0, -6.0, -4.0, -3.0, -2.0, -1.0, 0.0)
@@ -227,12 +227,12 @@ def main():
     ap.add_argument("--task", default="semeval2013", choices=sorted(TASKS))
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--runs", default="runs", help="folder of the Table 2 run folders (TASK__SSAF__sN/model)")
-    ap.add_argument("--table", default="benchmarks/results/ssaf_table2.json")
+    ap.add_argument("--table", default="studies/ssaf/results/ssaf_table2.json")
     ap.add_argument("--sentences", type=int, default=128)
     ap.add_argument("--max-length", type=int, default=128)
-    ap.add_argument("--out", default=None, help="output stem (default benchmarks/results/ssaf_diagnose_TASK)")
+    ap.add_argument("--out", default=None, help="output stem (default studies/ssaf/results/ssaf_diagnose_TASK)")
     a = ap.parse_args()
-    out = Path(a.out or f"benchmarks/results/ssaf_diagnose_{a.task}")
+    out = Path(a.out or f"studies/ssaf/results/ssaf_diagnose_{a.task}")
     lam = PAPER_LAM[a.task]
     texts = list(load_task(a.task, a.data_dir).splits["validation"]["text"])[: a.sentences]
 
@@ -271,7 +271,7 @@ def main():
                     "support_mean": np.mean(trained, 0).round(3).tolist(),
                     "support_mean_all": round(float(np.mean(trained)), 3)} if trained else None,
         "curves": cur, "curves_task": cur_task,
-        "command": "python benchmarks/ssaf_diagnose.py " + " ".join(sys.argv[1:]),
+        "command": "python studies/ssaf/ssaf_diagnose.py " + " ".join(sys.argv[1:]),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")

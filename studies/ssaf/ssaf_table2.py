@@ -8,8 +8,8 @@ markdown table with paired differences and verdicts is re-rendered, so an interr
 stopped: a cell already in the json is skipped, a cell whose run folder holds checkpoints resumes from them.
 
     # one worker per task, one torch thread each (2 cores: two workers at most)
-    OMP_NUM_THREADS=1 python benchmarks/ssaf_table2.py --tasks sentube-auto --data-dir ../shared/data
-    python benchmarks/ssaf_table2.py --render-only          # the table from the json alone
+    OMP_NUM_THREADS=1 python studies/ssaf/ssaf_table2.py --tasks sentube-auto --data-dir ../shared/data
+    python studies/ssaf/ssaf_table2.py --render-only          # the table from the json alone
 
 Methods: ``softmax``, ``SSAF`` (sparsegen-lin at the paper's lam), ``Np`` / ``SSAF(Np)`` (the same from random
 weights, at ``--np-epochs``/``--np-lr`` with warm-up), and the remedies of issue 12 (``SSAF+learned-lam``: lam
@@ -25,9 +25,7 @@ first 256 dev texts, so that accuracy and sparsity stand side by side.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
-import fcntl
 import json
 import os
 import platform
@@ -39,10 +37,14 @@ from pathlib import Path
 from attnkit.runfiles import write_text_atomic
 from attnkit.training.config import PAPER_EPOCHS, PAPER_LAM
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = Path(__file__).resolve().parent / "results"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from studies.stats import format_paired, paired_test, provenance, rule_text, verdicts_by_family, weights_sha256  # noqa: E402,F401
+from studies.stats import (  # noqa: E402,F401  (the shared record, pairing and verdict code; sesame_paper and faithfulness use it through here too)
+    Family, add_record, format_paired, locked, mean_sd as _ms, paired, paired_test, provenance, read_records, rule_text, verdict,
+    verdicts_by_family, weights_sha256, write_records,
+)
 #: Table 2's sets in its order; each runs at the paper's lam and epochs (config.PAPER_LAM, PAPER_EPOCHS: METHODS.md §1).
 #: sst2-ptb: GLUE's sst2 has no test labels, the same sentences from the SST trees have them
 TASKS = ("sentube-auto", "sentube-tablets", "semeval2013", "sst2-ptb", "sst5-phrases")
@@ -87,38 +89,6 @@ def method_settings(method: str, task: str, a) -> dict:
     elif method not in ("softmax", "SSAF", "Np", "SSAF(Np)", "entmax15"):
         raise SystemExit(f"unknown method {method!r}")
     return base
-
-
-@contextlib.contextmanager
-def locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(str(path) + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def read_records(path: Path) -> list[dict]:
-    return json.loads(path.read_text()) if path.is_file() else []
-
-
-def add_record(path: Path, rec: dict, key: tuple[str, ...] = ("task", "method", "seed"), then=None) -> list[dict]:
-    """Add (or replace) the record with ``rec``'s ``key`` under the lock; ``then(records)`` runs still holding it."""
-    with locked(path):
-        recs = [r for r in read_records(path) if tuple(r[k] for k in key) != tuple(rec[k] for k in key)]
-        recs.append(rec)
-        recs.sort(key=lambda r: tuple(r[k] for k in key))
-        write_records(path, recs)
-        if then is not None:
-            then(recs)
-        return recs
-
-
-def write_records(path: Path, recs: list[dict]) -> None:
-    """Replace the records file atomically (call with the lock held)."""
-    write_text_atomic(path, json.dumps(recs, indent=1) + "\n")
 
 
 def truncated_share(task: str, data_dir: str | None, max_length: int) -> float:
@@ -242,49 +212,6 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores{gpu}"
 
 
-def _ms(xs: list[float]) -> str:
-    if not xs:
-        return "—"
-    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-    return f"{statistics.mean(xs):.1f} ± {sd:.1f}"
-
-
-def verdict(diffs: list[float]) -> str:
-    """The verdict of one paired comparison standing alone: a two-sided paired t-test at 5% (studies.stats)."""
-    return paired_test(diffs).verdict
-
-
-def paired(d: list[float], sep: str = " | ", test=None) -> str:
-    """Paired differences as the tables print them: mean ± std (seeds won of all, t, p), then the verdict after
-    ``sep``; ``test`` is the comparison's :class:`~studies.stats.PairedTest` where a family's Holm correction called it."""
-    if not d:
-        return f"—{sep}—"
-    test = test or paired_test(d)
-    return f"{format_paired(test, verdict=False, won=True)}{sep}{test.verdict}"
-
-
-class Family:
-    """Paired comparisons collected while a table is built, given their verdicts at once (Holm within each family),
-    then written into the lines where their placeholders stand."""
-
-    def __init__(self):
-        self.diffs, self.keys = [], []
-
-    def add(self, d: list[float], family=None, sep: str = " | ") -> str:
-        self.diffs.append((d, sep))
-        self.keys.append(family if d else None)
-        return f"\x00{len(self.diffs) - 1}\x00"
-
-    def fill(self, lines: list[str]) -> list[str]:
-        tests = verdicts_by_family([paired_test(d) for d, _ in self.diffs], self.keys)
-        cells = [paired(d, sep, t) for (d, sep), t in zip(self.diffs, tests)]
-        out = []
-        for line in lines:
-            parts = line.split("\x00")
-            out.append("".join(cells[int(x)] if k % 2 else x for k, x in enumerate(parts)))
-        return out
-
-
 #: the header line of every table here that reads a family of comparisons
 FAMILY_RULE = rule_text(family="the methods compared with one baseline on one set within a section (the pooled rows "
                         "and SSAF(Np) − Np stand alone)")
@@ -342,7 +269,7 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
     lines = [
         "# SSAF Table 2 at the paper's budget (MiniLM)",
         "",
-        "Made by `benchmarks/ssaf_table2.py` (records: `ssaf_table2.json`, one per task × method × seed). Every run: the",
+        "Made by `studies/ssaf/ssaf_table2.py` (records: `ssaf_table2.json`, one per task × method × seed). Every run: the",
         "bundled all-MiniLM-L6-v2 (6 layers, hidden 384, 12 heads of size 32), the whole train split (SST-1: a random",
         "subset of its phrases drawn with the run's seed, size in the table; SST-2: `sst2-ptb`, the binary sentences of",
         "the SST trees, whose test set is labelled unlike GLUE's), Adam (AdamW, weight",
@@ -474,8 +401,8 @@ def parser() -> argparse.ArgumentParser:
                          + ", ".join(f"{n} on {t}" for t, n in SUBSET.items()))
     ap.add_argument("--logging-steps", type=int, default=50)
     ap.add_argument("--work-dir", default="runs/ssaf_table2")
-    ap.add_argument("--json", default=str(ROOT / "benchmarks/results/ssaf_table2.json"))
-    ap.add_argument("--md", default=str(ROOT / "benchmarks/results/ssaf_table2.md"))
+    ap.add_argument("--json", default=str(RESULTS / "ssaf_table2.json"))
+    ap.add_argument("--md", default=str(RESULTS / "ssaf_table2.md"))
     ap.add_argument("--render-only", action="store_true")
     ap.add_argument("--fill-from-runs", action="store_true",
                     help="add test macro-F1 and curves that records lack from their run folders in --work-dir, then render")

@@ -1,6 +1,6 @@
 """Is sparse attention more interpretable? Faithfulness and plausibility of each attention map's explanations (issue 25).
 
-For each (task, method, seed) it takes the model of Table 2's run (``benchmarks/ssaf_table2.py``, same budget and run
+For each (task, method, seed) it takes the model of Table 2's run (``studies/ssaf/ssaf_table2.py``, same budget and run
 folder; a missing model is trained there again with the same settings — not always bit for bit the same model, as
 the compiled kernel's rounding has changed between versions, so each record keeps the explained model's test score
 beside the one Table 2 recorded), explains the first
@@ -10,13 +10,13 @@ gradients; on sst2-ptb the plausibility against SST's word labels) and appends o
 once (a cell already there is skipped). The markdown table gives mean ± std over seeds and, paired by seed, each
 sparse map minus softmax with a verdict.
 
-    OMP_NUM_THREADS=1 python benchmarks/faithfulness.py --tasks sst2-ptb --methods softmax SSAF entmax15 --data-dir ../shared/data
-    OMP_NUM_THREADS=1 python benchmarks/faithfulness.py --tasks semeval2013 --methods MiniSA MiniSSA MiniNTA --data-dir ../shared/data
+    OMP_NUM_THREADS=1 python studies/faithfulness/faithfulness.py --tasks sst2-ptb --methods softmax SSAF entmax15 --data-dir ../shared/data
+    OMP_NUM_THREADS=1 python studies/faithfulness/faithfulness.py --tasks semeval2013 --methods MiniSA MiniSSA MiniNTA --data-dir ../shared/data
 
-MiniBERT's cells (``MiniSA``/``MiniSSA``/``MiniNTA``) take the models of ``benchmarks/minibert.py`` (MLM on the task's
+MiniBERT's cells (``MiniSA``/``MiniSSA``/``MiniNTA``) take the models of MiniBERT's runner (``minibert.py`` (MLM on the task's
 training text, then fine-tuned; 1 layer x 1 head, d = 32), trained there where missing; their paired comparison is
 against MiniSA (the kind with every projection), since all three use softmax.
-    python benchmarks/faithfulness.py --render-only
+    python studies/faithfulness/faithfulness.py --render-only
 """
 
 from __future__ import annotations
@@ -33,14 +33,17 @@ from pathlib import Path
 
 from attnkit.runfiles import write_text_atomic
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = Path(__file__).resolve().parent / "results"
+#: Table 2's runner (studies/ssaf) and MiniBERT's (studies/minibert)
+for _d in (ROOT / "studies" / "minibert", ROOT / "studies" / "ssaf", ROOT):
+    sys.path.insert(0, str(_d))
 import minibert  # noqa: E402  (MiniBERT's runs and their settings)
-import ssaf_table2  # noqa: E402  (the runs, their settings and the verdict rule)
+import ssaf_table2  # noqa: E402  (the runs, their settings; the shared record and verdict code of studies.stats)
 
-ROOT = Path(__file__).resolve().parent.parent
 #: the rankings the table compares (random is the floor)
 SHOWN = ("attention", "rollout", "received", "grad_x_input", "integrated_gradients", "random")
-#: MiniBERT's attention kinds (``benchmarks/minibert.py``'s runs: MLM on the task's text, then fine-tuned; 1 layer x 1 head)
+#: MiniBERT's attention kinds (``minibert.py``'s runs: MLM on the task's text, then fine-tuned; 1 layer x 1 head)
 MINI = {"MiniSA": "sa", "MiniSSA": "ssa", "MiniNTA": "nta"}
 #: what each method is compared with, paired by seed (MiniBERT's projections-free kinds against its full MiniSA)
 BASELINE = {"MiniSSA": "MiniSA", "MiniNTA": "MiniSA"}
@@ -59,7 +62,7 @@ def model_run(task: str, method: str, seed: int, a) -> Path:
         mb.data_dir, mb.work_dir = a.data_dir, a.mini_work_dir
         run = Path(mb.work_dir) / f"{task}__{MINI[method]}1x1__s{seed}__mlm"
         if not (run / "model" / "config.json").is_file():
-            print(f"[faithfulness] {task} {method} seed {seed}: training MiniBERT in {run} (benchmarks/minibert.py's settings)", flush=True)
+            print(f"[faithfulness] {task} {method} seed {seed}: training MiniBERT in {run} (minibert.py's settings)", flush=True)
             minibert.run_finetune(task, MINI[method], seed, "mlm", 1, 1, mb)
         return run
     run = Path(a.work_dir) / f"{task}__{method}__s{seed}"
@@ -216,7 +219,7 @@ def render(recs: list[dict]) -> str:
     for r in recs:
         by.setdefault((r["task"], r["method"]), {})[r["seed"]] = r
     lines = ["# Is sparse attention more faithful, or more plausible? (MiniLM, Table 2's runs)", "",
-             "Made by `benchmarks/faithfulness.py` (records: `faithfulness.json`). Per run: the first test texts (count in the",
+             "Made by `studies/faithfulness/faithfulness.py` (records: `faithfulness.json`). Per run: the first test texts (count in the",
              "table), words removed (ERASER), k = 1, 5, 10, 20, 50% of the words. Comprehensiveness AOPC (higher: the ranking",
              "found what the model uses) and sufficiency AOPC (lower: those words alone keep the prediction), in points of",
              "probability (× 100), mean ± std over seeds; plausibility: average precision (× 100) against SST's word labels.",
@@ -287,16 +290,16 @@ def main():
     ap.add_argument("--tie-draws", type=int, default=5, help="seeded draws of the order of tied words the erasure measures average over")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--work-dir", default="runs/ssaf_table2", help="Table 2's run folders (models are kept there)")
-    ap.add_argument("--mini-work-dir", default="runs/bench_minibert", help="MiniBERT's run folders (benchmarks/minibert.py)")
-    ap.add_argument("--json", default=str(ROOT / "benchmarks/results/faithfulness.json"))
-    ap.add_argument("--md", default=str(ROOT / "benchmarks/results/faithfulness.md"))
-    ap.add_argument("--table2-json", default=str(ROOT / "benchmarks/results/ssaf_table2.json"),
+    ap.add_argument("--mini-work-dir", default="runs/bench_minibert", help="MiniBERT's run folders (minibert.py)")
+    ap.add_argument("--json", default=str(RESULTS / "faithfulness.json"))
+    ap.add_argument("--md", default=str(RESULTS / "faithfulness.md"))
+    ap.add_argument("--table2-json", default=str(ssaf_table2.RESULTS / "ssaf_table2.json"),
                     help="where a model trained again records its Table 2 cell, if it lacks one")
     ap.add_argument("--render-only", action="store_true")
     ap.add_argument("--example", nargs="+", metavar="METHOD", default=None,
                     help="instead of the table: one test sentence explained by these methods' models side by side "
                          "(--seeds' first seed), a figure and a markdown table of the top words (e.g. --example softmax SSAF)")
-    ap.add_argument("--example-out", default=str(ROOT / "benchmarks/results/faithfulness_example"),
+    ap.add_argument("--example-out", default=str(RESULTS / "faithfulness_example"),
                     help="writes <this>.png, .svg, .json and .md")
     a = ap.parse_args()
     for k, v in vars(ssaf_table2.defaults()).items():  # the Table 2 settings run_cell reads (lr, model, ...)

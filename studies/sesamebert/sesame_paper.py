@@ -7,8 +7,8 @@ Each finished cell is appended at once to ``--json`` (a locked read-modify-write
 cell already there is skipped; a cell whose run folder holds checkpoints resumes from them) and the markdown table is
 re-rendered: every sigma with its kernel weights, mean ± std over seeds, and the paired difference to softmax.
 
-    OMP_NUM_THREADS=1 python benchmarks/sesame_paper.py --tasks rte --seeds 1 2 3 4 5 --data-dir ../shared/data
-    python benchmarks/sesame_paper.py --render-only
+    OMP_NUM_THREADS=1 python studies/sesamebert/sesame_paper.py --tasks rte --seeds 1 2 3 4 5 --data-dir ../shared/data
+    python studies/sesamebert/sesame_paper.py --render-only
 
 Sigmas whose float32 kernel is the identity to within 1e-20 (0.01: exactly [0, 1, 0]; 0.1: tails of 1.9e-22, lost
 when added to anything of ordinary size) train the very same model as no blur, bit for bit
@@ -24,7 +24,7 @@ beside the clean one (sigma chosen by the held-out 10%, that run reported on dev
 seed), and the same best-of-k applied to plain softmax's seeds (k: the distinct models the grid holds, 3 where the
 identity sigmas are softmax's run): how much of a gain selection alone produces.
 
-    OMP_NUM_THREADS=1 python benchmarks/sesame_paper.py --tasks rte --seeds 1 2 3 4 5 --holdout 0.1 --data-dir ../shared/data
+    OMP_NUM_THREADS=1 python studies/sesamebert/sesame_paper.py --tasks rte --seeds 1 2 3 4 5 --holdout 0.1 --data-dir ../shared/data
 
 Table 3 (``--grid table3``: RTE, the seven extraction strategies x softmax / SE / blur on the context layer at
 sigma S / SE + blur, 3 seeds, paired against the softmax cell of the same strategy), HANS (``--grid hans``: softmax,
@@ -50,10 +50,11 @@ from pathlib import Path
 
 from attnkit.runfiles import write_text_atomic
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import ssaf_table2  # noqa: E402  (locked records: read_records, add_record, locked; the verdict rule)
+ROOT = Path(__file__).resolve().parents[2]
+for _d in (ROOT / "studies" / "ssaf", ROOT):
+    sys.path.insert(0, str(_d))
+import ssaf_table2  # noqa: E402  (machine(); the shared records, pairing and verdicts of studies.stats)
 
-ROOT = Path(__file__).resolve().parent.parent
 SIGMAS = (0.01, 0.1, 0.3, 0.5, 1.0)
 #: the grid the paper chose sigma from (by dev accuracy)
 PAPER_SIGMAS = (0.01, 0.1, 0.3, 0.5)
@@ -230,7 +231,7 @@ def _header(title: str, grid: str, precision: str, records: str, note: str = "")
     precision's file suffix)."""
     t = _tag(precision)
     return [f"# {title}{', bf16' if precision != 'fp32' else ''})", "", f"Arithmetic: {PRECISION[precision]}.{note}", "",
-            f"Made by `benchmarks/sesame_paper.py{grid}{' --bf16' * (precision == 'bf16')}` (records: {records.format(t=t)})."]
+            f"Made by `studies/sesamebert/sesame_paper.py{grid}{' --bf16' * (precision == 'bf16')}` (records: {records.format(t=t)})."]
 
 
 def render_table3(recs: list[dict], precision: str = "fp32") -> str:
@@ -688,7 +689,7 @@ def main():
     ap.add_argument("--sst2-subset", type=int, default=None, help="SST-2: train on a random subset of this size (drawn with the seed)")
     ap.add_argument("--train-subset", type=int, default=None, help="a smoke test: every task trains on this many examples")
     ap.add_argument("--work-dir", default=None, help="run folders (default runs/sesame_paper[_holdout|_table3|_hans][_bf16])")
-    ap.add_argument("--results", default=str(ROOT / "benchmarks/results"), help="folder of the records and tables")
+    ap.add_argument("--results", default=str(Path(__file__).resolve().parent / "results"), help="folder of the records and tables")
     ap.add_argument("--bf16", action="store_true",
                     help="bfloat16 mixed precision (attnkit train --bf16): a RTE run 2-4x faster on a CPU with AVX512-BF16; records "
                          "and run folders get a _bf16 suffix (sesame_paper_bf16.json, ...), and the Table 2 of bf16 runs "
