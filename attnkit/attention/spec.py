@@ -200,6 +200,13 @@ def sparse_layer_set(text: str | None, num_layers: int) -> frozenset[int]:
     return frozenset(out)
 
 
+def sparse_layers_words(text: str) -> str:
+    """``"the last layer"``, ``"layer 2"``, ``"layers 4-5"``: a :func:`check_sparse_layers` value in words."""
+    if text == "last":
+        return "the last layer"
+    return f"layer {text}" if text.isdigit() else f"layers {text}"
+
+
 def layer_index(module: nn.Module) -> int:
     """The 0-based layer of an attention module: transformers' ``layer_idx`` (BERT family), else the index attnkit
     gave it when it built or loaded the model (:func:`number_layers`)."""
@@ -332,7 +339,7 @@ class AttentionSpec:
         elif self.attention == "entmax15":
             s = "1.5-entmax"
         if self.sparse_layers is not None:
-            s += f" in layer{'s' * (self.sparse_layers != 'last')} {self.sparse_layers} (softmax in the others)"
+            s += f" in {sparse_layers_words(self.sparse_layers)} (softmax in the others)"
         if self.blur != "none":
             s += f" + Gaussian blur on {'values' if self.blur == 'value' else 'context'} (k={self.blur_size}, sigma={self.blur_sigma:g})"
             if blur_is_identity(self.blur_size, self.blur_sigma):

@@ -22,6 +22,7 @@ settings returned as it is, one with other settings refused.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import asdict, replace
@@ -42,7 +43,8 @@ from attnkit.tasks.registry import default_data_dir
 from attnkit.training.config import ADAPT_ALPHA_START, ADAPT_LAM_FACTOR, AdaptConfig
 from attnkit.training.pretrain import mlm_collator
 from attnkit.training.runs import (
-    check_finite, check_precision, finish_run, finished_metrics, fit, prepare_output, run_folder,
+    check_finite, check_precision, finish_run, finished_metrics, fit, prepare_output, recorded_checkpoints, run_folder,
+    settings_differences,
 )
 
 log = logging.getLogger("attnkit")
@@ -203,7 +205,26 @@ def adapt(cfg: AdaptConfig) -> dict:
         if done is not None:
             log.warning("the adapt run in %s is complete (metrics.json, model/): nothing to do; --no-resume runs it again", out)
             return done | {"already_complete": True}
+        check_checkpoints(cfg, out)
         return _adapt(cfg, out)
+
+
+def check_checkpoints(cfg: AdaptConfig, out: Path) -> None:
+    """Stop before any work if ``out`` holds checkpoints (of a killed or damaged adapt run) made with other settings,
+    or whose settings are not recorded: they would be trained on as if they were this run's. Changes nothing."""
+    ckpts = recorded_checkpoints(out) if cfg.resume else []
+    if not ckpts:
+        return
+    saved = out / "run_config.json"
+    try:
+        old = json.loads(saved.read_text())
+    except (OSError, ValueError):
+        raise ValueError(f"{out} holds checkpoints of a run whose settings are missing or unreadable ({saved}): nothing was "
+                         "changed; add --no-resume to move it aside and start afresh there, or pick another --output-dir") from None
+    diffs = settings_differences(old, asdict(cfg), _FREE, AdaptConfig.__dataclass_fields__)
+    if diffs:
+        raise ValueError(f"{out} holds checkpoints of an adapt run with other settings ({'; '.join(diffs)}): rerun with the "
+                         "same settings to resume it, add --no-resume to start afresh there, or pick another --output-dir")
 
 
 def attention_zeros(model, tokenizer, texts: list[str], max_length: int, batch_size: int = 32) -> dict:

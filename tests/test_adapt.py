@@ -1,0 +1,534 @@
+"""Issue 37, items 1-3 on a tiny BERT and a tiny csv task written by the tests: ``attnkit adapt`` (continued masked-LM
+pre-training annealed to a sparse map), ``--sparse-layers`` (the sparse map in some layers only) and ``--teacher``
+(distillation from a fine-tuned softmax model)."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from attnkit.cli import main
+
+pytestmark = pytest.mark.slow
+
+SENTS = ["a great movie and a really good story", "the plot was dull"]
+
+
+def adapt_args(model, data, out, *extra):
+    return ["adapt", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
+            "--batch-size", "8", "--max-length", "16", "--logging-steps", "1", "--warmup", "0", *extra]
+
+
+def train_args(model, data, out, *extra):
+    return ["train", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
+            "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--no-heatmap", "--max-steps", "2",
+            "--eval-steps", "2", *extra]
+
+
+def one_line_error(capsys, *needles):
+    """The command's error: one line (progress bars of the steps before it aside) holding every needle."""
+    err = capsys.readouterr().err
+    lines = [l for l in err.replace("\r", "\n").splitlines() if l.startswith("attnkit ")]
+    assert len(lines) == 1 and " error: " in lines[0], err
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    from conftest import write_tiny_sentiment
+
+    return write_tiny_sentiment(tmp_path_factory.mktemp("adapt") / "data")
+
+
+@pytest.fixture(scope="module")
+def adapted(tiny_bert, data, tmp_path_factory):
+    """1.5-entmax, 4 MLM steps: the first the MLM head's alone, alpha annealed over the first 2."""
+    out = tmp_path_factory.mktemp("adapted") / "run"
+    assert main(adapt_args(tiny_bert, data, out, "--attention", "entmax15", "--max-steps", "4", "--head-warmup", "1",
+                           "--seed", "3")) == 0
+    return out
+
+
+def real_zeros(attentions, mask):
+    """Per layer: how many weights between real tokens (query and key not padding) are exactly 0."""
+    pair = (mask[:, None, :, None] & mask[:, None, None, :]).bool()
+    return [int(((a == 0) & pair).sum()) for a in attentions]
+
+
+# ----------------------------------------------------------------------------- attnkit adapt
+
+
+def test_adapt_writes_an_encoder_that_train_fine_tunes(adapted, tiny_bert, data, tmp_path):
+    out = adapted
+    assert (out / "model" / "model.safetensors").is_file() and (out / "metrics.json").is_file()
+    info = json.loads((out / "model" / "attnkit_run.json").read_text())
+    rec = info["adapted"]
+    assert rec["attention"]["attention"] == "entmax15"
+    assert rec["schedule"] == {"alpha_start": 1.01, "alpha_end": 1.5}
+    assert rec["anneal_steps"] == 2 and rec["head_warmup_steps"] == 1 and rec["steps"] == 4
+    assert rec["seed"] == 3 and rec["texts"]["tasks"] == {"csv": 96} and rec["texts"]["texts"] >= 1
+    assert rec["model"] == str(tiny_bert) and math.isfinite(rec["mlm_loss"])
+    assert len(rec["zero_share"]) == 2 and len(rec["nonzeros_per_row"]) == 2
+    assert json.loads((out / "model" / "config.json").read_text())["attnkit"]["attention"] == "entmax15"
+    # the progress log gives the current alpha: 1.01 in the first step, half way in the second, the target after
+    metrics = json.loads((out / "metrics.json").read_text())
+    alphas = [h["alpha"] for h in metrics["log_history"] if "loss" in h]
+    assert alphas == pytest.approx([1.01, 1.255, 1.5, 1.5])
+    # the Auto classes take the adapted encoder
+    from transformers import AutoModel
+
+    assert type(AutoModel.from_pretrained(out / "model")).__name__.startswith("Attnkit")
+    # attnkit train --model <the adapt run> fine-tunes it, with its map, and records how it was adapted
+    run = tmp_path / "ft"
+    assert main(train_args(out, data, run)) == 0
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["attention"]["attention"] == "entmax15"
+    assert m["adapted"] == rec
+    assert (run / "model" / "model.safetensors").is_file()
+
+
+def test_the_encoder_keeps_the_pooler_and_drops_the_mlm_head(adapted, tiny_bert):
+    before = load_file(str(tiny_bert / "model.safetensors"))
+    after = load_file(str(adapted / "model" / "model.safetensors"))
+    assert not [k for k in after if k.startswith("cls.") or "predictions" in k]
+    pooler = [k for k in before if "pooler" in k]
+    assert pooler and all(torch.equal(before[k], after[k]) for k in pooler)  # BERT's pooler as it was
+    words = [k for k in after if k.endswith("word_embeddings.weight")]
+    assert words and not torch.equal(before[words[0]], after[words[0]])  # the encoder did train
+
+
+def test_the_new_mlm_head_is_tied_to_the_input_embeddings(tiny_bert):
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.build import build_masked_lm
+
+    model, new = build_masked_lm(tiny_bert, AttentionSpec("entmax15"))
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    assert new and all(k.startswith("cls.") for k in new)  # the tiny BERT ships no MLM head: only the head is new
+    assert "cls.predictions.transform.dense.weight" in new and not any(k.endswith("decoder.weight") for k in new)
+
+
+@pytest.mark.parametrize("attention,extra,values", [
+    # (map, its settings, (value at step 0, at step 2 (half the anneal), at step 4 (its end)))
+    ("entmax15", {}, ("alpha", 1.01, 1.255, 1.5)),
+    ("entmax-alpha", {"alpha": 2.0}, ("alpha", 1.01, 1.505, 2.0)),
+    ("sparsegen-lin", {"lam": -4.0}, ("lam", -39.0, -21.5, -4.0)),  # temperature 1 - lam from 8 x 5 down to 5
+    ("sparsemax", {}, ("lam", -7.0, -3.5, None)),  # sparsegen-lin from 1 - lam = 8 down to sparsemax itself
+    ("softmax", {}, (None, None, None, None)),
+])
+def test_the_anneal_schedule(attention, extra, values):
+    from attnkit.training.adapt import schedule_value, spec_at
+    from attnkit.training.config import AdaptConfig
+
+    cfg = AdaptConfig(attention=attention, max_steps=8, anneal=0.5, **extra)
+    cfg.validate()
+    assert cfg.anneal_steps() == 4
+    key, *want = values
+    target = cfg.spec()
+    for step, v in zip((0, 2, 4), want):
+        spec = spec_at(cfg, step)
+        if v is None:
+            assert spec == target, step
+        else:
+            assert schedule_value(spec) == {key: pytest.approx(v)}, step
+            assert spec.attention == ("sparsegen-lin" if attention == "sparsemax" else attention)
+    assert spec_at(cfg, 4) == spec_at(cfg, 8) == target  # reached at the end of the anneal, kept after it
+    if attention != "softmax":
+        assert spec_at(cfg, 0) != target and spec_at(cfg, 3) != target
+    # --anneal 0: the target from the first step; --anneal 3: a step count
+    assert spec_at(AdaptConfig(attention=attention, max_steps=8, anneal=0, **extra), 0) == target
+    c3 = AdaptConfig(attention=attention, max_steps=8, anneal=3, **extra)
+    assert c3.anneal_steps() == 3 and spec_at(c3, 3) == target
+
+
+def test_the_head_warmup_freezes_the_encoder_not_the_head(tiny_bert, data, tmp_path, monkeypatch):
+    """For --head-warmup 2 steps only the MLM head (and the word embeddings, which are its decoder) trains."""
+    from attnkit.training import adapt as adapt_mod
+
+    snaps = []
+
+    def snap(model):
+        return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    class Watch(adapt_mod.HeadWarmupCallback):
+        def on_train_begin(self, args, state, control, model=None, **kw):
+            snaps.append(snap(model))
+
+        def on_step_end(self, args, state, control, model=None, **kw):
+            snaps.append(snap(model))
+
+    monkeypatch.setattr(adapt_mod, "HeadWarmupCallback", Watch)
+    assert main(adapt_args(tiny_bert, data, tmp_path / "run", "--attention", "sparsemax", "--max-steps", "3",
+                           "--head-warmup", "2", "--lr", "1e-2")) == 0
+    assert len(snaps) == 4  # before the first step, after each of 3
+    start = snaps[0]
+    head = [n for n in start if n.startswith("cls.")]
+    tied = [n for n in start if n.endswith("word_embeddings.weight")]
+    encoder = [n for n in start if n not in head and n not in tied]
+    assert head and tied and len(encoder) > 10
+    for step in (1, 2):
+        assert all(torch.equal(snaps[step][n], start[n]) for n in encoder), f"the encoder moved in warm-up step {step}"
+        assert any(not torch.equal(snaps[step][n], snaps[step - 1][n]) for n in head), f"the head did not train in step {step}"
+    moved = [n for n in encoder if not torch.equal(snaps[3][n], start[n])]
+    assert len(moved) > len(encoder) // 2, "after the warm-up the encoder trains"
+
+
+@pytest.mark.parametrize("case", ["split", "data-dir", "utf8", "fifo", "lam", "layer-9", "softmax-layers", "alpha"])
+def test_adapt_refusals_are_one_line(case, tiny_bert, data, tmp_path, capsys):
+    out = tmp_path / "run"
+    args, needles = [], []
+    if case == "split":
+        args, needles = ["--task", "csv:dev"], ["--task csv:dev", "training texts only"]
+    elif case == "data-dir":
+        (data / "mine.txt").write_text("a text of mine\n")
+        try:
+            assert main(adapt_args(tiny_bert, data, out, "--text-file", str(data / "mine.txt"))) == 2
+        finally:
+            (data / "mine.txt").unlink()
+        one_line_error(capsys, "mine.txt", "data folder")
+        assert not (out / "model").exists()
+        return
+    elif case == "utf8":
+        f = tmp_path / "bad.txt"
+        f.write_bytes(b"a fine text\nthen \xff\xfe bad bytes\n")
+        args, needles = ["--text-file", str(f)], [str(f), "line 2", "UTF-8"]
+    elif case == "fifo":
+        f = tmp_path / "pipe"
+        os.mkfifo(f)
+        args, needles = ["--text-file", str(f)], [str(f), "not a regular file"]
+    elif case == "lam":
+        args, needles = ["--attention", "entmax15", "--lam", "-2"], ["--lam -2", "only sparsegen-lin"]
+    elif case == "layer-9":
+        args, needles = ["--attention", "entmax15", "--sparse-layers", "9"], ["9", "2 layers"]
+    elif case == "softmax-layers":
+        args, needles = ["--attention", "softmax", "--sparse-layers", "1"], ["--sparse-layers 1", "softmax"]
+    elif case == "alpha":
+        args, needles = ["--attention", "entmax15", "--alpha", "2"], ["--alpha 2", "entmax-alpha"]
+    assert main(adapt_args(tiny_bert, data, out, "--max-steps", "2", *args)) == 2
+    one_line_error(capsys, *needles)
+    assert not (out / "model").exists() and not (out / "metrics.json").exists()
+
+
+def test_text_files_are_read_and_recorded(tiny_bert, tmp_path, capsys):
+    from attnkit.training.adapt import read_text_file
+
+    f = tmp_path / "mine.txt"
+    f.write_bytes("\ufeffa great film\n\n  the plot was dull  \na great film\n".encode())
+    assert read_text_file(f) == ["a great film", "the plot was dull", "a great film"]
+    out = tmp_path / "run"
+    assert main(["adapt", "--text-file", str(f), "--model", str(tiny_bert), "--output-dir", str(out), "--max-steps", "1",
+                 "--batch-size", "2", "--max-length", "16", "--attention", "sparsemax"]) == 0
+    texts = json.loads((out / "model" / "attnkit_run.json").read_text())["adapted"]["texts"]
+    assert texts["tasks"] == {} and texts["files"] == {str(f.resolve()): 3}
+    assert texts["texts"] == 2 and texts["duplicates_dropped"] == 1
+
+
+def test_a_finished_run_is_kept_or_refused(adapted, tiny_bert, data, capsys):
+    weights = adapted / "model" / "model.safetensors"
+    before = (weights.read_bytes(), weights.stat().st_mtime_ns, (adapted / "metrics.json").read_text())
+    capsys.readouterr()
+    assert main(adapt_args(tiny_bert, data, adapted, "--attention", "entmax15", "--max-steps", "4", "--head-warmup", "1",
+                           "--seed", "3")) == 0
+    assert "already complete" in capsys.readouterr().out
+    assert (weights.read_bytes(), weights.stat().st_mtime_ns, (adapted / "metrics.json").read_text()) == before
+    assert main(adapt_args(tiny_bert, data, adapted, "--attention", "softmax", "--max-steps", "4", "--head-warmup", "1",
+                           "--seed", "3")) == 2
+    one_line_error(capsys, "other settings", "attention", "--no-resume")
+    assert (weights.read_bytes(), weights.stat().st_mtime_ns) == before[:2]
+
+
+def test_a_killed_run_resumes_and_refuses_other_settings(tiny_bert, data, tmp_path, capsys):
+    out = tmp_path / "run"
+    common = ("--max-steps", "2", "--save-steps", "1", "--head-warmup", "0", "--keep-checkpoints")
+    assert main(adapt_args(tiny_bert, data, out, "--attention", "sparsemax", *common)) == 0
+    ck = out / "checkpoint-2" / "trainer_state.json"
+    state = json.loads(ck.read_text())
+    state["log_history"].append({"step": 2, "resume_marker": 1})  # a resumed run carries it forward, a fresh one not
+    ck.write_text(json.dumps(state))
+    shutil.rmtree(out / "model")  # killed before the end
+    (out / "metrics.json").unlink()
+    capsys.readouterr()
+    # its checkpoints are of sparsemax: a softmax run is not trained on from them
+    assert main(adapt_args(tiny_bert, data, out, "--attention", "softmax", *common)) == 2
+    one_line_error(capsys, "sparsemax", "softmax")
+    assert not (out / "model").exists() and ck.is_file()
+    assert main(adapt_args(tiny_bert, data, out, "--attention", "sparsemax", *common)) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert any(h.get("resume_marker") == 1 for h in m["log_history"]), "the run started over instead of resuming"
+    assert (out / "model" / "model.safetensors").is_file()
+
+
+# ----------------------------------------------------------------------------- --sparse-layers
+
+
+@pytest.mark.parametrize("text,canonical,layers", [
+    ("all", None, {0, 1, 2, 3, 4, 5}),
+    (None, None, {0, 1, 2, 3, 4, 5}),
+    ("last", "last", {5}),
+    ("LAST", "last", {5}),
+    ("4-5", "4-5", {4, 5}),
+    ("0,5", "0,5", {0, 5}),
+    ("0, 3-5", "0,3-5", {0, 3, 4, 5}),
+    ("2", "2", {2}),
+    ([1, 3], "1,3", {1, 3}),
+])
+def test_sparse_layers_parse(text, canonical, layers):
+    from attnkit.attention.spec import check_sparse_layers, sparse_layer_set
+
+    assert check_sparse_layers(text) == canonical
+    assert sparse_layer_set(canonical, 6) == frozenset(layers)
+
+
+@pytest.mark.parametrize("bad", ["", "5-4", "a", "1-2-3", "-1", "1,,2", "first", "1.5"])
+def test_bad_sparse_layers_are_refused(bad, tiny_bert, data, tmp_path, capsys):
+    from attnkit.attention.spec import AttentionSpec, check_sparse_layers
+
+    with pytest.raises(ValueError, match="expected 'all', 'last'"):
+        check_sparse_layers(bad)
+    with pytest.raises(ValueError):
+        AttentionSpec("sparsemax", sparse_layers=bad)
+    assert main(train_args(tiny_bert, data, tmp_path / "o", "--attention", "sparsemax", "--sparse-layers", bad)) == 2
+    one_line_error(capsys, "--sparse-layers")
+    assert not (tmp_path / "o" / "model").exists()
+
+
+def test_sparse_layers_beyond_the_model_or_with_softmax_are_refused(tiny_bert, data, tmp_path, capsys):
+    from attnkit.attention.spec import sparse_layer_set
+
+    with pytest.raises(ValueError, match="has 2 layers"):
+        sparse_layer_set("1-2", 2)
+    assert main(train_args(tiny_bert, data, tmp_path / "o", "--attention", "sparsemax", "--sparse-layers", "0,9")) == 2
+    one_line_error(capsys, "0,9", "2 layers")
+    assert main(train_args(tiny_bert, data, tmp_path / "o", "--attention", "softmax", "--sparse-layers", "last")) == 2
+    one_line_error(capsys, "--sparse-layers last", "softmax")
+    assert not (tmp_path / "o" / "model").exists()
+
+
+def test_describe_names_the_sparse_layers():
+    from attnkit.attention.spec import AttentionSpec
+
+    assert AttentionSpec("entmax15", sparse_layers="4-5").describe() == "1.5-entmax in layers 4-5 (softmax in the others)"
+    assert AttentionSpec("sparsemax", sparse_layers="0,5").describe() == "sparsemax in layers 0,5 (softmax in the others)"
+    assert AttentionSpec("sparsemax", sparse_layers="2").describe() == "sparsemax in layer 2 (softmax in the others)"
+    assert AttentionSpec("entmax15", sparse_layers="last").describe() == "1.5-entmax in the last layer (softmax in the others)"
+    assert AttentionSpec("entmax15", sparse_layers="all").describe() == "1.5-entmax"
+    assert AttentionSpec("entmax15", sparse_layers="all") == AttentionSpec("entmax15")
+
+
+def _sharp_classifier(tiny_bert, spec):
+    """A tiny classifier whose scores are large enough for sparse maps to give zeros between real tokens."""
+    from attnkit.models.build import build_classifier
+
+    torch.manual_seed(0)
+    model = build_classifier(tiny_bert, 2, spec, label_names=["negative", "positive"])
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith(("query.weight", "key.weight")):
+                p.mul_(30)
+        model.classifier.weight.normal_(0, 1.0)
+    return model.eval()
+
+
+def _outputs(model, tok, texts=SENTS):
+    enc = tok(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**enc, output_attentions=True)
+    return out, enc["attention_mask"]
+
+
+@pytest.mark.parametrize("layers,sparse", [("1", {1}), ("last", {1}), ("0", {0}), ("all", {0, 1})])
+def test_only_the_named_layers_are_sparse(tiny_bert, layers, sparse):
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.build import load_tokenizer
+
+    tok = load_tokenizer(tiny_bert)
+    model = _sharp_classifier(tiny_bert, AttentionSpec("sparsemax", sparse_layers=layers))
+    out, mask = _outputs(model, tok)
+    zeros = real_zeros(out.attentions, mask)
+    for layer in range(2):
+        if layer in sparse:
+            assert zeros[layer] > 0, (layer, zeros)
+        else:  # softmax: every weight between real tokens positive, the same weights as a softmax model's
+            assert zeros[layer] == 0, (layer, zeros)
+    soft, _ = _outputs(_sharp_classifier(tiny_bert, AttentionSpec("softmax")), tok)
+    for layer in set(range(2)) - sparse:
+        if layer == 0:  # the first layer's input is the same in both models
+            assert torch.allclose(out.attentions[0], soft.attentions[0], atol=1e-6)
+
+
+def test_sparse_layers_saved_and_reloaded(tiny_bert, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    from attnkit.attention.spec import AttentionSpec, spec_of
+    from attnkit.models.build import load_model, load_tokenizer, save_checkpoint
+
+    tok = load_tokenizer(tiny_bert)
+    model = _sharp_classifier(tiny_bert, AttentionSpec("entmax15", sparse_layers="last"))
+    d = save_checkpoint(model, tmp_path / "m", tok)
+    assert json.loads((d / "config.json").read_text())["attnkit"]["sparse_layers"] == "last"
+    want, mask = _outputs(model, tok)
+    for again in (load_model(d), AutoModelForSequenceClassification.from_pretrained(d)):
+        assert spec_of(again.config).sparse_layers == "last"
+        got, _ = _outputs(again.eval(), tok)
+        assert torch.equal(got.logits, want.logits)
+        assert all(torch.equal(a, b) for a, b in zip(got.attentions, want.attentions))
+    # remote code, attnkit not importable
+    code = (
+        "import sys\nsys.modules['attnkit'] = None\n"
+        "import json, torch\n"
+        "from transformers import AutoModelForSequenceClassification, AutoTokenizer\n"
+        "m = AutoModelForSequenceClassification.from_pretrained(sys.argv[1], trust_remote_code=True).eval()\n"
+        "tok = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+        "enc = tok(json.loads(sys.argv[2]), padding=True, return_tensors='pt')\n"
+        "with torch.no_grad():\n"
+        "    out = m(**enc, output_attentions=True)\n"
+        "k = enc['attention_mask'].bool()\n"
+        "pair = k[:, None, :, None] & k[:, None, None, :]\n"
+        "print(json.dumps({'logits': out.logits.tolist(), 'zeros': [int(((a == 0) & pair).sum()) for a in out.attentions],\n"
+        "                  'impl': m.config._attn_implementation, 'attnkit': sys.modules.get('attnkit') is None}))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(d), json.dumps(SENTS)], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, env={"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PATH": "/usr/bin:/bin",
+                                                      "HOME": "/tmp", "OMP_NUM_THREADS": "1", "HF_HOME": str(tmp_path / "hf")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["impl"] == "attnkit" and got["attnkit"]
+    assert torch.allclose(torch.tensor(got["logits"]), want.logits, atol=1e-5)
+    assert got["zeros"][0] == 0 and got["zeros"][1] > 0
+    assert got["zeros"] == real_zeros(want.attentions, mask)
+
+
+def test_sparsify_takes_sparse_layers(tiny_bert):
+    from transformers import AutoModelForSequenceClassification
+
+    from attnkit.attention.spec import spec_of
+    from attnkit.models.build import load_tokenizer, sparsify
+
+    tok = load_tokenizer(tiny_bert)
+    torch.manual_seed(0)
+    plain = AutoModelForSequenceClassification.from_pretrained(tiny_bert, num_labels=2)
+    with torch.no_grad():
+        for n, p in plain.named_parameters():
+            if n.endswith(("query.weight", "key.weight")):
+                p.mul_(30)
+    model = sparsify(plain, "sparsemax", sparse_layers="last").eval()
+    assert spec_of(model.config).sparse_layers == "last"
+    out, mask = _outputs(model, tok)
+    zeros = real_zeros(out.attentions, mask)
+    assert zeros[0] == 0 and zeros[1] > 0
+    with pytest.raises(ValueError, match="2 layers"):
+        sparsify(model, "sparsemax", sparse_layers="5")
+
+
+def test_train_and_adapt_with_sparse_layers(tiny_bert, data, tmp_path):
+    a = tmp_path / "a"
+    assert main(adapt_args(tiny_bert, data, a, "--attention", "sparsemax", "--sparse-layers", "last", "--max-steps", "2")) == 0
+    rec = json.loads((a / "model" / "attnkit_run.json").read_text())["adapted"]
+    assert rec["attention"]["sparse_layers"] == "last"
+    assert rec["zero_share"][0] == 0  # layer 0 kept softmax through the whole adapt run
+    t = tmp_path / "t"
+    assert main(train_args(a, data, t, "--attention", "sparsemax", "--sparse-layers", "last")) == 0
+    m = json.loads((t / "metrics.json").read_text())
+    assert m["attention"]["sparse_layers"] == "last"
+    assert json.loads((t / "model" / "config.json").read_text())["attnkit"]["sparse_layers"] == "last"
+
+
+# ----------------------------------------------------------------------------- --teacher
+
+
+@pytest.fixture(scope="module")
+def teacher(tiny_bert, data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("teacher") / "run"
+    assert main(train_args(tiny_bert, data, out, "--attention", "softmax")) == 0
+    return out
+
+
+def test_distillation_records_the_teacher(teacher, tiny_bert, data, tmp_path):
+    out = tmp_path / "student"
+    assert main(train_args(tiny_bert, data, out, "--attention", "sparsemax", "--teacher", str(teacher),
+                           "--distill-weight", "0.7", "--distill-temperature", "3")) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["teacher"] == {"model": str(teacher / "model"), "weight": 0.7, "temperature": 3.0}
+    assert all(math.isfinite(h["loss"]) for h in m["log_history"] if "loss" in h)
+
+
+@pytest.mark.parametrize("change,needle", [("labels", "its labels"), ("tokenizer", "tokenizer differs")])
+def test_a_teacher_of_other_labels_or_tokens_is_refused(teacher, tiny_bert, data, tmp_path, capsys, change, needle):
+    other = tmp_path / "other"
+    shutil.copytree(teacher / "model", other)
+    if change == "labels":
+        cfg = json.loads((other / "config.json").read_text())
+        cfg["id2label"] = {"0": "bad", "1": "good"}
+        cfg["label2id"] = {"bad": 0, "good": 1}
+        (other / "config.json").write_text(json.dumps(cfg))
+    else:
+        tj = json.loads((other / "tokenizer.json").read_text())
+        vocab = tj["model"]["vocab"]
+        vocab["movies"] = vocab.pop("movie")
+        (other / "tokenizer.json").write_text(json.dumps(tj))
+    out = tmp_path / "student"
+    assert main(train_args(tiny_bert, data, out, "--attention", "sparsemax", "--teacher", str(other))) == 2
+    one_line_error(capsys, "--teacher", needle)
+    assert not (out / "model").exists() and not (out / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--distill-weight", "0.3"], "need --teacher"),
+    (["--distill-temperature", "4"], "need --teacher"),
+    (["--teacher", "T", "--distill-weight", "0"], "--distill-weight 0"),
+    (["--teacher", "T", "--distill-weight", "1.5"], "--distill-weight 1.5"),
+    (["--teacher", "T", "--distill-temperature", "0"], "--distill-temperature 0"),
+    (["--teacher", "MISSING"], "does not exist"),
+])
+def test_distill_options_without_a_teacher_or_out_of_range(extra, needle, teacher, tiny_bert, data, tmp_path, capsys):
+    extra = [str(teacher) if x == "T" else str(tmp_path / "nothing") if x == "MISSING" else x for x in extra]
+    assert main(train_args(tiny_bert, data, tmp_path / "o", "--attention", "sparsemax", *extra)) == 2
+    one_line_error(capsys, needle)
+
+
+def test_the_distillation_loss_by_hand():
+    """(1 - w) CE(labels) + w T^2 KL(softmax(teacher / T) || softmax(student / T)), batch mean, on two examples."""
+    from transformers.modeling_outputs import SequenceClassifierOutput
+
+    from attnkit.training.finetune import DistillTrainer
+
+    s_logits = [[2.0, 0.0, -1.0], [0.5, 1.5, 0.0]]
+    t_logits = [[1.0, 0.5, -2.0], [0.0, 3.0, 1.0]]
+    labels = [0, 2]
+
+    class Fixed(torch.nn.Module):
+        def __init__(self, logits):
+            super().__init__()
+            self.logits = torch.nn.Parameter(torch.tensor(logits))
+            self.seen = None
+
+        def forward(self, input_ids=None, attention_mask=None, labels=None):
+            self.seen = labels
+            logits = self.logits * 1.0  # computed, as a model's are (under no_grad: without a graph)
+            loss = None if labels is None else torch.nn.functional.cross_entropy(logits, labels)
+            return SequenceClassifierOutput(loss=loss, logits=logits)
+
+    def softmax(z, T):
+        e = [math.exp(x / T) for x in z]
+        return [x / sum(e) for x in e]
+
+    for w, T in ((0.5, 2.0), (0.3, 1.0), (1.0, 4.0)):
+        student, teach = Fixed(s_logits), Fixed(t_logits)
+        trainer = SimpleNamespace(teacher=teach, distill_weight=w, distill_temperature=T)
+        inputs = {"input_ids": torch.zeros(2, 3, dtype=torch.long), "attention_mask": torch.ones(2, 3, dtype=torch.long),
+                  "labels": torch.tensor(labels)}
+        loss = DistillTrainer.compute_loss(trainer, student, inputs)
+        ce = sum(-math.log(softmax(s, 1.0)[y]) for s, y in zip(s_logits, labels)) / 2
+        kl = sum(sum(p * math.log(p / q) for p, q in zip(softmax(t, T), softmax(s, T))) for s, t in zip(s_logits, t_logits)) / 2
+        assert loss.item() == pytest.approx((1 - w) * ce + w * T * T * kl, rel=1e-5)
+        assert teach.seen is None  # the teacher is not shown the labels
+        loss.backward()
+        assert student.logits.grad is not None and teach.logits.grad is None  # no gradient into the teacher
