@@ -100,7 +100,7 @@ def main():
         f"# SSAF vs softmax fine-tuning ({a.model})",
         "",
         *(["**A small budget, not the SSAF paper's** (fewer epochs or training examples than the paper's; the classification "
-           "sets at the paper's budget: `benchmarks/ssaf_table2.py`, `benchmarks/results/ssaf_table2.md`).", ""] if small else []),
+           "sets at the paper's budget: `studies/ssaf/ssaf_table2.py`, `studies/ssaf/results/ssaf_table2.md`).", ""] if small else []),
         f"Command: `python benchmarks/accuracy.py {' '.join(sys.argv[1:])}`  ",
         f"Date: {dt.date.today().isoformat()}; machine: {platform.machine()}, {torch.get_num_threads()} threads; "
         f"torch {torch.__version__}, transformers {transformers.__version__}.  ",

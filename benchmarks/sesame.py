@@ -4,9 +4,9 @@ Each cell is a real in-process `attnkit train` run; finished runs (their metrics
 reused, so an interrupted benchmark resumes. Results: a markdown table (mean ± std over
 seeds) and a JSON file with every run's metrics.
 
-    python benchmarks/sesame.py table3 --seeds 1 2 3 --out benchmarks/results/sesame_table3.md
-    python benchmarks/sesame.py table2 --seeds 1 2 3 --out benchmarks/results/sesame_table2.md
-    python benchmarks/sesame.py hans   --seeds 1 2 3 --out benchmarks/results/sesame_hans.md
+    python benchmarks/sesame.py table3 --seeds 1 2 3 --out OUT.md     # small-budget grids (paper budget: studies/sesamebert)
+    python benchmarks/sesame.py table2 --seeds 1 2 3 --out OUT.md
+    python benchmarks/sesame.py hans   --seeds 1 2 3 --out OUT.md
     python benchmarks/sesame.py cost   --out benchmarks/results/sesame_cost.md
 
 The paper trains BERT-base for 3 epochs at batch 32, lr 3e-5. On 2 CPU cores that does
@@ -83,8 +83,8 @@ def _n(runs, a) -> str:
 
 SMALL_BUDGET = ("**A small budget, not the SesameBERT paper's** (fewer epochs, training examples or tokens than its 3 epochs, "
                 "whole train split, max length 128): every variant sits near chance or the majority class, so these numbers say "
-                "nothing about the paper's claims. The paper-budget tables: `benchmarks/sesame_paper.py`, "
-                "`benchmarks/results/sesame_paper_bf16.md` (Table 2), `sesame_paper_table3_bf16.md`, `sesame_paper_hans_bf16.md`, "
+                "nothing about the paper's claims. The paper-budget tables: `studies/sesamebert/sesame_paper.py`, "
+                "`studies/sesamebert/results/sesame_paper_bf16.md` (Table 2), `sesame_paper_table3_bf16.md`, `sesame_paper_hans_bf16.md`, "
                 "`sesame_paper_figure4_bf16.png`.")
 
 

@@ -1,4 +1,4 @@
-"""The verdicts and the paired table that benchmarks/ssaf_table2.py publishes (README's "Does sparse attention help?")."""
+"""The verdicts and the paired tables the study runners publish (studies/ssaf, studies/sesamebert, studies/faithfulness)."""
 
 import importlib.util
 import json
