@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from studies.stats import format_paired, rule_text, verdicts_by_family  # noqa: E402
+from studies.stats import format_paired, provenance, rule_text, verdicts_by_family  # noqa: E402
 
 VARIANTS = {  # name -> (se, blur placement)
     "plain": (False, "none"),
@@ -279,7 +279,7 @@ def main():
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
-    out.with_suffix(".json").write_text(json.dumps({"command": " ".join(sys.argv), "results": {str(k): v for k, v in res.items()}}, indent=1, default=str) + "\n")
+    out.with_suffix(".json").write_text(json.dumps({"command": " ".join(sys.argv), "provenance": provenance(), "results": {str(k): v for k, v in res.items()}}, indent=1, default=str) + "\n")
     print("\n".join(lines))
 
 

@@ -307,6 +307,7 @@ def main():
             setattr(a, k, v)
     if a.example:
         rec, text = example(a.tasks[0], a.example, a.seeds[0], a)
+        rec["provenance"] = ssaf_table2.provenance()
         stem = Path(a.example_out)
         write_text_atomic(stem.with_suffix(".json"), json.dumps(rec, indent=1) + "\n")
         write_text_atomic(stem.with_suffix(".md"), text)
