@@ -58,3 +58,15 @@ def test_every_statistic_a_study_readme_quotes_is_in_its_rendered_tables(readme)
     # also without the sign the tables give a positive mean ("+1.2 ± 0.4" prints as "+1.2", normalised to "1.2")
     missing = sorted(q for q in quoted_numbers(readme.read_text()) if q not in text)
     assert not missing, f"{readme.relative_to(ROOT)} quotes numbers its tables do not hold: {missing}"
+
+
+def test_every_statistic_the_studies_index_and_the_readme_quote_is_in_a_rendered_table():
+    text = _norm("\n".join(p.read_text() for p in sorted(TABLES)))
+    for readme in (ROOT / "studies" / "README.md", ROOT / "README.md"):
+        if not readme.is_file():
+            continue
+        # the format examples of studies.stats are not findings
+        quoted = {q for q in quoted_numbers(readme.read_text()) if q not in {"1.2 ± 0.4", "t=3.0", "p=0.09"}}
+        missing = sorted(q for q in quoted if q not in text)
+        assert not missing, f"{readme.relative_to(ROOT)} quotes numbers no rendered table holds: {missing}"
+

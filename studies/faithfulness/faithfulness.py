@@ -107,6 +107,16 @@ def faithfulness_cell(task: str, method: str, seed: int, a) -> dict:
             "provenance": ssaf_table2.provenance(), "weights_sha256": ssaf_table2.weights_sha256(run / "model")}
 
 
+def top_words(scores: list[float], k: int, seed: int) -> list[int]:
+    """The example's top-k words of one explanation: tied scores (a sparse map's zeros) in a seeded random order, as
+    the faithfulness measures order them, not by position."""
+    import numpy as np
+
+    from attnkit.analysis.faithfulness import ranking
+
+    return ranking(scores, np.random.default_rng(seed))[:k]
+
+
 #: what the example figure draws (random is left out: it explains nothing)
 EXAMPLE_ROWS = ("attention", "rollout", "received", "grad_x_input", "integrated_gradients")
 
@@ -155,7 +165,7 @@ def example(task: str, methods: list[str], seed: int, a, min_words: int = 8, max
             grid = grid / np.maximum(np.abs(grid).max(1, keepdims=True), 1e-12)  # each row on its own scale
             ax.imshow(grid, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
             for r, e in enumerate(EXAMPLE_ROWS):
-                for j in np.argsort(-np.asarray(out["methods"][m][e]), kind="stable")[:k]:
+                for j in top_words(out["methods"][m][e], k, seed):
                     ax.add_patch(plt.Rectangle((j - 0.5, r - 0.5), 1, 1, fill=False, lw=1.6, ec="black"))
             ax.set_yticks(range(len(EXAMPLE_ROWS)), EXAMPLE_ROWS, fontsize=7)
             ax.set_xticks(range(len(words)), [w + (" *" if rats[i] and rats[i][j] else "") for j, w in enumerate(words)],
@@ -170,7 +180,7 @@ def example(task: str, methods: list[str], seed: int, a, min_words: int = 8, max
         save_figure(draw(), stem.with_suffix(ext))
     rows = ["| model | " + " | ".join(EXAMPLE_ROWS) + " |", "|---|" + "---|" * len(EXAMPLE_ROWS)]
     for m in methods:
-        tops = [", ".join(words[j] for j in sorted(np.argsort(-np.asarray(out["methods"][m][e]), kind="stable")[:k])) for e in EXAMPLE_ROWS]
+        tops = [", ".join(words[j] for j in sorted(top_words(out["methods"][m][e], k, seed))) for e in EXAMPLE_ROWS]
         rows.append(f"| {m} | " + " | ".join(tops) + " |")
     sw = [w for w, r in zip(words, rats[i] or []) if r]
     md = (f"Test sentence {i} of {task} (label: {data.label_names[label]}): *{text}*  \n"
