@@ -428,17 +428,78 @@ def test_sparsify_takes_sparse_layers(tiny_bert):
         sparsify(model, "sparsemax", sparse_layers="5")
 
 
-def test_train_and_adapt_with_sparse_layers(tiny_bert, data, tmp_path):
-    a = tmp_path / "a"
-    assert main(adapt_args(tiny_bert, data, a, "--attention", "sparsemax", "--sparse-layers", "last", "--max-steps", "2")) == 0
+@pytest.fixture(scope="module")
+def sparse_run(tiny_bert, data, tmp_path_factory):
+    """An encoder adapted to sparsemax in its last layer only, then fine-tuned so."""
+    root = tmp_path_factory.mktemp("sparse_layers")
+    assert main(adapt_args(tiny_bert, data, root / "a", "--attention", "sparsemax", "--sparse-layers", "last", "--max-steps", "2")) == 0
+    assert main(train_args(root / "a", data, root / "t", "--attention", "sparsemax", "--sparse-layers", "last")) == 0
+    return root / "a", root / "t"
+
+
+def test_train_and_adapt_with_sparse_layers(sparse_run):
+    a, t = sparse_run
     rec = json.loads((a / "model" / "attnkit_run.json").read_text())["adapted"]
     assert rec["attention"]["sparse_layers"] == "last"
-    assert rec["zero_share"][0] == 0  # layer 0 kept softmax through the whole adapt run
-    t = tmp_path / "t"
-    assert main(train_args(a, data, t, "--attention", "sparsemax", "--sparse-layers", "last")) == 0
     m = json.loads((t / "metrics.json").read_text())
-    assert m["attention"]["sparse_layers"] == "last"
+    assert m["attention"]["sparse_layers"] == "last" and m["adapted"] == rec
     assert json.loads((t / "model" / "config.json").read_text())["attnkit"]["sparse_layers"] == "last"
+
+
+def test_explain_and_the_html_view_say_which_layers_are_sparse(sparse_run, tmp_path, capsys, monkeypatch):
+    import re
+
+    from attnkit.analysis import explain
+
+    _, t = sparse_run
+    assert main(["explain", "--model", str(t), "a great movie", "--output", str(tmp_path / "g.png"),
+                 "--html", str(tmp_path / "v.html"), "--stats", str(tmp_path / "s.json")]) == 0
+    assert "attention: sparsemax in the last layer (softmax in the others)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "s.json").read_text())["sparse_layers"] == [1]
+    page = (tmp_path / "v.html").read_text()
+    assert "sparsemax in the last layer (softmax in the others)" in page and "sparse map in layer 1; softmax in 0" in page
+    data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', page, re.S).group(1))
+    assert data["sparse_layers"] == [1]
+    # the figures' titles: which layer is sparse, which softmax
+    titles = []
+    monkeypatch.setattr(explain, "save_figure", lambda fig, path: titles.append(
+        [ax.get_title() for ax in fig.axes] + [fig._suptitle.get_text() if fig._suptitle else ""]) or path)
+    from attnkit.models.build import load_model, load_tokenizer
+
+    maps = explain.attention_maps(load_model(t / "model"), load_tokenizer(t / "model"), "a great movie")
+    assert maps.sparse_layers == [1] and maps.layer_map(0) == " (softmax)" and maps.layer_map(1) == " (sparse)"
+    explain.plot_attention(maps, tmp_path / "one.png", layer=0, head=1)
+    explain.plot_attention(maps, tmp_path / "grid.png")
+    assert titles[0][0] == "sparsemax in the last layer (softmax in the others): layer 0 (softmax), head 1"
+    assert "L0 H0 |S|=" in titles[1][0] and titles[1][0].endswith("(softmax)") and titles[1][-2].endswith("(sparse)")
+    whole = explain.AttentionMaps(tokens=maps.tokens, weights=maps.weights, attention="sparsemax")
+    assert whole.layer_map(0) == "" and "sparse_layers" not in whole.stats()
+
+
+@pytest.mark.parametrize("layers,want", [
+    ("last", {"layer": 1, "map": "sparsemax", "sparse": True}),
+    ("0", {"layer": 1, "map": "softmax", "sparse": False}),
+    ("all", {"layer": 1, "map": "sparsemax", "sparse": True}),
+    (None, {"layer": 1, "map": "softmax", "sparse": False}),  # a softmax model
+])
+def test_faithfulness_names_the_layer_its_attention_explanation_reads(tiny_bert, layers, want):
+    from attnkit.analysis.faithfulness import attention_layer
+    from attnkit.attention.spec import AttentionSpec
+
+    spec = AttentionSpec("softmax") if layers is None else AttentionSpec("sparsemax", sparse_layers=layers)
+    assert attention_layer(_sharp_classifier(tiny_bert, spec)) == want
+
+
+def test_faithfulness_command_reports_the_layer(sparse_run, data, tmp_path, capsys):
+    _, t = sparse_run
+    out = tmp_path / "f.json"
+    assert main(["faithfulness", "--model", str(t), "--task", "csv", "--data-dir", str(data), "--split", "validation",
+                 "--max-examples", "2", "--ig-steps", "2", "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "the attention explanation: the [CLS] row of layer 1 (sparsemax)" in printed
+    rep = json.loads(out.read_text())
+    assert rep["attention_layer"] == {"layer": 1, "map": "sparsemax", "sparse": True}
+    assert rep["attention"] == "sparsemax in the last layer (softmax in the others)"
 
 
 # ----------------------------------------------------------------------------- --teacher

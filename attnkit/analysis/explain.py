@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from attnkit.analysis.inference import encoded_batches
-from attnkit.attention.spec import spec_of
+from attnkit.attention.spec import sparse_layer_set, spec_of
 from attnkit.models.pooling import head_of
 from attnkit.runfiles import FIGURE_CREATOR, atomic_path
 
@@ -23,6 +23,14 @@ class AttentionMaps:
     tokens: list[str]
     weights: np.ndarray  # [layers, heads, L, L]
     attention: str  # e.g. "sparsegen-lin (lam=-4)"
+    sparse_layers: list[int] | None = None  # --sparse-layers: the layers that use the sparse map (the others softmax); None: all
+
+    def layer_map(self, layer: int) -> str:
+        """The mark after a layer's name where only some layers are sparse (--sparse-layers): " (sparse)" or
+        " (softmax)"; "" where every layer uses the same map."""
+        if self.sparse_layers is None:
+            return ""
+        return " (sparse)" if layer in self.sparse_layers else " (softmax)"
 
     def support_sizes(self) -> np.ndarray:
         """Non-zero entries per row, [layers, heads, L]."""
@@ -41,7 +49,7 @@ class AttentionMaps:
             "min_support": int(s.min()),
             "mean_entropy": float(ent.mean()),
             "support_per_layer": [float(x) for x in s.mean(axis=(1, 2))],
-        }
+        } | ({} if self.sparse_layers is None else {"sparse_layers": list(self.sparse_layers)})
 
 
 def view_sentence(texts: list[str]) -> int:
@@ -59,7 +67,9 @@ def attention_maps(model, tokenizer, text: str, text_pair: str | None = None, ma
         raise RuntimeError("the model returned no attention weights (does it support output_attentions?)")
     w = torch.stack([a[0].float() for a in out.attentions]).cpu().numpy()  # [layers, heads, L, L]
     tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
-    return AttentionMaps(tokens=list(tokens), weights=w, attention=spec_of(model.config).describe())
+    spec = spec_of(model.config)
+    sparse = None if spec.sparse_layers is None else sorted(sparse_layer_set(spec.sparse_layers, w.shape[0]))
+    return AttentionMaps(tokens=list(tokens), weights=w, attention=spec.describe(), sparse_layers=sparse)
 
 
 def plot_attention(maps: AttentionMaps, path: str | Path, layer: int | None = None, head: int | None = None) -> Path:
@@ -91,7 +101,7 @@ def plot_attention(maps: AttentionMaps, path: str | Path, layer: int | None = No
         sec.set_yticks(range(L), [f"|S|={int(s)}" for s in sizes[l, h]])
         ax.set_xlabel("attended token (key)")
         ax.set_ylabel("attending token (query)")
-        ax.set_title(f"{maps.attention}: layer {l}, head {h}")
+        ax.set_title(f"{maps.attention}: layer {l}{maps.layer_map(l)}, head {h}")
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.12)
     else:
         rows = len({c[0] for c in cells})
@@ -102,7 +112,7 @@ def plot_attention(maps: AttentionMaps, path: str | Path, layer: int | None = No
             ax.imshow(np.where(w > 0, w, -1), cmap=cmap, vmin=1e-9, vmax=max(w.max(), 1e-6))
             ax.set_xticks([])
             ax.set_yticks([])
-            ax.set_title(f"L{l} H{h} |S|={sizes[l, h].mean():.1f}", fontsize=7)
+            ax.set_title(f"L{l} H{h} |S|={sizes[l, h].mean():.1f}{maps.layer_map(l)}", fontsize=7)
         fig.suptitle(f"{maps.attention}: {' '.join(maps.tokens)[:120]}\n|S| = mean support size per row; white = exact zero", fontsize=9)
     return save_figure(fig, path)
 

@@ -10,7 +10,8 @@ tokenizer's ``word_ids``), and for each k in :data:`PERCENTS` its top ``ceil(k% 
 
 AOPC is the mean over the k's (DeYoung et al. 2020). Explanations:
 
-- ``attention``: the [CLS] row of the last layer's attention, averaged over heads;
+- ``attention``: the [CLS] row of the last layer's attention, averaged over heads (with ``--sparse-layers`` the last
+  layer may keep softmax: the report's ``attention_layer`` says which layer and which map the explanation is);
 - ``rollout``: attention rollout (Abnar & Zuidema 2020): per layer ``0.5 A + 0.5 I`` (A averaged over heads), rows
   renormalised, multiplied through the layers; the [CLS] row;
 - ``received``: the attention a word receives (the column sum over real queries, averaged over layers and heads: the
@@ -39,6 +40,7 @@ precision-recall curve) of each explanation's ranking against them.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -49,6 +51,7 @@ from sklearn.metrics import average_precision_score
 from tqdm.auto import tqdm
 
 from attnkit.analysis.explain import figure_path, pyplot, save_figure
+from attnkit.attention.spec import attention_modules, sparse_layer_set, spec_of
 
 #: the k of "top k% of the words" at which the erasure measures are taken
 PERCENTS = (1, 5, 10, 20, 50)
@@ -148,6 +151,19 @@ def average_precision(scores: Sequence[float], relevant: Sequence[bool]) -> floa
 
 
 # ----------------------------------------------------------------------------- a classifier's explanations
+
+
+def attention_layer(model) -> dict:
+    """Which layer's attention the ``attention`` explanation is (the last) and its map: the model's, or softmax where
+    ``--sparse-layers`` leaves the last layer softmax. ``{"layer": 5, "map": "1.5-entmax", "sparse": True}``; None for a
+    model without a transformers config."""
+    if getattr(model, "config", None) is None:
+        return None
+    spec = spec_of(model.config)
+    n = getattr(model.config, "num_hidden_layers", None) or len(attention_modules(model))
+    sparse = spec.is_sparse and (spec.sparse_layers is None or n - 1 in sparse_layer_set(spec.sparse_layers, n))
+    return {"layer": n - 1, "map": replace(spec, sparse_layers=None).describe() if sparse or not spec.is_sparse else "softmax",
+            "sparse": bool(sparse)}
 
 
 class WordClassifier:
@@ -259,7 +275,8 @@ def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales
                     ap[e].append(v)
     if not used:
         raise ValueError("no example with words to explain")
-    report = {"examples": used, "percents": list(percents), "tie_draws": tie_draws, "explanations": {}}
+    report = {"examples": used, "percents": list(percents), "tie_draws": tie_draws, "attention_layer": attention_layer(clf.model),
+              "explanations": {}}
     for e in EXPLANATIONS:
         c, s = np.asarray(comp[e]), np.asarray(suff[e])
         row = {"comprehensiveness": c.mean(0).tolist(), "sufficiency": s.mean(0).tolist(),

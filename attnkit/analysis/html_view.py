@@ -44,7 +44,9 @@ const D = JSON.parse(document.getElementById("data").textContent);
 const W = D.weights, T = D.tokens, NL = W.length, NH = W[0].length, L = T.length;
 const COLORS = ["#1f77b4","#ff7f0e","#2ca02c","#d62728","#9467bd","#8c564b","#e377c2","#7f7f7f","#bcbd22","#17becf","#393b79","#637939"];
 const layerSel = document.getElementById("layer"), headSel = document.getElementById("head");
-for (let l = 0; l < NL; l++) layerSel.add(new Option(String(l), String(l)));
+const SP = D.sparse_layers;  // --sparse-layers: the layers with the sparse map (the others softmax); null: all
+const layerName = l => String(l) + (SP ? (SP.includes(l) ? " (sparse)" : " (softmax)") : "");
+for (let l = 0; l < NL; l++) layerSel.add(new Option(layerName(l), String(l)));
 headSel.add(new Option("all", "all"));
 for (let h = 0; h < NH; h++) headSel.add(new Option(String(h), String(h)));
 layerSel.value = String(NL - 1); headSel.value = "0";
@@ -93,7 +95,7 @@ function drawGrid() {
         g.fillStyle = w === 0 ? "#ffffff" : `rgba(31, 95, 168, ${0.12 + 0.88 * Math.min(1, w)})`;
         g.fillRect(j * px, i * px, px, px);
       }
-      c.title = `layer ${l}, head ${h}`;
+      c.title = `layer ${layerName(l)}, head ${h}`;
       c.addEventListener("click", () => { layerSel.value = String(l); headSel.value = String(h); drawHead(); });
       grid.appendChild(c);
     }
@@ -113,9 +115,14 @@ def write_html(maps: AttentionMaps, path: str | Path, title: str = "attnkit atte
     if path.suffix.lower() not in (".html", ".htm"):
         raise ValueError(f"--html {path.name}: the page file must end in .html")
     st = maps.stats()
-    data = {"tokens": maps.tokens, "weights": [[[[round(float(w), 6) for w in row] for row in head] for head in layer] for layer in maps.weights]}
+    data = {"tokens": maps.tokens, "weights": [[[[round(float(w), 6) for w in row] for row in head] for head in layer] for layer in maps.weights],
+            "sparse_layers": maps.sparse_layers}
     meta = (f"{html.escape(maps.attention)} · {len(maps.tokens)} tokens · exactly 0: {st['zero_fraction']:.1%} · "
             f"mean support {st['mean_support']:.2f} per row")
+    if maps.sparse_layers is not None:
+        dense = [l for l in range(len(maps.weights)) if l not in maps.sparse_layers]
+        meta += (f" · sparse map in layer{'s' * (len(maps.sparse_layers) > 1)} {', '.join(map(str, maps.sparse_layers))}; "
+                 f"softmax in {', '.join(map(str, dense)) or 'none'}")
     page = (_PAGE.replace("__TITLE__", html.escape(title)).replace("__META__", meta)
             .replace("__DATA__", json.dumps(data).replace("</", "<\\/")))
     path.parent.mkdir(parents=True, exist_ok=True)
