@@ -677,6 +677,9 @@ def cmd_faithfulness(a) -> int:
     write_json_atomic(out, report)
     plot_faithfulness(report, plot, title=f"{task} {a.split}, {report['attention']}: {report['examples']} texts")
     print(f"{report['examples']} texts of {task} {a.split}; attention: {report['attention']}")
+    lay = report.get("attention_layer")
+    if lay:
+        print(f"the attention explanation: the [CLS] row of layer {lay['layer']} ({lay['map']}), averaged over heads")
     print(f"{'explanation':<22} {'AOPC comp.':>10} {'AOPC suff.':>10}" + ("  plausibility AP" if rationales is not None else ""))
     for name, row in report["explanations"].items():
         ap = row.get("plausibility_auprc")
