@@ -244,11 +244,12 @@ def output_locks():
     checked), so that no training run moves the run aside, or replaces its model, under the output; and it refuses at
     once if another attnkit process is writing that run folder. Released when the command ends."""
     with contextlib.ExitStack() as stack:
+    outer = dict(_LOCKS)
         _LOCKS.update(stack=stack, held=set())
         try:
             yield
         finally:
-            _LOCKS.update(stack=None, held=set())
+            _LOCKS.update(outer)
 
 
 def _lock_run_of(path: str | os.PathLike) -> None:

@@ -654,6 +654,10 @@ def fit(trainer, cfg: TrainConfig):
     if resume:
         log.warning("resuming from %s", resume)
         prior = _loss_of(Path(resume))
+    if resume and _schedule_done(trainer, _state_of(Path(resume))):
+        # the run had trained all its steps (its final save was cut short): the Trainer, resumed there, would train a
+        # step beyond its schedule; take the checkpoint's state and best weights as they are
+        return _finish_from(trainer, Path(resume), prior)
     recorder = RunRecorder(trainer, out, prior or 0.0)
     trainer.add_callback(recorder)
     try:
@@ -668,7 +672,7 @@ def fit(trainer, cfg: TrainConfig):
             write_record(out, rec | {"saving": None, "checkpoints": [n for n in rec["checkpoints"] if n != pending]})
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
-        why = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[-1]
+        why = write_failure(e)
         raise UserError(f"cannot write the checkpoint {out / pending}: {why} (is the disk full, or the folder read-only?); "
                         "the half-written checkpoint was removed: run the same command again to resume from the last "
                         "complete one") from None
@@ -686,6 +690,59 @@ def fit(trainer, cfg: TrainConfig):
     loss = (prior + float(getattr(trainer, "_total_loss_scalar", 0.0))) / max(steps, 1)
     metrics["train_loss"] = loss
     return TrainOutput(result.global_step, loss, metrics)
+
+
+def write_failure(e: BaseException) -> str:
+    """What went wrong in a failed write, in a few words (torch's stream writer says it in C++ terms)."""
+    why = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[-1]
+    if "inline_container" in why or "PytorchStreamWriter" in why or "file write failed" in why:
+        return "a file could not be written in full"
+    return why
+
+
+def _schedule_done(trainer, saved: dict) -> bool:
+    """Whether a checkpoint's trainer state (``saved``) is at the end of the schedule ``trainer`` would train."""
+    step, epoch = saved.get("global_step"), saved.get("epoch")
+    if not isinstance(step, int) or not isinstance(epoch, (int, float)):
+        return False
+    if trainer.args.max_steps > 0:
+        return step >= trainer.args.max_steps
+    return epoch >= trainer.args.num_train_epochs - 1e-9
+
+
+def _finish_from(trainer, ckpt: Path, prior: float | None):
+    """The end of a run whose last checkpoint ``ckpt`` finished its schedule: the Trainer's state and best weights
+    (else the checkpoint's own) are loaded, the callbacks told training ended; the TrainOutput of the whole run."""
+    from transformers.trainer_callback import TrainerState
+
+    trainer.state = TrainerState.load_from_json(str(ckpt / "trainer_state.json"))
+    best = trainer.state.best_model_checkpoint
+    if trainer.args.load_best_model_at_end and best and Path(best).is_dir():
+        trainer._load_best_model()
+    else:
+        trainer._load_from_checkpoint(str(ckpt))
+    h = trainer.callback_handler
+    for cb in h.callbacks:  # the run's own schedules end where training ends (the Trainer's progress bar never started)
+        if not type(cb).__module__.startswith("transformers."):
+            cb.on_train_end(trainer.args, trainer.state, trainer.control, model=trainer.model, processing_class=h.processing_class,
+                            optimizer=None, lr_scheduler=None, train_dataloader=None, eval_dataloader=None)
+    steps = trainer.state.global_step
+    metrics = {"epoch": trainer.state.epoch, "total_flos": trainer.state.total_flos, "train_runtime": 0.0,
+               "train_samples_per_second": 0.0, "train_steps_per_second": 0.0}
+    if prior is None:
+        metrics["train_loss_note"] = (f"resumed from {ckpt}, which does not record the loss of its steps: the mean "
+                                      "training loss of the whole run is not known")
+        return TrainOutput(steps, float("nan"), metrics)
+    metrics["train_loss"] = prior / max(steps, 1)
+    return TrainOutput(steps, metrics["train_loss"], metrics)
+
+
+def _state_of(ckpt: Path) -> dict:
+    try:
+        d = json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def _loss_of(ckpt: Path) -> float | None:
