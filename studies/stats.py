@@ -13,7 +13,9 @@ Where a table reads a family of comparisons against one baseline (blurs, layer s
 called, and the table's header says so.
 
 :func:`provenance` is what every record written from now on carries: the git commit, whether the tree was dirty,
-and the attnkit, torch and transformers versions.
+and the attnkit, torch and transformers versions; :func:`weights_sha256` the digest of a model a later step reuses.
+Records are JSON lists, one per table, appended under a file lock (:func:`add_record`) so that several workers may
+share one; :class:`Family` collects a table's paired cells and gives them their verdicts at once.
 """
 
 from __future__ import annotations

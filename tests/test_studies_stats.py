@@ -5,7 +5,8 @@ import math
 import pytest
 from scipy import stats as st
 
-from studies.stats import (PairedTest, family_verdicts, format_paired, holm, paired_test, provenance)
+from studies.stats import (Family, PairedTest, add_record, family_verdicts, format_paired, holm, paired_test, provenance,
+                           read_records)
 
 
 def _sample(mean: float, sd: float, n: int) -> list[float]:
@@ -118,3 +119,29 @@ def test_provenance_names_commit_dirty_and_versions():
     assert p["attnkit_version"]
     if p["git_commit"] is not None:  # a source checkout
         assert len(p["git_commit"]) == 40 and isinstance(p["git_dirty"], bool)
+
+
+def test_records_are_added_by_key_replaced_in_place_and_sorted(tmp_path):
+    path = tmp_path / "r" / "records.json"
+    assert read_records(path) == []
+    add_record(path, {"task": "b", "method": "m", "seed": 2, "x": 1})
+    add_record(path, {"task": "a", "method": "m", "seed": 1, "x": 2})
+    seen = []
+    add_record(path, {"task": "b", "method": "m", "seed": 2, "x": 3}, then=seen.append)  # the same cell again
+    assert [(r["task"], r["x"]) for r in read_records(path)] == [("a", 2), ("b", 3)]
+    assert seen and seen[0] == read_records(path)
+
+
+def test_a_family_fills_each_cell_with_its_holm_verdict():
+    fam = Family()
+    weak = _sample(1.0, 0.5, 4)  # t = 4.0, p = 0.028: holds alone, not in a family of three (0.028 > 0.05 / 3)
+    assert paired_test(weak).verdict == "holds" and 0.0167 < paired_test(weak).p < 0.05
+    lines = [f"| {x} | {fam.add(weak, 'three')} |" for x in "abc"]
+    lines += [f"| d | {fam.add(weak)} |", f"| e | {fam.add(_sample(2.0, 0.5, 5), 'two')} |", f"| f | {fam.add(weak, 'two')} |",
+              f"| g | {fam.add([], 'three')} |"]
+    out = fam.fill(lines)
+    assert all(line == "| %s | +1.0 ± 0.5 (4/4, t=4.0, p=0.03) | within noise |" % x for x, line in zip("abc", out[:3]))
+    assert out[3].endswith("| holds |")  # standing alone
+    # beside a strong one (p < 0.001 <= 0.05 / 2) the weak one is tested against 0.05 and holds
+    assert out[4].startswith("| e | +2.0 ± 0.5 (5/5, t=8.9,") and out[4].endswith("| holds |") and out[5].endswith("| holds |")
+    assert out[6] == "| g | — | — |"
