@@ -362,7 +362,8 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
 def render_sweep(records: list[dict], title: str) -> str:
     """Figures 2 and 3 (``attnkit sweep`` over lam, the sweep's own records): attnkit's sweep table with each lam's
     paired difference to softmax tested (t, p), Holm's correction across the lams."""
-    from attnkit.training.sweep import swept
+    def swept(r: dict) -> tuple[str, float | str]:  # as attnkit.training.sweep.swept: (the swept setting, its value)
+        return r.get("param", "lam"), r[r.get("param", "lam")]
 
     soft = {r["seed"]: r for r in records if swept(r)[1] == "softmax"}
     param = swept(records[0])[0]
