@@ -139,7 +139,7 @@ def table4(C, tasks, scale="none") -> list[str]:
                 t, _ = paired(scr, mlm)
                 test, verdict = format_paired(t, verdict=False, won=True), t.verdict
                 collapse = {"reversed": "seen (scratch below mlm)", "too few seeds": "—"}.get(t.verdict, "not seen")
-            lines.append(f"| {TASK_NAMES[task]} | {shape_name(L, H, hm)} | {ap if ap is not None else '—'} | "
+            lines.append(f"| {TASK_NAMES[task]} | {shape_name(L, H, hm)} | {f'{ap:,}' if ap is not None else '—'} | "
                          f"{len(mlm or {})} / {len(scr or {})} | {ms(get(mlm or {}, 'test', 1))} | {ms(get(scr or {}, 'test', 1))} | "
                          f"{100 * r['majority']['test']:.1f} | {test} | {verdict} | {collapse if (L, H) != (1, 1) else '(baseline shape)'} |")
     return lines
