@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 
 from attnkit.errors import DataFormatError, UserError
-from attnkit.models.build import is_qa_model, load_model, load_tokenizer
+from attnkit.models.build import check_text_room, is_qa_model, load_model, load_tokenizer
 from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.runfiles import MODEL_DIR, RUN_INFO
 from attnkit.tasks.metrics import predictions_of, task_metrics
@@ -34,6 +34,8 @@ def encoded_batches(
     """
     from tqdm.auto import tqdm
 
+    if len(texts) and hasattr(tokenizer, "num_special_tokens_to_add"):
+        check_text_room(max_length, tokenizer, pairs is not None)  # else the model would read [CLS][SEP][SEP] alone
     model.eval()
     device = next(model.parameters()).device
     starts = range(0, len(texts), batch_size)

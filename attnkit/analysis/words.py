@@ -76,6 +76,11 @@ def rank_words(readings, label_names, *, top: int = 20, min_count: int = 3) -> d
         rows = [{"word": w, "mean": t / n, "total": t, "count": n} for w, (t, n) in acc[c].items() if n >= min_count]
         rows.sort(key=lambda r: (-r["mean"], -r["count"], r["word"]))
         classes[name] = {"predicted_sentences": n_pred[c], "words": rows[:top]}
+    if not any(r["words"] for r in classes.values()):  # a chart and a ranking of nothing would pass for a result
+        most = max((n for per_class in acc.values() for _, n in per_class.values()), default=0)
+        raise ValueError(f"--min-count {min_count} leaves no word to rank: the most frequent word occurs {most} "
+                         f"time{'s' if most != 1 else ''} under one predicted class; give a --min-count of at most "
+                         f"{max(most, 1)} or more texts")
     return classes
 
 

@@ -24,7 +24,7 @@ from attnkit.analysis.words import plot_words, rank_words, received_attention
 from attnkit.attention import kernels
 from attnkit.attention.spec import spec_of
 from attnkit.errors import DataFormatError, UserError
-from attnkit.models.build import MINI_MODEL_TYPE, check_max_length, checkpoint_dir, checkpoint_spec, is_qa_model, max_positions
+from attnkit.models.build import MINI_MODEL_TYPE, check_max_length, check_model_folder, checkpoint_dir, checkpoint_spec, is_qa_model, max_positions
 from attnkit.models.freeze import parse_groups
 from attnkit.models.pooling import head_of
 from attnkit.runfiles import (
@@ -124,6 +124,7 @@ def prepare_model_length(a) -> None:
     from transformers import AutoConfig
 
     d = model_dir(a.model)
+    check_model_folder(d, weights=False)  # config.json readable, its attention block there: before anything reads it
     config = AutoConfig.from_pretrained(d)
     if a.max_length is None:
         a.max_length = int(run_info(d).get("max_length") or min(128, max_positions(config) or 128))
@@ -143,6 +144,15 @@ def _blur_note(cfg: TrainConfig) -> None:
 def cmd_train(a) -> int:
     cfg = train_config(a)
     cfg.validate()  # settings, attention and lam before any heavy work
+    if cfg.max_length < 16 and not is_qa_task(cfg.task) and not is_mini_alias(cfg.model):  # [CLS]/[SEP] may fill it
+        from attnkit.models.build import check_text_room, load_tokenizer
+
+        pairs = "text_pair" in load_task(cfg.task, cfg.data_dir).splits["train"].column_names
+        check_text_room(cfg.max_length, load_tokenizer(cfg.model), pairs)
+    if cfg.se and not is_mini_alias(cfg.model):  # before the data is read (build_classifier checks it too)
+        from attnkit.models.build import check_se_ratio
+
+        check_se_ratio(cfg.head(), model=cfg.model)
     _blur_note(cfg)
     metrics = train(cfg)
     if int(os.environ.get("RANK", "0")) != 0:
@@ -432,6 +442,9 @@ def _predict_split(a) -> int:
     if a.output_dir and not (data.submission or {}).get(a.split):
         raise UserError(f"--output-dir {a.output_dir}: only for a GLUE test split's submission file; task {task} {a.split} "
                         "writes JSON lines (--output)")
+    if task != "hans" and list(data.label_names) != label_names_of(model):  # as evaluate: else its labels pass for the task's
+        raise UserError(f"task {task} has labels {list(data.label_names)} but {d} predicts {label_names_of(model)}: "
+                        "give the --task it was trained on")
     submission = (data.submission or {}).get(a.split)
     if submission:  # the GLUE file: a file of that name attnkit did not write is the user's, never replaced
         folder = Path(a.output_dir) if a.output_dir else d / "glue_submission"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import logging
 import os
 import shutil
@@ -30,7 +31,7 @@ from attnkit.attention.spec import (
 from attnkit.models.mini import MODEL_TYPE as MINI_MODEL_TYPE  # importing it registers MiniBERT with the Auto classes
 from attnkit.models.modeling_attnkit import (
     AttnkitConfig, AttnkitForMaskedLM, AttnkitForQuestionAnswering, AttnkitForSequenceClassification, AttnkitModel,
-    concrete_class, register,
+    MODEL_TYPE, concrete_class, register,
 )
 from attnkit.models.pooling import HEAD_KEY, HeadSpec, PooledEncoderForSequenceClassification, head_of
 from attnkit.runfiles import MODEL_DIR, RUN_INFO
@@ -92,10 +93,22 @@ def _check_hub_name(name: str) -> None:
 def load_tokenizer(name_or_path: str | os.PathLike | None):
     register()  # also registers MiniBERT's config type, which AutoTokenizer reads from config.json
     path = resolve_model(name_or_path)
+    check_model_folder(path, weights=False, tokenizer=True)
     try:
-        return AutoTokenizer.from_pretrained(path)
+        tok = AutoTokenizer.from_pretrained(path)
     except OSError as e:  # hub name offline / unknown: transformers' message does not always name the model
         raise OSError(f"could not load the tokenizer of model {path!r}: {str(e).splitlines()[0]}") from None
+    except (ValueError, ImportError, TypeError, AttributeError) as e:  # a tokenizer that cannot be built (sentencepiece
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)  # missing, a bad file)
+        raise ModelFolderError(f"could not build the tokenizer of model {path!r} ({type(e).__name__}: {first})") from None
+    if Path(path).is_dir() and len(tok) <= len(set(tok.all_special_tokens)):
+        raise ModelFolderError(f"the tokenizer in {path} has no vocabulary besides its special tokens ({len(tok)} tokens): "
+                               "every word would be unknown; copy the tokenizer files of the model it was trained from")
+    if Path(path).is_dir() and (tok.pad_token is None or tok.num_special_tokens_to_add(pair=False) == 0):
+        raise ModelFolderError(f"the tokenizer in {path} has no {'padding token' if tok.pad_token is None else '[CLS]/[SEP] tokens'} "
+                               f"(is {Path(path) / 'tokenizer_config.json'} missing?): the model would not read its "
+                               "inputs as it was trained to; copy the tokenizer files of the model it was trained from")
+    return tok
 
 
 def build_classifier(
@@ -119,6 +132,7 @@ def build_classifier(
     spec = spec or AttentionSpec()
     head = head or HeadSpec()
     path = resolve_model(model)
+    check_model_folder(path, weights=not from_scratch)
     kwargs = {"num_labels": num_labels}
     if label_names:
         if len(label_names) != num_labels:
@@ -137,6 +151,7 @@ def build_classifier(
         else:
             net = AutoModelForSequenceClassification.from_pretrained(path, config=base, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True)
         return _finish(net, spec)
+    check_se_ratio(head, base, path)
     config = _attnkit_config(base, spec, head)
     if not head.is_default:
         net = concrete_class(config, "sequence-classification")(config)
@@ -148,6 +163,19 @@ def build_classifier(
     else:
         net = AttnkitForSequenceClassification.from_pretrained(path, config=config, use_safetensors=True)
     return _finish(net, spec)
+
+
+def check_se_ratio(head: HeadSpec, config=None, model: str | os.PathLike | None = DEFAULT_MODEL) -> None:
+    """ValueError where ``head``'s SE ratio r is above the layers of ``model`` (``config``: its config, else read): the
+    SE block squeezes the L layer outputs to L // r units, and r > L would leave none (it was clamped to one)."""
+    if not head.se:
+        return
+    if config is None:
+        config = _base_config(resolve_model(model))
+    layers = getattr(config, "num_hidden_layers", None)
+    if isinstance(layers, int) and head.se_ratio > layers:
+        raise ValueError(f"--se-ratio {head.se_ratio}: the SE block squeezes the {layers} layer outputs of {model} to "
+                         f"{layers} // r units, none at r above {layers}; expected an r from 1 to {layers}")
 
 
 def _base_config(path: str, **kwargs):
@@ -193,8 +221,7 @@ def build_masked_lm(model: str | os.PathLike | None = DEFAULT_MODEL, spec: Atten
         raise ValueError(f"{path} is a MiniBERT: continue its pre-training with `attnkit pretrain`, not `attnkit adapt`")
     config = _attnkit_config(base, spec)
     config.tie_word_embeddings = True
-    if Path(path).is_dir():
-        check_weights_file(path)
+    check_model_folder(path)
     net, info = AttnkitForMaskedLM.from_pretrained(path, config=config, use_safetensors=True, output_loading_info=True)
     net.tie_weights()
     return _finish(net, spec), sorted(info.get("missing_keys", ()))
@@ -219,6 +246,7 @@ def build_qa_model(model: str | os.PathLike | None = DEFAULT_MODEL, spec: Attent
     register()
     spec = spec or AttentionSpec()
     path = resolve_model(model)
+    check_model_folder(path, weights=not from_scratch)
     config = _attnkit_config(_base_config(path), spec)
     if from_scratch:
         net = AttnkitForQuestionAnswering._from_config(config)
@@ -237,6 +265,17 @@ def max_positions(config) -> int | None:
     if not isinstance(n, int) or n <= 0:
         return None
     return n - _POSITION_OFFSET.get(getattr(config, "model_type", ""), 0)
+
+
+def check_text_room(max_length: int, tokenizer, pair: bool, option: str = "--max-length") -> None:
+    """ValueError where ``max_length`` tokens leave no room for text once the tokenizer's own tokens ([CLS], [SEP]) are
+    in: a single text needs one token of its own, a pair one token of each text (else the model reads [CLS][SEP][SEP])."""
+    specials = tokenizer.num_special_tokens_to_add(pair=pair)
+    need = specials + (2 if pair else 1)
+    if max_length < need:
+        what = "a pair of texts needs" if pair else "a text needs"
+        raise ValueError(f"{option} {max_length} holds no text: {what} {specials} tokens of the tokenizer's own "
+                         f"([CLS]/[SEP]) plus at least one of {'each text' if pair else 'its own'}; expected at least {need}")
 
 
 def check_max_length(max_length: int, config, model: str = "the model") -> int:
@@ -281,6 +320,140 @@ def check_weights_file(path: str | os.PathLike) -> None:
                       "retrain, or restore the file from a copy") from None
 
 
+class ModelFolderError(ValueError):
+    """A model folder whose files do not fit together (config and weights, tokenizer, attention block, weights'
+    values): one line naming the file, raised before the model runs."""
+
+
+#: files a tokenizer is built from: its own tokenizer.json, or the vocabulary its class reads
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model",
+                    "sentencepiece.model")
+#: weight names of the layer stack (BERT family: encoder.layer.N, DistilBERT: transformer.layer.N, MiniBERT and
+#: ModernBERT: layers.N) and of the token embeddings
+_LAYER_KEY = re.compile(r"(?:^|\.)(?:encoder\.layer|transformer\.layer|layers)\.(\d+)\.")
+_EMBEDDING_KEYS = ("word_embeddings.weight", "tok_embeddings.weight", "embeddings.tokens.weight")
+_checked: dict = {}
+
+
+def _weights_files(folder: Path) -> list[Path]:
+    one = folder / "model.safetensors"
+    return [one] if one.is_file() else sorted(folder.glob("model-*-of-*.safetensors"))
+
+
+def check_model_folder(path: str | os.PathLike, *, weights: bool = True, tokenizer: bool = False) -> None:
+    """Check a local model folder before it is used, in one line naming the file, with :class:`ModelFolderError`
+    (or OSError for a damaged weights file):
+
+    - config.json is readable, and a model_type of attnkit's (``attnkit``, ``attnkit-mini``) has its ``attnkit``
+      block (the attention it was trained with: without it the model would run softmax);
+    - with ``weights``: the weights file is whole, agrees with config.json (layers, hidden size, vocabulary, the
+      classifier's labels) and holds only finite values;
+    - with ``tokenizer``: the folder has its tokenizer (tokenizer.json or the vocabulary it is built from).
+
+    Every loading path calls it (:func:`load_model`, :func:`load_tokenizer`, :func:`build_classifier`,
+    :func:`build_qa_model`, and the Auto classes through attnkit). A hub name or a missing folder is left to the
+    loaders; a folder that passed is not read again until its files change.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        return
+    cfg_file = folder / "config.json"
+    files = [cfg_file] + (_weights_files(folder) if weights else [])
+    try:
+        key = (str(folder.resolve()), weights, tokenizer, tuple((f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+    except OSError:
+        key = None
+    if key is not None and key in _checked:
+        return
+    if not cfg_file.is_file():
+        raise ModelFolderError(f"{cfg_file} does not exist: a model folder holds its config.json beside the weights")
+    try:
+        raw = json.loads(cfg_file.read_text(encoding="utf-8"))
+        if not isinstance(raw, dict):
+            raise ValueError(f"expected a JSON object, found {type(raw).__name__}")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ModelFolderError(f"{cfg_file} is not readable JSON ({str(e).splitlines()[0]}): restore the config.json "
+                               "written with the weights") from None
+    model_type = raw.get("model_type")
+    if model_type in (MODEL_TYPE, MINI_MODEL_TYPE):
+        block = raw.get(CONFIG_KEY)
+        if not isinstance(block, dict):
+            raise ModelFolderError(
+                f"{cfg_file} says model_type {model_type!r} but has no {CONFIG_KEY!r} block (the attention the model was "
+                "trained with): it would run as softmax; restore the config.json written with the weights")
+        try:
+            AttentionSpec.from_dict(dict(block))
+        except (TypeError, ValueError) as e:
+            raise ModelFolderError(f"{cfg_file}: its {CONFIG_KEY!r} block is not a valid attention ({str(e).splitlines()[0]})") from None
+    if weights and _weights_files(folder):
+        check_weights_file(folder)
+        _check_weights_agree(folder, cfg_file, raw)
+    if tokenizer and not any((folder / f).is_file() for f in _TOKENIZER_FILES):
+        raise ModelFolderError(
+            f"{folder} has no tokenizer (tokenizer.json, or a vocabulary such as vocab.txt): without it every word would "
+            "be unknown; copy the tokenizer files of the model it was trained from into the folder")
+    if key is not None:
+        _checked[key] = True
+
+
+def _config_value(raw: dict, *names):
+    """The first of ``names`` that config.json sets (an AttnkitConfig keeps the encoder's keys at its top level)."""
+    return next((raw[n] for n in names if isinstance(raw.get(n), int) and not isinstance(raw.get(n), bool)), None)
+
+
+def _check_weights_agree(folder: Path, cfg_file: Path, raw: dict) -> None:
+    import torch
+
+    shapes, layers, bad = {}, set(), None
+    for wf in _weights_files(folder):
+        with safe_open(str(wf), framework="pt") as sf:
+            for k in sf.keys():
+                shapes[k] = (tuple(sf.get_slice(k).get_shape()), wf)
+                m = _LAYER_KEY.search(k)
+                if m:
+                    layers.add(int(m.group(1)))
+                if bad is None:
+                    t = sf.get_tensor(k)
+                    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                        bad = (wf, k, int((~torch.isfinite(t)).sum()), t.numel())
+    n_layers = _config_value(raw, "num_hidden_layers", "n_layers", "num_layers")
+    if layers and n_layers is not None and n_layers != max(layers) + 1:
+        wf = next(iter(shapes.values()))[1]
+        raise ModelFolderError(
+            f"{cfg_file} says num_hidden_layers {n_layers} but {wf.name} holds the weights of {max(layers) + 1} layers: "
+            "the config does not belong to these weights; restore the config.json written with them")
+    emb = next((k for k in sorted(shapes) if k.endswith(_EMBEDDING_KEYS)), None)
+    if emb is not None and len(shapes[emb][0]) == 2:
+        (rows, width), wf = shapes[emb]
+        hidden = _config_value(raw, "embedding_size") or _config_value(raw, "hidden_size", "dim", "d_model")
+        if hidden is not None and hidden != width:
+            raise ModelFolderError(
+                f"{cfg_file} says hidden size {hidden} but {wf.name} holds {width}-wide embeddings ({emb}): the config "
+                "does not belong to these weights; restore the config.json written with them")
+        vocab = _config_value(raw, "vocab_size")
+        if vocab is not None and vocab != rows:
+            raise ModelFolderError(
+                f"{cfg_file} says vocab_size {vocab} but {wf.name} holds embeddings of {rows} tokens ({emb}): the config "
+                "does not belong to these weights; restore the config.json written with them")
+    head = [k for k in shapes if k.split(".")[0] == "classifier" and k.endswith("weight") and len(shapes[k][0]) == 2]
+    if head:
+        out = next((k for k in head if "out_proj" in k), max(head, key=lambda k: [int(p) if p.isdigit() else -1 for p in k.split(".")]))
+        (n_out, _), wf = shapes[out]
+        id2label = raw.get("id2label")
+        n_labels = len(id2label) if isinstance(id2label, dict) and id2label else _config_value(raw, "num_labels")
+        if n_labels is not None and n_labels != n_out:
+            names = ", ".join(str(v) for v in id2label.values()) if isinstance(id2label, dict) else ""
+            raise ModelFolderError(
+                f"{cfg_file} says {n_labels} labels{f' ({names})' if names else ''} but the classifier in {wf.name} "
+                f"({out}) has {n_out} outputs: the config does not belong to these weights; restore the config.json "
+                "written with them")
+    if bad is not None:
+        wf, k, n, total = bad
+        raise ModelFolderError(
+            f"{wf} holds {n} NaN or infinite values (of {total}) in {k}: the model would give NaN outputs (a diverged "
+            "run?); retrain, or restore the file from a copy")
+
+
 def _from_pretrained(cls, path: str, *, head: str, **kwargs):
     """``cls.from_pretrained`` that refuses a checkpoint whose ``head`` weights are missing (random)."""
     if Path(path).is_dir():
@@ -305,6 +478,7 @@ def load_model(path: str | os.PathLike):
     """
     register()
     path = resolve_model(path)
+    check_model_folder(path)
     config = AutoConfig.from_pretrained(path)
     spec = spec_of(config)
     qa = is_qa_model(config)

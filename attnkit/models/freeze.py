@@ -18,9 +18,14 @@ GROUPS = ("embeddings", "attention", "encoder")
 
 def parse_groups(spec: str | list[str] | None) -> list[str]:
     """``"embeddings,attention"`` -> ``["embeddings", "attention"]``; raises on an unknown group."""
-    if not spec:
+    if spec is None:
         return []
+    if isinstance(spec, str) and not spec.strip():  # --freeze '' (an empty shell variable): not "freeze nothing" silently
+        raise ValueError(f"--freeze {spec!r} names no parameter group: expected a comma-separated list of "
+                         f"{', '.join(GROUPS)} (leave --freeze out to train every parameter)")
     names = spec.split(",") if isinstance(spec, str) else list(spec)
+    if not names:
+        return []
     out = []
     for n in (x.strip().lower() for x in names):
         if not n:

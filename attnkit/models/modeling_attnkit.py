@@ -194,10 +194,24 @@ def concrete_class(config: AttnkitConfig, kind: str):
     return _CONCRETE[key]
 
 
+def _check_folder(path, subfolder=None) -> None:
+    """attnkit's check of a local model folder before it loads (config against weights, the attention block, finite
+    weights: ``attnkit.models.build.check_model_folder``). A checkpoint's remote copy of this file (trust_remote_code,
+    no attnkit needed) loads as transformers does."""
+    if not __name__.startswith("attnkit."):
+        return
+    import importlib
+
+    folder = Path(str(path)) / subfolder if subfolder else Path(str(path))
+    if folder.is_dir():  # imported by name: transformers' scan of a remote code file's imports must not ask for attnkit
+        importlib.import_module("attnkit.models.build").check_model_folder(folder)
+
+
 def _dispatcher(name: str, kind: str):
     """An Auto-registrable class whose from_pretrained/_from_config build the concrete class for ``kind``."""
 
     def from_pretrained(cls, pretrained_model_name_or_path, *args, config=None, **kwargs):
+        _check_folder(pretrained_model_name_or_path, kwargs.get("subfolder"))
         if config is None:
             hub = {k: kwargs[k] for k in ("cache_dir", "revision", "token", "local_files_only", "subfolder") if k in kwargs}
             config = AttnkitConfig.from_pretrained(pretrained_model_name_or_path, **hub)
