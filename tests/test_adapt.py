@@ -593,3 +593,21 @@ def test_the_distillation_loss_by_hand():
         assert teach.seen is None  # the teacher is not shown the labels
         loss.backward()
         assert student.logits.grad is not None and teach.logits.grad is None  # no gradient into the teacher
+
+
+def test_minibert_keeps_softmax_outside_the_sparse_layers():
+    """MiniBERT's own attention (not transformers' attention function) honours --sparse-layers too."""
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.mini import MiniBertModel, make_config
+
+    torch.manual_seed(0)
+    for layers, sparse in (("0", {0}), ("last", {1}), ("all", {0, 1})):
+        model = MiniBertModel(make_config(40, layers=2, heads=2, dim=16, spec=AttentionSpec("sparsemax", sparse_layers=layers))).eval()
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if n.endswith(("query.weight", "key.weight")):
+                    p.mul_(2)
+            ids = torch.randint(1, 40, (2, 9))
+            out = model(ids, attention_mask=torch.ones_like(ids), output_attentions=True)
+        zeros = real_zeros(out.attentions, torch.ones_like(ids))
+        assert {l for l in range(2) if zeros[l] > 0} == sparse, (layers, zeros)

@@ -51,7 +51,7 @@ from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, SequenceClassifierOutput
 
 from attnkit.attention.names import KINDS
-from attnkit.attention.spec import AttentionSpec, apply_spec, spec_of
+from attnkit.attention.spec import AttentionSpec, apply_spec, sparse_layer_set, spec_of
 from attnkit.attention.spec import register as register_attention
 
 MODEL_TYPE = "attnkit-mini"
@@ -148,9 +148,10 @@ class MiniBertEmbeddings(nn.Module):
 class MiniBertAttention(nn.Module):
     """One attention layer of kind sa / ssa / nta (see the module docstring)."""
 
-    def __init__(self, config: MiniBertConfig):
+    def __init__(self, config: MiniBertConfig, layer_idx: int = 0):
         super().__init__()
         self.config = config
+        self.layer_idx = layer_idx  # which layer (from 0): --sparse-layers may leave it softmax
         d, kind = config.hidden_size, config.attention_kind
         self.n_heads = H = config.num_attention_heads
         self.full = getattr(config, "head_mode", "split") == "full"
@@ -176,7 +177,10 @@ class MiniBertAttention(nn.Module):
         v = self._heads(self.value(x) if self.value is not None else x)  # [B, H, L, dh]
         scores = torch.matmul(q, k.transpose(-1, -2)) * self.scaling  # [B, H, L, L]
         scores = scores.masked_fill(~key_mask[:, None, None, :], -math.inf)  # padded keys -> weight exactly 0
-        weights = spec_of(self.config).normalise(scores)  # [B, H, L, L], rows sum to 1
+        spec = spec_of(self.config)
+        if spec.sparse_layers is not None and self.layer_idx not in sparse_layer_set(spec.sparse_layers, self.config.num_hidden_layers):
+            spec = AttentionSpec("softmax")  # a layer that keeps softmax (--sparse-layers)
+        weights = spec.normalise(scores)  # [B, H, L, L], rows sum to 1
         out = torch.matmul(weights, v)  # [B, H, L, dh]
         B, H, L, dh = out.shape
         out = out.transpose(1, 2).reshape(B, L, H * dh)  # [B, L, H * d_head]
@@ -184,9 +188,9 @@ class MiniBertAttention(nn.Module):
 
 
 class MiniBertLayer(nn.Module):
-    def __init__(self, config: MiniBertConfig):
+    def __init__(self, config: MiniBertConfig, layer_idx: int = 0):
         super().__init__()
-        self.attention = MiniBertAttention(config)
+        self.attention = MiniBertAttention(config, layer_idx)
         self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else nn.Identity()
         self.residual = config.residual
 
@@ -223,7 +227,7 @@ class MiniBertModel(MiniBertPreTrainedModel):
     def __init__(self, config: MiniBertConfig):
         super().__init__(config)
         self.embeddings = MiniBertEmbeddings(config)
-        self.layers = nn.ModuleList(MiniBertLayer(config) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(MiniBertLayer(config, i) for i in range(config.num_hidden_layers))
         self.post_init()
 
     def get_input_embeddings(self):
