@@ -288,10 +288,27 @@ def run_all(a) -> None:
         print(f"[study] {n}/{len(todo)} {tag(j)} {j['mode']}: dev {m['validation']['accuracy']:.4f} test "
               f"{m['test']['accuracy']:.4f} ({time.time() - t0:.0f}s)", flush=True)
         if a.commit and time.time() - last_commit > a.commit_every:
-            commit([path], f"studies/minibert: {len(records)} run records (issue 39)")
+            commit(rendered(records, path), f"studies/minibert: {len(records)} run records, tables re-rendered (issue 39)")
             last_commit = time.time()
     if a.commit:
-        commit([path], f"studies/minibert: {len(records)} run records{', the plan done' if a.max_runs is None else ''} (issue 39)")
+        commit(rendered(records, path), f"studies/minibert: {len(records)} run records{', the plan done' if a.max_runs is None else ''}, "
+                                        "tables re-rendered (issue 39)")
+
+
+def rendered(records: list[dict], path: Path) -> list[Path]:
+    """The files to commit with the records: with the study's own records file, its tables re-rendered from them too
+    (so the committed table always matches the committed records); a failed render never stops the runs."""
+    if path != RECORDS:
+        return [path]
+    try:
+        sys.path.insert(0, str(HERE))
+        from render import FIGURE, README, TABLE, render_all
+
+        render_all(records)
+        return [p for p in (path, TABLE, README, FIGURE) if p.is_file()]
+    except Exception as e:  # noqa: BLE001
+        print(f"[study] tables not rendered: {e!r}", flush=True)
+        return [path]
 
 
 # ----------------------------------------------------------------------------- entry point
