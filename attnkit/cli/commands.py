@@ -144,6 +144,10 @@ def _blur_note(cfg: TrainConfig) -> None:
 def cmd_train(a) -> int:
     cfg = train_config(a)
     cfg.validate()  # settings, attention and lam before any heavy work
+    if not is_mini_alias(cfg.model):  # the model folder it starts from, before the data is read
+        from attnkit.models.build import check_model_folder, resolve_model
+
+        check_model_folder(resolve_model(cfg.model), weights=not cfg.from_scratch, tokenizer=True)
     if cfg.max_length < 16 and not is_qa_task(cfg.task) and not is_mini_alias(cfg.model):  # [CLS]/[SEP] may fill it
         from attnkit.models.build import check_text_room, load_tokenizer
 
