@@ -173,7 +173,7 @@ class RunRecorder(TrainerCallback):
     is known as this run's), the loss summed so far is stored in it (a resumed run reports the whole run's mean
     training loss), and only checkpoints the record lists are rotated out (the newest two and the best are kept)."""
 
-    def __init__(self, trainer, out: Path, prior_loss: float = 0.0, keep: int = 2):
+    def __init__(self, trainer, out: Path, prior_loss: float = 0.0, keep: int | None = 2):
         self.trainer, self.out, self.prior_loss, self.keep = trainer, Path(out), prior_loss, keep
         self.saving: str | None = None
 
@@ -206,7 +206,7 @@ class RunRecorder(TrainerCallback):
         ckpts = recorded_checkpoints(self.out, rec)
         keep = {p.name for p in ckpts[-1:]} | ({best} if best else set())  # the newest and the best, as the Trainer keeps
         for c in reversed(ckpts):
-            if len(keep) >= self.keep:
+            if self.keep is not None and len(keep) >= self.keep:
                 break
             keep.add(c.name)
         for c in ckpts:
@@ -595,7 +595,7 @@ def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
         save_strategy="steps" if per_steps else "epoch",
         eval_steps=every,
         save_steps=every,
-        save_total_limit=None,  # the run's own RunRecorder rotates (the Trainer's rotation deletes any checkpoint-* folder)
+        save_total_limit=2,  # kept by fit()'s RunRecorder among this run's checkpoints (the Trainer's rotation is turned off)
         load_best_model_at_end=True,
         metric_for_best_model=best_metric,
         greater_is_better=True,
@@ -658,7 +658,11 @@ def fit(trainer, cfg: TrainConfig):
         # the run had trained all its steps (its final save was cut short): the Trainer, resumed there, would train a
         # step beyond its schedule; take the checkpoint's state and best weights as they are
         return _finish_from(trainer, Path(resume), prior)
-    recorder = RunRecorder(trainer, out, prior or 0.0)
+    # the Trainer's own rotation deletes every folder named checkpoint-* (a checkpoint-mine/ of the user's too): the
+    # recorder rotates instead, among the checkpoints this run wrote, keeping as many as the Trainer would
+    limit = trainer.args.save_total_limit
+    trainer.args.save_total_limit = None
+    recorder = RunRecorder(trainer, out, prior or 0.0, keep=limit if limit and limit > 0 else None)
     trainer.add_callback(recorder)
     try:
         result = trainer.train(resume_from_checkpoint=resume)
