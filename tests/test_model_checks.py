@@ -95,6 +95,8 @@ DAMAGES = {
     "garbled config": (garbled_config, ["config.json", "not readable JSON"]),
     "no tokenizer": (remove("tokenizer.json"), ["has no tokenizer", "tokenizer.json"]),
     "no tokenizer settings": (remove("tokenizer_config.json"), ["tokenizer_config.json", "no padding token"]),
+    # item 8: no tokenizer file at all gave a five-line sentencepiece message
+    "no tokenizer files at all": (remove("tokenizer.json", "tokenizer_config.json"), ["has no tokenizer"]),
     "NaN weights": (nan_weight, ["model.safetensors", "1 NaN or infinite", "layer.1.attention.self.query.weight"]),
 }
 
