@@ -208,6 +208,30 @@ def test_no_resume_moves_a_damaged_run_aside_whole(finished, data, tiny_bert, tm
     assert json.loads((out / "run_config.json").read_text())["seed"] == 8
 
 
+def test_an_unreadable_record_is_named_and_no_resume_moves_the_run_aside(finished, data, tiny_bert, tmp_path, capsys):
+    out = copy_run(finished, tmp_path / "r")
+    (out / RUN_RECORD).write_text("{ garbled")
+    before = snapshot(out)
+    assert main(args(tiny_bert, data, out)) == 2
+    error_line(capsys, str(out / RUN_RECORD), "unreadable", "--no-resume")
+    assert snapshot(out) == before
+    assert main(args(tiny_bert, data, out, "--no-resume")) == 0
+    (aside,) = out.glob(".replaced-*")
+    assert snapshot(aside) == before
+
+
+def test_a_run_is_known_by_its_record_only(tmp_path):
+    from attnkit.training.runs import is_run_folder
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "checkpoint-2").mkdir()
+    (tmp_path / "metrics.json").write_text("{}")
+    (tmp_path / "run_config.json").write_text("{}")
+    assert not is_run_folder(tmp_path)
+    (tmp_path / RUN_RECORD).write_text(json.dumps({"written_by": "attnkit train", "checkpoints": []}))
+    assert is_run_folder(tmp_path)
+
+
 # ----------------------------------------------------------------------------- 3. outputs
 
 
@@ -334,19 +358,20 @@ def test_a_full_disk_under_ulimit_is_one_line_and_a_rerun_finishes(tiny_bert, da
     same_metrics(json.loads((out / "metrics.json").read_text()), reference)
 
 
-def test_a_final_save_that_fails_leaves_no_temporary_folder(tiny_bert, data, tmp_path, capsys, monkeypatch, reference):
+@pytest.mark.parametrize("code,why", [(errno.EFBIG, "File too large"), (errno.EROFS, "Read-only file system")])
+def test_a_final_save_that_fails_leaves_no_temporary_folder(tiny_bert, data, tmp_path, capsys, monkeypatch, reference, code, why):
     import attnkit.models.build as build
 
     real = build._write_checkpoint
 
-    def half_then_full(model, tmp, tokenizer=None, extra=None):
+    def half_then_fail(model, tmp, tokenizer=None, extra=None):  # (as root, a folder made read-only is still written)
         real(model, tmp, tokenizer, extra)
-        raise OSError(errno.EFBIG, "File too large")
+        raise OSError(code, why)
 
-    monkeypatch.setattr(build, "_write_checkpoint", half_then_full)
+    monkeypatch.setattr(build, "_write_checkpoint", half_then_fail)
     out = tmp_path / "r"
     assert main(args(tiny_bert, data, out)) == 2
-    error_line(capsys, f"cannot write the model {out / 'model'}", "File too large")
+    error_line(capsys, f"cannot write the model {out / 'model'}", why)
     assert leftovers(out) == [] and not (out / "model").exists() and not (out / "metrics.json").exists()
     monkeypatch.undo()
     # the rerun resumes at the last step (its checkpoints are there) and reports the run's true metrics
@@ -440,6 +465,9 @@ def test_a_hand_written_sweep_json_is_refused_and_kept(tiny_bert, data, tmp_path
     error_line(capsys, str(s / "sweep.json"))
     assert main(sweep + ["--report-only"]) == 2
     error_line(capsys, str(s / "sweep.json"))
+    # nor is it taken for a sweep by train: a folder of the user's
+    assert main(args(tiny_bert, data, s)) == 2
+    error_line(capsys, "holds no attnkit run")
     assert snapshot(s) == before
 
 

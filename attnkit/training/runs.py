@@ -281,9 +281,15 @@ def run_folder(out: Path, option: str = "--output-dir"):
 
 
 def _holds_sweep(out: Path) -> bool:
+    """Whether ``out`` holds a sweep.json of attnkit's (a hand-written one does not make a folder a sweep)."""
+    from attnkit.training.sweep import read_sweep_records  # (sweep.py imports this module)
+
+    if not (out / "sweep.json").is_file():
+        return False
     try:
-        return isinstance(json.loads((out / "sweep.json").read_text(encoding="utf-8")), list)
-    except (OSError, ValueError, UnicodeDecodeError):
+        read_sweep_records(out / "sweep.json")
+        return True
+    except ValueError:
         return False
 
 
@@ -471,8 +477,10 @@ def check_resume(cfg: TrainConfig, out: Path) -> None:
     """Stop before any work if ``out`` holds checkpoints of a run with other settings (unless ``cfg.resume`` is off),
     or checkpoints whose settings are not recorded (run_config.json missing): the message names the differences and
     the ways out. Changes nothing in ``out``."""
+    if not cfg.resume:
+        return
     ckpts = _checkpoint_dirs(out)
-    if not ckpts or not cfg.resume:
+    if not ckpts:
         return
     saved = out / "run_config.json"
     if saved.is_file():
