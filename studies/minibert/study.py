@@ -285,10 +285,11 @@ def run_all(a) -> None:
             majorities[j["task"]] = majority(j["task"], a.data_dir)
         records.append(record(j, m, pre, a, shape, faith, majorities[j["task"]], provenance(ROOT)))
         save_records(records, path)
+        files = rendered(records, path)  # the table follows the records at once: the tree's table always matches them
         print(f"[study] {n}/{len(todo)} {tag(j)} {j['mode']}: dev {m['validation']['accuracy']:.4f} test "
               f"{m['test']['accuracy']:.4f} ({time.time() - t0:.0f}s)", flush=True)
         if a.commit and time.time() - last_commit > a.commit_every:
-            commit(rendered(records, path), f"studies/minibert: {len(records)} run records, tables re-rendered (issue 39)")
+            commit(files, f"studies/minibert: {len(records)} run records, tables re-rendered (issue 39)")
             last_commit = time.time()
     if a.commit:
         commit(rendered(records, path), f"studies/minibert: {len(records)} run records{', the plan done' if a.max_runs is None else ''}, "
