@@ -381,6 +381,14 @@ def test_sparse_layers_saved_and_reloaded(tiny_bert, tmp_path):
         assert torch.equal(got.logits, want.logits)
         assert all(torch.equal(a, b) for a, b in zip(got.attentions, want.attentions))
     # remote code, attnkit not importable
+    logits, zeros = _remote_outputs(d, SENTS, tmp_path)
+    assert torch.allclose(logits, want.logits, atol=1e-5)
+    assert zeros[0] == 0 and zeros[1] > 0 and zeros == real_zeros(want.attentions, mask)
+
+
+def _remote_outputs(d, texts, tmp_path):
+    """Logits and per-layer zeros between real tokens of the checkpoint ``d`` loaded with trust_remote_code in a
+    process where attnkit cannot be imported."""
     code = (
         "import sys\nsys.modules['attnkit'] = None\n"
         "import json, torch\n"
@@ -388,6 +396,7 @@ def test_sparse_layers_saved_and_reloaded(tiny_bert, tmp_path):
         "m = AutoModelForSequenceClassification.from_pretrained(sys.argv[1], trust_remote_code=True).eval()\n"
         "tok = AutoTokenizer.from_pretrained(sys.argv[1])\n"
         "enc = tok(json.loads(sys.argv[2]), padding=True, return_tensors='pt')\n"
+        "enc.pop('token_type_ids', None)  # all zeros for single texts; DistilBERT takes none\n"
         "with torch.no_grad():\n"
         "    out = m(**enc, output_attentions=True)\n"
         "k = enc['attention_mask'].bool()\n"
@@ -395,37 +404,54 @@ def test_sparse_layers_saved_and_reloaded(tiny_bert, tmp_path):
         "print(json.dumps({'logits': out.logits.tolist(), 'zeros': [int(((a == 0) & pair).sum()) for a in out.attentions],\n"
         "                  'impl': m.config._attn_implementation, 'attnkit': sys.modules.get('attnkit') is None}))\n"
     )
-    r = subprocess.run([sys.executable, "-c", code, str(d), json.dumps(SENTS)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-c", code, str(d), json.dumps(texts)], capture_output=True, text=True,
                        stdin=subprocess.DEVNULL, env={"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PATH": "/usr/bin:/bin",
                                                       "HOME": "/tmp", "OMP_NUM_THREADS": "1", "HF_HOME": str(tmp_path / "hf")})
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["impl"] == "attnkit" and got["attnkit"]
-    assert torch.allclose(torch.tensor(got["logits"]), want.logits, atol=1e-5)
-    assert got["zeros"][0] == 0 and got["zeros"][1] > 0
-    assert got["zeros"] == real_zeros(want.attentions, mask)
+    return torch.tensor(got["logits"]), got["zeros"]
 
 
-def test_sparsify_takes_sparse_layers(tiny_bert):
-    from transformers import AutoModelForSequenceClassification
+@pytest.mark.parametrize("family", ["bert", "distilbert"])
+def test_sparsify_takes_sparse_layers(tiny_bert, family, tmp_path):
+    """sparsify(..., sparse_layers=) on a plain transformers classifier; DistilBERT's attention modules carry no
+    layer_idx (attnkit numbers them), also when the saved model is loaded by the Auto classes or as remote code."""
+    from transformers import AutoModelForSequenceClassification, DistilBertConfig, DistilBertForSequenceClassification
 
     from attnkit.attention.spec import spec_of
-    from attnkit.models.build import load_tokenizer, sparsify
+    from attnkit.models.build import load_tokenizer, save_checkpoint, sparsify
 
     tok = load_tokenizer(tiny_bert)
     torch.manual_seed(0)
-    plain = AutoModelForSequenceClassification.from_pretrained(tiny_bert, num_labels=2)
+    if family == "bert":
+        plain = AutoModelForSequenceClassification.from_pretrained(tiny_bert, num_labels=2)
+    else:
+        plain = DistilBertForSequenceClassification(DistilBertConfig(vocab_size=len(tok), dim=32, n_layers=2, n_heads=4,
+                                                                     hidden_dim=64, max_position_embeddings=64))
     with torch.no_grad():
         for n, p in plain.named_parameters():
-            if n.endswith(("query.weight", "key.weight")):
+            if n.endswith(("query.weight", "key.weight", "q_lin.weight", "k_lin.weight")):
                 p.mul_(30)
     model = sparsify(plain, "sparsemax", sparse_layers="last").eval()
     assert spec_of(model.config).sparse_layers == "last"
-    out, mask = _outputs(model, tok)
-    zeros = real_zeros(out.attentions, mask)
+    texts = SENTS if family == "bert" else ["a great movie and a really good story"]  # DistilBERT: no token_type_ids
+    enc = tok(texts, padding=True, return_tensors="pt")
+    enc = {k: v for k, v in enc.items() if family == "bert" or k != "token_type_ids"}
+    with torch.no_grad():
+        want = model(**enc, output_attentions=True)
+    zeros = real_zeros(want.attentions, enc["attention_mask"])
     assert zeros[0] == 0 and zeros[1] > 0
     with pytest.raises(ValueError, match="2 layers"):
         sparsify(model, "sparsemax", sparse_layers="5")
+    if family == "distilbert":
+        d = save_checkpoint(model, tmp_path / "m", tok)
+        again = AutoModelForSequenceClassification.from_pretrained(d).eval()
+        with torch.no_grad():
+            got = again(**enc, output_attentions=True)
+        assert torch.equal(got.logits, want.logits) and real_zeros(got.attentions, enc["attention_mask"]) == zeros
+        logits, remote = _remote_outputs(d, texts, tmp_path)
+        assert torch.allclose(logits, want.logits, atol=1e-5) and remote == zeros
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable
 
@@ -219,12 +220,20 @@ def layer_index(module: nn.Module) -> int:
     return int(idx)
 
 
+_LAYER_IN_NAME = re.compile(r"(?:^|\.)layers?\.(\d+)(?:\.|$)")  # encoder.layer.3.attention, transformer.layer.3, layers.3
+
+
 def number_layers(model: nn.Module) -> None:
     """Give every attention module of ``model`` its layer index (``attnkit_layer``), for models whose attention
-    modules do not carry transformers' ``layer_idx``."""
+    modules do not carry transformers' ``layer_idx``: its place among :func:`attention_modules`, or, where those do not
+    find it (DistilBERT's attention has no ``num_attention_heads``), the N of the ``layer.N`` in its name."""
     for i, m in enumerate(attention_modules(model)):
         if getattr(m, "layer_idx", None) is None:
             m.attnkit_layer = i
+    for name, m in model.named_modules():
+        hit = _LAYER_IN_NAME.search(name)
+        if hit and getattr(m, "layer_idx", None) is None and getattr(m, "attnkit_layer", None) is None:
+            m.attnkit_layer = int(hit.group(1))
 
 
 @dataclass(frozen=True)

@@ -620,6 +620,8 @@ def sparsify(model, attention: str = "sparsegen-lin", lam: float | None = None, 
     lam, alpha = _sparsify_settings(attention, lam, alpha)
     spec = AttentionSpec(attention, lam, blur=blur, blur_size=blur_size, blur_sigma=blur_sigma, learn_lam=learn_lam,
                          alpha=alpha, learn_alpha=learn_alpha, sparse_layers=sparse_layers)
+    if spec.sparse_layers is not None and getattr(model.config, "num_hidden_layers", None):
+        sparse_layer_set(spec.sparse_layers, model.config.num_hidden_layers)  # a layer it lacks: refused before any change
     name = type(model).__name__
     if isinstance(model.config, AttnkitConfig):  # already attnkit's: change the attention
         set_attention(model, spec)

@@ -30,7 +30,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 from ..attention.kernels import cpu_kernel as _cpu_kernel  # noqa: F401  every code file imported here, directly:
 from ..attention.entmax import entmax15 as _entmax15  # noqa: F401
 from ..attention.maps import sparsemax as _sparsemax  # noqa: F401     transformers 4 copies only a remote module's
-from ..attention.spec import ATTN_IMPLEMENTATION, CONFIG_KEY, LEARNED, add_head_parameters, learned_values, spec_of  # direct ones
+from ..attention.spec import ATTN_IMPLEMENTATION, CONFIG_KEY, LEARNED, add_head_parameters, learned_values, number_layers, spec_of  # direct ones
 from ..attention.spec import register as register_attention
 from .pooling import HEAD_KEY, PooledEncoderForSequenceClassification, head_of
 
@@ -128,6 +128,7 @@ class _AttnkitModelMixin:
 
     def __init__(self, config, *args, **kwargs):
         super().__init__(config, *args, **kwargs)
+        number_layers(self)  # --sparse-layers: every attention module knows its layer (DistilBERT's carry no layer_idx)
         kind = spec_of(config).learned
         if kind is not None and getattr(config, LEARNED[kind].config_key, None) is not None:
             add_head_parameters(self, getattr(config, LEARNED[kind].config_key))
