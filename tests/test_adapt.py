@@ -217,6 +217,22 @@ def test_adapt_refusals_are_one_line(case, tiny_bert, data, tmp_path, capsys):
     assert not (out / "model").exists() and not (out / "metrics.json").exists()
 
 
+def test_adapt_settings_refused_before_any_work():
+    from attnkit.training.config import AdaptConfig
+
+    for kw, needle in ((dict(attention="entmax-alpha", alpha=1.005), "--alpha 1.005"),  # below the anneal's start
+                       (dict(tasks=["csv:test"]), "training texts only"),
+                       (dict(tasks=[], text_files=[]), "no text to adapt on"),
+                       (dict(tasks=["csv", "csv"]), "given twice"),
+                       (dict(max_steps=10, anneal=20), "--anneal 20"),
+                       (dict(max_steps=10, head_warmup=10), "--head-warmup 10"),
+                       (dict(attention="taylor"), "--attention taylor"),
+                       (dict(attention="softmax", sparse_layers="last"), "--sparse-layers last"),
+                       (dict(attention="sparsemax", sparse_layers="5-4"), "--sparse-layers")):
+        with pytest.raises(ValueError, match=needle.replace("-", "\\-")):
+            AdaptConfig(**kw).validate()
+
+
 def test_text_files_are_read_and_recorded(tiny_bert, tmp_path, capsys):
     from attnkit.training.adapt import read_text_file
 
@@ -264,6 +280,19 @@ def test_a_killed_run_resumes_and_refuses_other_settings(tiny_bert, data, tmp_pa
     m = json.loads((out / "metrics.json").read_text())
     assert any(h.get("resume_marker") == 1 for h in m["log_history"]), "the run started over instead of resuming"
     assert (out / "model" / "model.safetensors").is_file()
+
+
+def test_adapt_under_torchrun(tiny_bert, data, tmp_path):
+    """Two CPU processes (gloo), the head warm-up included: one encoder written, once."""
+    out = tmp_path / "ddp"
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29537", "-m", "attnkit.cli",
+           *adapt_args(tiny_bert, data, out, "--attention", "entmax15", "--max-steps", "3", "--head-warmup", "1")]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.count("encoder written to") == 1
+    rec = json.loads((out / "model" / "attnkit_run.json").read_text())["adapted"]
+    assert rec["steps"] == 3 and rec["head_warmup_steps"] == 1 and rec["anneal_steps"] == 1
 
 
 # ----------------------------------------------------------------------------- --sparse-layers

@@ -387,6 +387,9 @@ class AdaptConfig:
             raise ValueError(f"precision {self.precision!r}: expected one of {', '.join(PRECISIONS)} (--bf16, --fp16, or neither)")
         check_seed(self.seed)
         self.spec()
+        if self.attention == "entmax-alpha" and not self.alpha > ADAPT_ALPHA_START:
+            raise ValueError(f"--alpha {self.alpha:g}: the anneal starts at alpha {ADAPT_ALPHA_START:g}; give a target above it "
+                             "(1.5: 1.5-entmax)")
 
     def head_warmup_steps(self) -> int:
         """The first steps, in which the encoder is frozen and only the MLM head trains."""
