@@ -69,27 +69,31 @@ def train_config(a) -> TrainConfig:
 
 
 def _train_config(a) -> TrainConfig:
+    s = mini_train_settings(a, TrainConfig.attention, TrainConfig.lr)  # model, attention, lam, lr, freeze, MiniBERT shape
+    alpha = s.pop("alpha", TrainConfig.alpha if a.alpha is None else a.alpha)  # a checkpoint's own, where --attention is not given
+    sparse_layers = s.pop("sparse_layers", a.sparse_layers)
     return TrainConfig(
         task=a.task, data_dir=a.data_dir, from_scratch=a.from_scratch,
         epochs=a.epochs if a.epochs is not None else PAPER_EPOCHS.get(a.task, TrainConfig.epochs), max_steps=a.max_steps, batch_size=a.batch_size, warmup_ratio=a.warmup,
         weight_decay=a.weight_decay, max_length=a.max_length, doc_stride=a.doc_stride, seed=a.seed, output_dir=a.output_dir,
         resume=not a.no_resume, max_train_samples=a.max_train_samples, max_eval_samples=a.max_eval_samples,
         holdout=a.holdout, eval_steps=a.eval_steps, logging_steps=a.logging_steps, group_by_length=a.group_by_length, precision=a.precision,
-        learn_lam=a.learn_lam, lam_lr=a.lam_lr, lam_warmup=a.lam_warmup, alpha=TrainConfig.alpha if a.alpha is None else a.alpha,
+        learn_lam=a.learn_lam, lam_lr=a.lam_lr, lam_warmup=a.lam_warmup, alpha=alpha,
         learn_alpha=a.learn_alpha,
         alpha_lr=a.alpha_lr, alpha_warmup=a.alpha_warmup, keep_checkpoints=a.keep_checkpoints, lemmatize=a.lemmatize,
         blur=a.blur, blur_size=TrainConfig.blur_size if a.blur_size is None else a.blur_size,
         blur_sigma=TrainConfig.blur_sigma if a.blur_sigma is None else a.blur_sigma, pooling=a.layer_pooling, se=a.se,
         se_ratio=TrainConfig.se_ratio if a.se_ratio is None else a.se_ratio, pooling_lr=a.pooling_lr,
-        sparse_layers=a.sparse_layers, teacher=a.teacher,
+        sparse_layers=sparse_layers, teacher=a.teacher,
         distill_weight=TrainConfig.distill_weight if a.distill_weight is None else a.distill_weight,
         distill_temperature=TrainConfig.distill_temperature if a.distill_temperature is None else a.distill_temperature,
-        **mini_train_settings(a, TrainConfig.attention, TrainConfig.lr),  # model, attention, lam, lr, freeze, MiniBERT shape
+        **s,
     )
 
 
 def mini_train_settings(a, default_attention: str = "sparsegen-lin", default_lr: float = 2e-5) -> dict:
-    """TrainConfig fields from the train command's arguments: model path, attention, lam, lr, MiniBERT shape, freeze."""
+    """TrainConfig fields from the train command's arguments: model path, attention, lam, lr, MiniBERT shape, freeze; without
+    --attention, a checkpoint's own attention, with its alpha (entmax-alpha) and sparse layers unless those are given."""
     shape = {k: getattr(a, k, None) for k in ("kind", "layers", "heads", "dim", "vocab_size", "score_scale", "head_mode")}
     mini = is_mini_alias(a.model)
     given = [f"--{k.replace('_', '-')}" for k, v in shape.items() if v is not None]
@@ -105,17 +109,22 @@ def mini_train_settings(a, default_attention: str = "sparsegen-lin", default_lr:
     if ckpt is not None:
         model = str(ckpt)
     attention, lam = a.attention, a.lam
+    inherited = {}
     if attention is None:
         stored = checkpoint_spec(model) if ckpt is not None else None
         if stored is not None:
             attention, lam = stored.attention, (lam if lam is not None else stored.lam)
+            if stored.attention == "entmax-alpha" and getattr(a, "alpha", None) is None:
+                inherited["alpha"] = stored.alpha  # e.g. an encoder adapted to alpha 2 (attnkit adapt --alpha 2)
+            if stored.sparse_layers is not None and getattr(a, "sparse_layers", None) is None:
+                inherited["sparse_layers"] = stored.sparse_layers  # adapted with --sparse-layers: fine-tuned so too
         else:
             attention = "softmax" if mini else default_attention
     is_mini_ckpt = ckpt is not None and json.loads((ckpt / "config.json").read_text()).get("model_type") == MINI_MODEL_TYPE
     lr = a.lr if a.lr is not None else (DEFAULT_MINI_LR if (mini or is_mini_ckpt) else default_lr)
     out = {"model": model, "attention": attention, "lam": lam, "lr": lr, "freeze": ",".join(parse_groups(a.freeze)) or None}
     out.update({k: v for k, v in shape.items() if v is not None})
-    return out
+    return out | inherited
 
 
 def prepare_model_length(a) -> None:
