@@ -501,6 +501,21 @@ def test_train_and_adapt_with_sparse_layers(sparse_run):
     assert json.loads((t / "model" / "config.json").read_text())["attnkit"]["sparse_layers"] == "last"
 
 
+def test_train_takes_the_adapted_map_where_attention_is_not_given(sparse_run, tiny_bert, data, tmp_path):
+    """``attnkit train --model <adapt run>`` without --attention fine-tunes with the map the encoder was adapted to:
+    its sparse layers and its alpha too, not only the map's name."""
+    a, _ = sparse_run
+    assert main(train_args(a, data, tmp_path / "t")) == 0
+    assert json.loads((tmp_path / "t" / "metrics.json").read_text())["attention"]["sparse_layers"] == "last"
+    assert main(train_args(a, data, tmp_path / "t2", "--sparse-layers", "0")) == 0  # given: it is what counts
+    assert json.loads((tmp_path / "t2" / "metrics.json").read_text())["attention"]["sparse_layers"] == "0"
+    a2 = tmp_path / "a2"
+    assert main(adapt_args(tiny_bert, data, a2, "--attention", "entmax-alpha", "--alpha", "2", "--max-steps", "1")) == 0
+    assert main(train_args(a2, data, tmp_path / "t3")) == 0
+    att = json.loads((tmp_path / "t3" / "metrics.json").read_text())["attention"]
+    assert att["attention"] == "entmax-alpha" and att["alpha"] == 2.0
+
+
 def test_explain_and_the_html_view_say_which_layers_are_sparse(sparse_run, tmp_path, capsys, monkeypatch):
     import re
 
