@@ -118,6 +118,8 @@ def test_the_tidy_up_and_a_longer_run_keep_what_the_user_put_in_a_run(tiny_bert,
     (out / "checkpoint-9").mkdir()
     (out / "checkpoint-9" / "mine.txt").write_text("a folder of mine\n")
     old_model = snapshot(out / "model")
+    (out / "checkpoint-2" / "MY-NOTES.txt").write_text("the run's checkpoint, with a note of mine in it\n")
+    annotated = snapshot(out / "checkpoint-2")
     kept = {n: snapshot(out / n) for n in ("checkpoint-mine", "checkpoint-2-backup", "checkpoint-9")}
     capsys.readouterr()
     # the same run, longer, without --keep-checkpoints: trained on from checkpoint-2 (saving at steps 4 and 6: the
@@ -137,6 +139,10 @@ def test_the_tidy_up_and_a_longer_run_keep_what_the_user_put_in_a_run(tiny_bert,
     assert not (out / "model" / "NOTE.md").exists() and (out / "model" / "model.safetensors").is_file()
     # the checkpoints this run wrote are gone, and its record lists none
     assert not [n for n in ("checkpoint-2", "checkpoint-4", "checkpoint-6") if (out / n).exists()]
+    # ... deleted, but for the one the user wrote a note into: moved aside whole
+    assert sorted(p.name for p in out.glob(".replaced-*/checkpoint-*")) == ["checkpoint-2", "checkpoint-9"]
+    (two,) = out.glob(".replaced-*/checkpoint-2")
+    assert snapshot(two) == annotated
     rec = json.loads((out / RUN_RECORD).read_text())
     assert rec["checkpoints"] == [] and rec["finished"] is True
     assert json.loads((out / "metrics.json").read_text())["train"]["epoch"] > 0

@@ -27,7 +27,7 @@ from attnkit.models.pooling import layer_weight_parameters
 from attnkit.errors import UserError
 from attnkit.runfiles import (
     FOLDER_MANIFEST, LOCK_FILE, REPLACED_PREFIX, RUN_RECORD, WRITTEN_BY, folder_is_as_written, folder_lock,
-    read_folder_manifest, replaced_folder, set_aside, write_json_atomic,
+    read_folder_manifest, replaced_folder, set_aside, write_folder_manifest, write_json_atomic,
 )
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig, option_name
 
@@ -200,6 +200,7 @@ class RunRecorder(TrainerCallback):
         if (self.out / name).is_dir():
             write_json_atomic(self.out / name / LOSS_FILE, {WRITTEN_BY: "attnkit", "total_loss": self.loss_so_far(),
                                                             "global_step": state.global_step})
+            write_folder_manifest(self.out / name, "attnkit train")  # what it holds, so that only that is ever deleted
         rec = read_record(self.out) or start_record(self.out, "attnkit train")
         rec["saving"] = self.saving = None
         best = Path(state.best_model_checkpoint).name if state.best_model_checkpoint else None
@@ -211,10 +212,20 @@ class RunRecorder(TrainerCallback):
             keep.add(c.name)
         for c in ckpts:
             if c.name not in keep:
-                shutil.rmtree(c, ignore_errors=True)
+                remove_checkpoint(c)
         rec["checkpoints"] = [n for n in rec["checkpoints"] if n in keep or not (self.out / n).exists()]
         rec["checkpoints"] = [n for n in rec["checkpoints"] if (self.out / n).exists()]
         write_record(self.out, rec)
+
+
+def remove_checkpoint(ckpt: Path) -> None:
+    """Delete a checkpoint folder this run wrote, if it holds just what it wrote (its manifest says so); one with a
+    file added or changed by hand is moved aside whole into ``.replaced-<date>/`` instead."""
+    if folder_is_as_written(ckpt) or (read_folder_manifest(ckpt) is None and not any(ckpt.iterdir())):
+        shutil.rmtree(ckpt, ignore_errors=True)
+    else:
+        aside = set_aside(ckpt)
+        log.warning("%s held files this run did not write: moved aside whole to %s", ckpt, aside)
 
 
 #: beside a checkpoint's trainer state: the training loss summed over its steps (the mean of a resumed run needs it)
@@ -446,7 +457,7 @@ def finish_run(cfg: TrainConfig, out: Path, history: list[dict], metric: str, ti
         write_record(out, rec)
         if not cfg.keep_checkpoints:
             for c in recorded_checkpoints(out, rec):
-                shutil.rmtree(c, ignore_errors=True)
+                remove_checkpoint(c)
             rec["checkpoints"] = [n for n in rec["checkpoints"] if (out / n).exists()]
             write_record(out, rec)
     for ext in ("png", "svg"):
