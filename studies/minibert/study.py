@@ -302,10 +302,14 @@ def rendered(records: list[dict], path: Path) -> list[Path]:
     if path != RECORDS:
         return [path]
     try:
-        sys.path.insert(0, str(HERE))
-        from render import FIGURE, README, TABLE, render_all
+        import importlib
 
-        render_all(records)
+        sys.path.insert(0, str(HERE))
+        import render
+
+        importlib.reload(render)  # a render.py edited while the study runs is the one used
+        render.render_all(records)
+        FIGURE, README, TABLE = render.FIGURE, render.README, render.TABLE
         return [p for p in (path, TABLE, README, FIGURE) if p.is_file()]
     except Exception as e:  # noqa: BLE001
         print(f"[study] tables not rendered: {e!r}", flush=True)
