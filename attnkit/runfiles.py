@@ -163,6 +163,18 @@ def set_aside(path: str | os.PathLike) -> Path:
     return target
 
 
+def make_way(path: str | os.PathLike) -> Path:
+    """Before attnkit writes one of its own files at ``path`` (a run's curves, a sweep's figures): a file there that
+    attnkit did not write is moved aside whole into ``.replaced-<date>/`` (with a warning), never overwritten."""
+    path = Path(path)
+    if path.exists() and not written_by_attnkit(path):
+        aside = set_aside(path)
+        import logging
+
+        logging.getLogger("attnkit").warning("%s was not written by attnkit: moved aside to %s", path, aside)
+    return path
+
+
 def folder_files(folder: str | os.PathLike) -> dict[str, list[int]]:
     """``{relative path: [size, mtime in ns]}`` of every file under ``folder`` (its manifest and temporary files aside)."""
     folder = Path(folder)

@@ -28,8 +28,8 @@ from attnkit.models.build import MINI_MODEL_TYPE, check_max_length, check_model_
 from attnkit.models.freeze import parse_groups
 from attnkit.models.pooling import head_of
 from attnkit.runfiles import (
-    RUN_RECORD, WRITTEN_BY, check_not_input, check_output_file, check_side_file, folder_lock, record_output, write_json_atomic,
-    write_text_atomic,
+    RUN_RECORD, WRITTEN_BY, check_not_input, check_output_file, check_side_file, folder_lock, make_way, record_output,
+    write_json_atomic, write_text_atomic,
 )
 from attnkit.tasks import default_data_dir, is_qa_task, load_task
 from attnkit.tasks.glue import HANS_FILE, entailment_index, hans_report, hans_subset, read_hans, write_submission
@@ -199,8 +199,8 @@ def cmd_train(a) -> int:
         pair = dev[i]["text_pair"] if "text_pair" in dev.column_names else None
         maps = attention_maps(model, tok, text, pair, cfg.max_length)
         layer = maps.weights.shape[0] - 1
-        png = plot_attention(maps, out / "attention.png", layer=layer, head=0)
-        grid = plot_attention(maps, out / "attention_grid.png")
+        png = plot_attention(maps, make_way(out / "attention.png"), layer=layer, head=0)
+        grid = plot_attention(maps, make_way(out / "attention_grid.png"))
         print(f"[attnkit] attention heatmap of a dev sentence written to {png} (all layers/heads: {grid})")
     return 0
 
@@ -266,8 +266,8 @@ def output_locks():
     """While a command runs: every run folder it writes an output into is locked (the first time an output there is
     checked), so that no training run moves the run aside, or replaces its model, under the output; and it refuses at
     once if another attnkit process is writing that run folder. Released when the command ends."""
-    with contextlib.ExitStack() as stack:
     outer = dict(_LOCKS)
+    with contextlib.ExitStack() as stack:
         _LOCKS.update(stack=stack, held=set())
         try:
             yield

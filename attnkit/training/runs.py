@@ -27,7 +27,7 @@ from attnkit.models.pooling import layer_weight_parameters
 from attnkit.errors import UserError
 from attnkit.runfiles import (
     FOLDER_MANIFEST, LOCK_FILE, REPLACED_PREFIX, RUN_RECORD, WRITTEN_BY, folder_is_as_written, folder_lock,
-    read_folder_manifest, replaced_folder, set_aside, write_folder_manifest, write_json_atomic,
+    make_way, read_folder_manifest, replaced_folder, set_aside, write_folder_manifest, write_json_atomic,
 )
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig, option_name
 
@@ -462,7 +462,7 @@ def finish_run(cfg: TrainConfig, out: Path, history: list[dict], metric: str, ti
             write_record(out, rec)
     for ext in ("png", "svg"):
         try:
-            plot_curves(history, out / f"curves.{ext}", metric, title=title,
+            plot_curves(history, make_way(out / f"curves.{ext}"), metric, title=title,
                         eval_name="held-out" if getattr(cfg, "holdout", 0) else "dev")
         except Exception as e:  # noqa: BLE001 - a plotting backend's error must not undo a finished run
             log.warning("could not draw %s: %s: %s (the model and metrics.json are saved)", out / f"curves.{ext}", type(e).__name__, e)

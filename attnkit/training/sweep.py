@@ -33,7 +33,7 @@ from transformers import AutoConfig
 
 from attnkit.analysis.explain import attention_maps, figure_path, pyplot, save_figure, view_sentence
 from attnkit.models.build import MODEL_DIR, load_model, load_tokenizer, resolve_model
-from attnkit.runfiles import LOCK_FILE, folder_lock, write_json_atomic, write_text_atomic
+from attnkit.runfiles import LOCK_FILE, folder_lock, make_way, write_json_atomic, write_text_atomic
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.training.config import TrainConfig, check_seed, is_mini_alias, option_name
 from attnkit.training.finetune import train
@@ -271,7 +271,7 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
                          "sweep_cell.json, or a record in sweep.json)")
     if report_only:
         _write_reports(base, records, out)
-    plot_sweep_attention(base, records, out / "sweep_attention.png", layer=view_layer, head=view_head)
+    plot_sweep_attention(base, records, make_way(out / "sweep_attention.png"), layer=view_layer, head=view_head)
     return records
 
 
@@ -282,7 +282,7 @@ def _write_reports(base: TrainConfig, records: list[dict], out: Path) -> None:
     write_json_atomic(out / "sweep.json", records)
     write_text_atomic(out / "sweep.md", sweep_table(records, title=title))
     for ext in ("png", "svg"):
-        plot_sweep(records, out / f"sweep.{ext}", title=title)
+        plot_sweep(records, make_way(out / f"sweep.{ext}"), title=title)
 
 
 def _by_lam(records: list[dict], field: str) -> tuple[list[float], list[float], list[float]]:
