@@ -188,8 +188,6 @@ def figure2_verdicts(C, tasks) -> list[str]:
             a, b = C.get(cell_key(task, ka, "mlm", att=aa)), C.get(cell_key(task, kb, "mlm", att=ab))
             if not (a and b):
                 continue
-            if "SA) − entropy(SSA)" in text:
-                a, b = b, a
             t, _ = paired(a, b, field, 1.0)
             lines.append(f"| {TASK_NAMES[task]} | {text} | {format_paired(t, digits=nd, verdict=False, won=True)} | {t.verdict} |")
         for kind, att in FIG2:
