@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 from attnkit.attention.spec import AttentionSpec
 from attnkit.cli import main
 from attnkit.models.build import (
-    ModelFolderError, build_classifier, build_qa_model, check_model_folder, load_model, load_tokenizer, save_checkpoint,
+    ModelFolderError, build_classifier, build_qa_model, check_model_folder, check_se_ratio, load_model, load_tokenizer, save_checkpoint,
 )
 
 
@@ -272,9 +272,11 @@ def test_an_se_ratio_above_the_layers_is_refused_not_clamped(tiny_bert, data, tm
     assert main(["train", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(run),
                  "--max-steps", "1", "--batch-size", "4", "--max-length", "16", "--no-heatmap", "--se", "--se-ratio", "3"]) == 2
     one_line_error(capsys, "--se-ratio 3", "2 layer outputs", "from 1 to 2")
+    assert not run.exists()
     with pytest.raises(ValueError, match="--se-ratio 5"):
-        build_classifier(str(tiny_bert), 2, head=HeadSpec(se=True, se_ratio=5))
-    net = build_classifier(str(tiny_bert), 2, head=HeadSpec(se=True, se_ratio=2))  # 2 layers // 2 = 1 unit
+        check_se_ratio(HeadSpec(se=True, se_ratio=5), model=str(tiny_bert))
+    check_se_ratio(HeadSpec(se=True, se_ratio=2), model=str(tiny_bert))  # 2 layers // 2 = 1 unit
+    net = build_classifier(str(tiny_bert), 2, head=HeadSpec(se=True, se_ratio=2))
     assert net.se.fc1.out_features == 1
 
 

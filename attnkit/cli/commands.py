@@ -162,7 +162,7 @@ def cmd_train(a) -> int:
 
         pairs = "text_pair" in load_task(cfg.task, cfg.data_dir).splits["train"].column_names
         check_text_room(cfg.max_length, load_tokenizer(cfg.model), pairs)
-    if cfg.se and not is_mini_alias(cfg.model):  # before the data is read (build_classifier checks it too)
+    if cfg.se and a.se_ratio is not None and not is_mini_alias(cfg.model):  # a given r, before the data is read
         from attnkit.models.build import check_se_ratio
 
         check_se_ratio(cfg.head(), model=cfg.model)

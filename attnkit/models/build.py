@@ -151,7 +151,6 @@ def build_classifier(
         else:
             net = AutoModelForSequenceClassification.from_pretrained(path, config=base, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True)
         return _finish(net, spec)
-    check_se_ratio(head, base, path)
     config = _attnkit_config(base, spec, head)
     if not head.is_default:
         net = concrete_class(config, "sequence-classification")(config)
@@ -167,7 +166,9 @@ def build_classifier(
 
 def check_se_ratio(head: HeadSpec, config=None, model: str | os.PathLike | None = DEFAULT_MODEL) -> None:
     """ValueError where ``head``'s SE ratio r is above the layers of ``model`` (``config``: its config, else read): the
-    SE block squeezes the L layer outputs to L // r units, and r > L would leave none (it was clamped to one)."""
+    SE block squeezes the L layer outputs to L // r units, and r > L would leave none (the block then keeps one unit:
+    what the default r = 3 gives a model of one or two layers, and what checkpoints trained so still load with; the CLI
+    refuses an --se-ratio given above L)."""
     if not head.se:
         return
     if config is None:
