@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from attnkit.cli import main
-from attnkit.runfiles import FOLDER_MANIFEST, LOCK_FILE, RUN_RECORD, folder_lock
+from attnkit.runfiles import FOLDER_MANIFEST, LOCK_FILE, RUN_RECORD, folder_lock, written_by_attnkit
 
 pytestmark = pytest.mark.slow
 
@@ -120,6 +120,7 @@ def test_the_tidy_up_and_a_longer_run_keep_what_the_user_put_in_a_run(tiny_bert,
     old_model = snapshot(out / "model")
     (out / "checkpoint-2" / "MY-NOTES.txt").write_text("the run's checkpoint, with a note of mine in it\n")
     annotated = snapshot(out / "checkpoint-2")
+    (out / "curves.png").write_bytes(b"my own picture")  # put where the run draws its curves
     kept = {n: snapshot(out / n) for n in ("checkpoint-mine", "checkpoint-2-backup", "checkpoint-9")}
     capsys.readouterr()
     # the same run, longer, without --keep-checkpoints: trained on from checkpoint-2 (saving at steps 4 and 6: the
@@ -143,6 +144,8 @@ def test_the_tidy_up_and_a_longer_run_keep_what_the_user_put_in_a_run(tiny_bert,
     assert sorted(p.name for p in out.glob(".replaced-*/checkpoint-*")) == ["checkpoint-2", "checkpoint-9"]
     (two,) = out.glob(".replaced-*/checkpoint-2")
     assert snapshot(two) == annotated
+    assert [p.read_bytes() for p in out.glob(".replaced-*/curves.png")] == [b"my own picture"]
+    assert written_by_attnkit(out / "curves.png")
     rec = json.loads((out / RUN_RECORD).read_text())
     assert rec["checkpoints"] == [] and rec["finished"] is True
     assert json.loads((out / "metrics.json").read_text())["train"]["epoch"] > 0
