@@ -206,7 +206,7 @@ class WordClassifier:
         target = int(res.logits[0].argmax())
         att = torch.stack([a[0].float().mean(0) for a in res.attentions])  # [layers, L, L], averaged over heads
         L = att.shape[-1]
-        eye = torch.eye(L)
+        eye = torch.eye(L, device=att.device)
         roll = eye
         for a in att:  # Abnar & Zuidema: residual as identity, rows renormalised, product through the layers
             a = 0.5 * a + 0.5 * eye

@@ -399,6 +399,7 @@ def main() -> int:
     ap.add_argument("--no-start-after", type=float, default=0.0, help="no job starts in the last this-many seconds before the deadline")
     ap.add_argument("--smoke", action="store_true", help="every run a few steps on a few texts (checks the plumbing; records marked smoke)")
     ap.add_argument("--render-only", action="store_true")
+    ap.add_argument("--record-only", action="store_true", help="record the finished runs in --work-dir that have no record yet")
     ap.add_argument("--cell-stats", nargs=2, metavar=("RUN", "TASK"))
     ap.add_argument("--cell-faithfulness", nargs=3, metavar=("RUN", "TASK", "SEED"))
     a = ap.parse_args()
@@ -408,6 +409,20 @@ def main() -> int:
     if a.cell_faithfulness:
         run, task, seed = a.cell_faithfulness
         cell_faithfulness(Path(run), task, int(seed), a.data_dir, a.max_examples, a.ig_steps)
+        return 0
+    if a.record_only:  # records of finished runs whose record is missing (e.g. a later step of their job failed)
+        out = Path(a.json)
+        have = {key_of(r) for r in read_records(out)}
+        for j in plan(a):
+            if j.key not in have and j.run is not None and (j.run / "metrics.json").is_file() and (j.run / "model" / "model.safetensors").is_file():
+                try:
+                    add_record(out, make_record(j, a, 0.0))
+                    print("recorded", j.key)
+                except Exception as e:  # noqa: BLE001
+                    print("could not record", j.key, type(e).__name__, e)
+        if a.copy_to:
+            Path(a.copy_to).mkdir(parents=True, exist_ok=True)
+            (Path(a.copy_to) / out.name).write_text(out.read_text())
         return 0
     if a.render_only:
         from studies.adapt.render import render_all
