@@ -4,6 +4,8 @@ and never over a file of the user's (side files are checked, see :func:`check_si
     <output-dir>/model/               the trained model (MODEL_DIR), with RUN_INFO beside its config.json
     <output-dir>/metrics.json         every metric the run printed (METRICS_FILE)
     <output-dir>/run_config.json      the settings, to resume or to compare
+    <output-dir>/.attnkit-run.json    attnkit's record of the run (RUN_RECORD), written when it starts: what makes the
+                                      folder a run, and the checkpoints it wrote (the only ones it resumes or deletes)
 """
 
 from __future__ import annotations

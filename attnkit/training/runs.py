@@ -1,4 +1,5 @@
-"""What every training run shares: the run folder (resume, settings check, finished runs, damaged checkpoints),
+"""What every training run shares: the run folder (attnkit's record of the run, resume, settings check, finished and
+damaged runs, damaged checkpoints; attnkit deletes or replaces only what it can prove it wrote),
 the Trainer's settings, and small helpers. Classification (:mod:`finetune`) and span QA (:mod:`span_qa`) both use it.
 """
 
@@ -26,7 +27,7 @@ from attnkit.models.build import check_max_length, check_weights_file, resolve_m
 from attnkit.models.pooling import layer_weight_parameters
 from attnkit.errors import UserError
 from attnkit.runfiles import (
-    FOLDER_MANIFEST, LOCK_FILE, REPLACED_PREFIX, RUN_RECORD, WRITTEN_BY, folder_is_as_written, folder_lock,
+    LOCK_FILE, REPLACED_PREFIX, RUN_RECORD, WRITTEN_BY, folder_is_as_written, folder_lock,
     make_way, read_folder_manifest, replaced_folder, set_aside, write_folder_manifest, write_json_atomic,
 )
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig, option_name
