@@ -42,6 +42,8 @@ FAITH_DIR = ROOT / "studies" / "faithfulness" / "results"
 SESAME_DIR = ROOT / "studies" / "sesamebert" / "results"
 MINI = "studies/minibert/render.py"
 MINI_DIR = ROOT / "studies" / "minibert" / "results"
+ADAPT = "studies/adapt/render.py"
+ADAPT_DIR = ROOT / "studies" / "adapt"
 
 
 def tables() -> dict[Path, Callable[[], str]]:
@@ -64,6 +66,7 @@ def tables() -> dict[Path, Callable[[], str]]:
     }
     if (MINI_DIR / "minibert_study.md").is_file():  # MiniBERT's study (issue 39), once its first table is committed
         out[MINI_DIR / "minibert_study.md"] = lambda: script(MINI).render(_records(MINI_DIR / "records.json"))
+    out[ADAPT_DIR / "results.md"] = lambda: script(ADAPT).render(ADAPT_DIR / "records.json")
     return out
 
 

@@ -297,7 +297,14 @@ def plan(a) -> list[Job]:
 def schedule(a) -> int:
     out = Path(a.json)
     done = {key_of(r) for r in read_records(out) if bool(r.get("smoke")) == bool(a.smoke)}
-    jobs = [j for j in plan(a) if j.key not in done]
+    planned = plan(a)
+    # an adapted encoder recorded on another machine (a lent GPU's runs are not kept) is made again where a fine-tuning
+    # run still needs it: same command and seed (its record keeps the weights' hash of each making)
+    needed = {d for j in planned if j.key not in done for d in j.deps if d[0] == "adapt"}
+    for j in planned:
+        if j.key in needed and j.key in done and not (j.run / "model" / "model.safetensors").is_file():
+            done.discard(j.key)
+    jobs = [j for j in planned if j.key not in done]
     finished, failed = set(done), set()
     running: dict = {}  # key -> (Popen, job, t0, step index, log file)
     t_start = time.time()
@@ -320,6 +327,20 @@ def schedule(a) -> int:
         if step == 0:
             say(f"start {name}: {shlex.join(job.cmds[0])}")
 
+    def record(job: Job, t0: float, final: bool) -> None:
+        name = "__".join(map(str, job.key))
+        try:
+            rec = make_record(job, a, time.time() - t0)
+            add_record(out, rec)
+            if final:
+                brief = (f"test {rec['test_accuracy']:.4f}" if rec["kind"] == "train" else f"MLM loss {rec['mlm_loss']:.3f}")
+                say(f"done {name} in {time.time() - t0:.0f}s: {brief}")
+            if a.copy_to:
+                Path(a.copy_to).mkdir(parents=True, exist_ok=True)
+                (Path(a.copy_to) / out.name).write_text(out.read_text())
+        except Exception as e:  # noqa: BLE001 - one bad record must not stop the study
+            say(f"RECORD FAILED {name}: {type(e).__name__}: {e}")
+
     say(f"{len(jobs)} jobs ({len(done)} cells already recorded), {a.workers} workers, deadline {a.deadline}s")
     while jobs or running:
         for key, (p, job, t0, step, logf) in list(running.items()):
@@ -330,24 +351,20 @@ def schedule(a) -> int:
             del running[key]
             name = "__".join(map(str, key))
             if rc != 0:
-                failed.add(key)
-                say(f"FAILED {name} (step {step}, exit {rc}); see {log_dir / (name + '.log')}")
+                if step == 0:
+                    failed.add(key)
+                    say(f"FAILED {name} (exit {rc}); see {log_dir / (name + '.log')}")
+                else:  # the run itself finished and is recorded; a measurement after it failed
+                    finished.add(key)
+                    say(f"FAILED a measurement of {name} (step {step}, exit {rc}): the run's record stands without it; "
+                        f"see {log_dir / (name + '.log')}")
                 continue
+            if step == 0:
+                finished.add(key)  # what depends on the run (a teacher, an adapted encoder) may start now
+            record(job, t0, final=step + 1 == len(job.cmds))
             if step + 1 < len(job.cmds):
                 running[key] = (None, job, t0, step, None)
                 start(job, step + 1)
-                continue
-            finished.add(key)
-            try:
-                rec = make_record(job, a, time.time() - t0)
-                add_record(out, rec)
-                brief = (f"test {rec['test_accuracy']:.4f}" if rec["kind"] == "train" else f"MLM loss {rec['mlm_loss']:.3f}")
-                say(f"done {name} in {time.time() - t0:.0f}s: {brief}")
-                if a.copy_to:
-                    Path(a.copy_to).mkdir(parents=True, exist_ok=True)
-                    (Path(a.copy_to) / out.name).write_text(out.read_text())
-            except Exception as e:  # noqa: BLE001 - one bad record must not stop the study
-                say(f"RECORD FAILED {name}: {type(e).__name__}: {e}")
         elapsed = time.time() - t_start
         if elapsed > a.deadline:
             for key, (p, job, t0, step, logf) in running.items():
