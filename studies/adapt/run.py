@@ -296,7 +296,8 @@ def plan(a) -> list[Job]:
 
 def schedule(a) -> int:
     out = Path(a.json)
-    done = {key_of(r) for r in read_records(out) if bool(r.get("smoke")) == bool(a.smoke)}
+    done = {key_of(r) for r in read_records(out) if bool(r.get("smoke")) == bool(a.smoke)
+            and not (a.remeasure and r["kind"] == "train" and r["task"] in FAITH_TASKS and "faithfulness" not in r)}
     planned = plan(a)
     # an adapted encoder recorded on another machine (a lent GPU's runs are not kept) is made again where a fine-tuning
     # run still needs it: same command and seed (its record keeps the weights' hash of each making)
@@ -416,6 +417,9 @@ def main() -> int:
     ap.add_argument("--no-start-after", type=float, default=0.0, help="no job starts in the last this-many seconds before the deadline")
     ap.add_argument("--smoke", action="store_true", help="every run a few steps on a few texts (checks the plumbing; records marked smoke)")
     ap.add_argument("--render-only", action="store_true")
+    ap.add_argument("--remeasure", action="store_true",
+                    help="train again (and replace the record of) each SST-2/SenTube-A cell recorded without its faithfulness "
+                         "(its model was not kept): the faithfulness table needs every cell's own model")
     ap.add_argument("--record-only", action="store_true", help="record the finished runs in --work-dir that have no record yet")
     ap.add_argument("--cell-stats", nargs=2, metavar=("RUN", "TASK"))
     ap.add_argument("--cell-faithfulness", nargs=3, metavar=("RUN", "TASK", "SEED"))
