@@ -217,9 +217,10 @@ def test_no_resume_moves_a_damaged_run_aside_whole(finished, data, tiny_bert, tm
     assert json.loads((out / "run_config.json").read_text())["seed"] == 8
 
 
-def test_an_unreadable_record_is_named_and_no_resume_moves_the_run_aside(finished, data, tiny_bert, tmp_path, capsys):
+@pytest.mark.parametrize("record", ["{ garbled", '{"written_by": "attnkit train", "checkpoints": "checkpoint-2"}'])
+def test_an_unreadable_record_is_named_and_no_resume_moves_the_run_aside(finished, data, tiny_bert, tmp_path, capsys, record):
     out = copy_run(finished, tmp_path / "r")
-    (out / RUN_RECORD).write_text("{ garbled")
+    (out / RUN_RECORD).write_text(record)
     before = snapshot(out)
     assert main(args(tiny_bert, data, out)) == 2
     error_line(capsys, str(out / RUN_RECORD), "unreadable", "--no-resume")
@@ -478,6 +479,18 @@ def test_a_hand_written_sweep_json_is_refused_and_kept(tiny_bert, data, tmp_path
     assert main(args(tiny_bert, data, s)) == 2
     error_line(capsys, "holds no attnkit run")
     assert snapshot(s) == before
+
+
+@pytest.mark.parametrize("text", ["{}", "not json"])
+def test_a_hand_written_sweep_cell_record_is_named(tiny_bert, data, tmp_path, capsys, text):
+    cell = tmp_path / "s" / "softmax_seed1"
+    cell.mkdir(parents=True)
+    (cell / "sweep_cell.json").write_text(text)
+    before = snapshot(tmp_path / "s")
+    assert main(["sweep", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(tmp_path / "s"),
+                 "--lams", "-2", "--seeds", "1", "--batch-size", "16", "--max-length", "16", "--max-steps", "2"]) == 2
+    error_line(capsys, str(cell / "sweep_cell.json"), "not")
+    assert snapshot(tmp_path / "s") == before
 
 
 def test_a_warmup_longer_than_the_run_is_refused(tiny_bert, data, tmp_path, capsys):

@@ -126,6 +126,9 @@ def read_record(out: Path) -> dict | None:
         rec = json.loads(f.read_text(encoding="utf-8"))
         if not isinstance(rec, dict) or not str(rec.get(WRITTEN_BY, "")).startswith("attnkit"):
             raise ValueError("not a record written by attnkit")
+        ckpts, saving = rec.get("checkpoints", []), rec.get("saving")
+        if not (isinstance(ckpts, list) and all(isinstance(c, str) for c in ckpts)) or not isinstance(saving, (str, type(None))):
+            raise ValueError("its checkpoints are not a list of folder names")
     except (OSError, ValueError, UnicodeDecodeError) as e:
         raise ValueError(f"{f}, attnkit's record of the run in {out}, is unreadable ({e}): add --no-resume to move the run "
                          f"aside (into {out}/{REPLACED_PREFIX}<date>/) and train afresh there, or pick another --output-dir") from None

@@ -209,6 +209,19 @@ def _is_sweep_folder(out: Path) -> bool:
 _RECORD_KEYS = ("seed", "metric", "dev", "test", "mean_support", "run_dir")
 
 
+def _read_cell(path: Path) -> dict:
+    """A finished cell's record (its sweep_cell.json); ValueError naming the file for one attnkit did not write."""
+    try:
+        rec = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not readable JSON ({type(e).__name__}): not the record of a finished sweep cell; move "
+                         "it out of the cell's folder to train the cell again") from None
+    if not (isinstance(rec, dict) and all(k in rec for k in _RECORD_KEYS)):
+        raise ValueError(f"{path} is not the record of a finished sweep cell (it lacks {', '.join(_RECORD_KEYS)}): move it "
+                         "out of the cell's folder to train the cell again")
+    return rec
+
+
 def read_sweep_records(path: Path) -> list[dict]:
     """The cell records of a sweep.json attnkit wrote; ValueError naming the file for one it did not write (or that
     was damaged): it is neither read as records nor replaced."""
@@ -251,7 +264,7 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
         done = out / cell.name / "sweep_cell.json"
         key = (cell.param, "softmax" if cell.value is None else cell.value, cell.seed)
         if done.is_file() or key in earlier:
-            rec = json.loads(done.read_text()) if done.is_file() else earlier[key]
+            rec = _read_cell(done) if done.is_file() else earlier[key]
             _check_same(rec, base, f"sweep cell {cell.name} in {out}")
             log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): finished before, reused")
         elif report_only:
