@@ -24,7 +24,7 @@ from attnkit.analysis.words import plot_words, rank_words, received_attention
 from attnkit.attention import kernels
 from attnkit.attention.spec import spec_of
 from attnkit.errors import DataFormatError, UserError
-from attnkit.models.build import MINI_MODEL_TYPE, check_max_length, check_model_folder, checkpoint_dir, checkpoint_spec, is_qa_model, max_positions
+from attnkit.models.build import MINI_MODEL_TYPE, check_max_length, check_model_folder, check_se_ratio, check_text_room, checkpoint_dir, checkpoint_spec, is_qa_model, load_tokenizer, max_positions, resolve_model
 from attnkit.models.freeze import parse_groups
 from attnkit.models.pooling import head_of
 from attnkit.runfiles import (
@@ -154,17 +154,11 @@ def cmd_train(a) -> int:
     cfg = train_config(a)
     cfg.validate()  # settings, attention and lam before any heavy work
     if not is_mini_alias(cfg.model):  # the model folder it starts from, before the data is read
-        from attnkit.models.build import check_model_folder, resolve_model
-
         check_model_folder(resolve_model(cfg.model), weights=not cfg.from_scratch, tokenizer=True)
     if cfg.max_length < 16 and not is_qa_task(cfg.task) and not is_mini_alias(cfg.model):  # [CLS]/[SEP] may fill it
-        from attnkit.models.build import check_text_room, load_tokenizer
-
         pairs = "text_pair" in load_task(cfg.task, cfg.data_dir).splits["train"].column_names
         check_text_room(cfg.max_length, load_tokenizer(cfg.model), pairs)
     if cfg.se and a.se_ratio is not None and not is_mini_alias(cfg.model):  # a given r, before the data is read
-        from attnkit.models.build import check_se_ratio
-
         check_se_ratio(cfg.head(), model=cfg.model)
     _blur_note(cfg)
     metrics = train(cfg)

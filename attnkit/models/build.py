@@ -28,13 +28,14 @@ from attnkit.attention.spec import (
     ATTN_IMPLEMENTATION, CONFIG_KEY, LEARNED, AttentionSpec, add_head_parameters, apply_spec, learned_values, number_layers,
     sparse_layer_set, spec_of,
 )
+from attnkit.errors import UserError
 from attnkit.models.mini import MODEL_TYPE as MINI_MODEL_TYPE  # importing it registers MiniBERT with the Auto classes
 from attnkit.models.modeling_attnkit import (
     AttnkitConfig, AttnkitForMaskedLM, AttnkitForQuestionAnswering, AttnkitForSequenceClassification, AttnkitModel,
     MODEL_TYPE, concrete_class, register,
 )
 from attnkit.models.pooling import HEAD_KEY, HeadSpec, PooledEncoderForSequenceClassification, head_of
-from attnkit.runfiles import MODEL_DIR, RUN_INFO
+from attnkit.runfiles import MODEL_DIR, RUN_INFO, folder_is_as_written, set_aside, write_folder_manifest
 
 DEFAULT_MODEL = "minilm"
 _ALIASES = {"minilm", "all-minilm-l6-v2", "default"}
@@ -521,9 +522,6 @@ def save_checkpoint(model, out_dir: str | os.PathLike, tokenizer=None, extra: di
     ``out_dir`` is deleted only if it still holds exactly what its manifest lists, else (a note of the
     user's in it, a folder attnkit did not write) it is moved aside whole into ``.replaced-<date>/``.
     """
-    from attnkit.errors import UserError
-    from attnkit.runfiles import folder_is_as_written, set_aside, write_folder_manifest
-
     out = Path(out_dir)
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:

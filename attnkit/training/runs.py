@@ -295,10 +295,31 @@ def run_folder(out: Path, option: str = "--output-dir"):
         raise
 
 
+#: what attnkit sweep varies, and the normaliser each value belongs to
+SWEPT = {"lam": "sparsegen-lin", "alpha": "entmax-alpha"}
+#: the keys every cell record of a sweep.json holds
+SWEEP_RECORD_KEYS = ("seed", "metric", "dev", "test", "mean_support", "run_dir")
+
+
+def read_sweep_records(path: Path) -> list[dict]:
+    """The cell records of a sweep.json attnkit wrote; ValueError naming the file for one it did not write (or that
+    was damaged): it is neither read as records nor replaced."""
+    way_out = "move it out of the folder, or pick another --output-dir"
+    try:
+        recs = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not readable JSON ({type(e).__name__}): it is not an attnkit sweep's record; {way_out}") from None
+    def is_record(r) -> bool:
+        return (isinstance(r, dict) and all(k in r for k in SWEEP_RECORD_KEYS) and r.get("param", "lam") in SWEPT
+                and isinstance(r.get(r.get("param", "lam")), (int, float, str)) and isinstance(r["seed"], int))
+    if not isinstance(recs, list) or not all(is_record(r) for r in recs):
+        raise ValueError(f"{path} does not hold attnkit sweep records (a list of cells, each with its {', '.join(SWEEP_RECORD_KEYS)}): "
+                         f"attnkit did not write it; {way_out}")
+    return recs
+
+
 def _holds_sweep(out: Path) -> bool:
     """Whether ``out`` holds a sweep.json of attnkit's (a hand-written one does not make a folder a sweep)."""
-    from attnkit.training.sweep import read_sweep_records  # (sweep.py imports this module)
-
     if not (out / "sweep.json").is_file():
         return False
     try:

@@ -37,13 +37,14 @@ from attnkit.runfiles import LOCK_FILE, folder_lock, make_way, write_json_atomic
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.training.config import TrainConfig, check_seed, is_mini_alias, option_name
 from attnkit.training.finetune import train
-from attnkit.training.runs import first_missing, is_run_folder, same_paths, with_defaults
+from attnkit.training.runs import (  # noqa: F401  (SWEPT, read_sweep_records: re-exported, the sweep's names)
+    SWEEP_RECORD_KEYS, SWEPT, first_missing, is_run_folder, read_sweep_records, same_paths, with_defaults,
+)
 
 SUPPORT_TEXTS = 256  # dev texts the mean support is measured on
 
 
 #: what a sweep can sweep: the setting -> the normaliser it belongs to
-SWEPT = {"lam": "sparsegen-lin", "alpha": "entmax-alpha"}
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,6 @@ def _is_sweep_folder(out: Path) -> bool:
 
 
 #: what every record of a sweep cell holds (sweep.json is a list of them)
-_RECORD_KEYS = ("seed", "metric", "dev", "test", "mean_support", "run_dir")
 
 
 def _read_cell(path: Path) -> dict:
@@ -216,27 +216,10 @@ def _read_cell(path: Path) -> dict:
     except (OSError, ValueError, UnicodeDecodeError) as e:
         raise ValueError(f"{path} is not readable JSON ({type(e).__name__}): not the record of a finished sweep cell; move "
                          "it out of the cell's folder to train the cell again") from None
-    if not (isinstance(rec, dict) and all(k in rec for k in _RECORD_KEYS)):
-        raise ValueError(f"{path} is not the record of a finished sweep cell (it lacks {', '.join(_RECORD_KEYS)}): move it "
+    if not (isinstance(rec, dict) and all(k in rec for k in SWEEP_RECORD_KEYS)):
+        raise ValueError(f"{path} is not the record of a finished sweep cell (it lacks {', '.join(SWEEP_RECORD_KEYS)}): move it "
                          "out of the cell's folder to train the cell again")
     return rec
-
-
-def read_sweep_records(path: Path) -> list[dict]:
-    """The cell records of a sweep.json attnkit wrote; ValueError naming the file for one it did not write (or that
-    was damaged): it is neither read as records nor replaced."""
-    way_out = "move it out of the folder, or pick another --output-dir"
-    try:
-        recs = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not readable JSON ({type(e).__name__}): it is not an attnkit sweep's record; {way_out}") from None
-    def is_record(r) -> bool:
-        return (isinstance(r, dict) and all(k in r for k in _RECORD_KEYS) and r.get("param", "lam") in SWEPT
-                and isinstance(r.get(r.get("param", "lam")), (int, float, str)) and isinstance(r["seed"], int))
-    if not isinstance(recs, list) or not all(is_record(r) for r in recs):
-        raise ValueError(f"{path} does not hold attnkit sweep records (a list of cells, each with its {', '.join(_RECORD_KEYS)}): "
-                         f"attnkit did not write it; {way_out}")
-    return recs
 
 
 def check_view(base: TrainConfig, layer: int | None, head: int) -> None:
