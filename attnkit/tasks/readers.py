@@ -157,6 +157,22 @@ def check_columns(path: Path, line: int, found: list[str], required: list[str]) 
     for column in required:
         if column not in found:
             raise DataFormatError(path, line, f"expected column {column!r}, found columns {found}")
+        if found.count(column) > 1:  # a header naming it twice: which one is meant cannot be told
+            raise DataFormatError(path, line, f"column {column!r} is named {found.count(column)} times in {found}: "
+                                  "expected each column once")
+
+
+_DUPLICATE_KEY = "\0duplicate-key"
+
+
+def _pairs_with_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict; a key given twice is recorded under ``_DUPLICATE_KEY`` (json keeps the last silently)."""
+    record: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in record and _DUPLICATE_KEY not in record:
+            record[_DUPLICATE_KEY] = key
+        record[key] = value
+    return record
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -164,9 +180,13 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         if not s.strip():
             continue
         try:
-            record = json.loads(s)
+            record = json.loads(s, object_pairs_hook=_pairs_with_keys)
         except json.JSONDecodeError as e:
             raise DataFormatError(path, line, f"invalid JSON: {e.msg} at column {e.colno}") from None
         if not isinstance(record, dict):
             raise DataFormatError(path, line, f"expected a JSON object, found {type(record).__name__}")
+        if record.get(_DUPLICATE_KEY):
+            raise DataFormatError(path, line, f"key {record[_DUPLICATE_KEY]!r} appears twice in one object: expected each "
+                                  "key once (which value is meant cannot be told)")
+        record.pop(_DUPLICATE_KEY, None)
         yield line, record
