@@ -62,6 +62,8 @@ def atomic_path(path: str | os.PathLike):
     try:
         if path.is_dir():
             raise IsADirectoryError(21, "Is a directory")
+        if path.exists() and not path.is_file():
+            raise UserError(_special_file(path))
         path.parent.mkdir(parents=True, exist_ok=True)
         yield tmp
         os.replace(tmp, path)
@@ -70,6 +72,13 @@ def atomic_path(path: str | os.PathLike):
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _special_file(path: Path) -> str:
+    """The one line refusing to replace ``path``, an existing device, pipe or socket (a rename would put a file in
+    its place: ``--output /dev/full`` replaced the device)."""
+    return (f"cannot write {path}: it is a device, pipe or socket, not a file (attnkit writes a new file and renames "
+            "it into place, which would replace it); name a file, or leave the output option out to print")
 
 
 def write_json_atomic(path: str | os.PathLike, obj) -> None:
@@ -251,6 +260,8 @@ def check_output_file(path: str | os.PathLike, option: str, protect: dict[str, s
     path = Path(path)
     if path.is_dir() or str(path) in ("", "."):
         raise UserError(f"{option} {path} is a folder: expected a file name")
+    if path.exists() and not path.is_file():
+        raise UserError(f"{option} {_special_file(path)}")
     parent = next((p for p in path.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         raise UserError(f"{option} {path}: {parent} is a file, not a folder")

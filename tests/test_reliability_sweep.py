@@ -37,3 +37,23 @@ def test_jsonl_object_giving_a_key_twice_is_refused(tmp_path):
     with pytest.raises(DataFormatError, match=r"train\.jsonl, line 2: key 'text' appears twice"):
         load_task("jsonl", data_dir=data)
     assert _snapshot(data) == before
+
+
+def test_an_output_that_is_a_device_or_pipe_is_refused_not_replaced(tmp_path):
+    """`predict --output /dev/full` renamed a file over the device node (and left a ledger in /dev); a FIFO stands in
+    for the device here."""
+    import os
+    import stat
+
+    from attnkit.errors import UserError
+    from attnkit.runfiles import check_output_file, write_json_atomic, write_text_atomic
+
+    fifo = tmp_path / "out.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(UserError, match=r"--output cannot write .*out\.jsonl: it is a device, pipe or socket"):
+        check_output_file(fifo, "--output")
+    for write in (lambda: write_text_atomic(fifo, "x\n"), lambda: write_json_atomic(fifo, {"a": 1})):
+        with pytest.raises(UserError, match=r"out\.jsonl: it is a device, pipe or socket"):
+            write()
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]  # no temporary file, no ledger
