@@ -403,6 +403,28 @@ def _config_value(raw: dict, *names):
     return next((raw[n] for n in names if isinstance(raw.get(n), int) and not isinstance(raw.get(n), bool)), None)
 
 
+def _tokenizer_top_id(folder: Path) -> tuple[Path | None, int | None]:
+    """The highest token id the folder's tokenizer can give (tokenizer.json's vocabulary and added tokens, else the
+    lines of vocab.txt), or None where it cannot be told (no such file, another format, unreadable: left to the
+    tokenizer's own loader)."""
+    f = folder / "tokenizer.json"
+    try:
+        if f.is_file():
+            d = json.loads(f.read_text(encoding="utf-8"))
+            vocab = d["model"]["vocab"]
+            ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab)))
+            ids += [a["id"] for a in d.get("added_tokens") or ()]
+            ids = [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
+            return f, (max(ids) if ids else None)
+        f = folder / "vocab.txt"
+        if f.is_file():
+            n = len(f.read_text(encoding="utf-8").splitlines())
+            return f, (n - 1 if n else None)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return None, None
+
+
 def _check_weights_agree(folder: Path, cfg_file: Path, raw: dict) -> None:
     import torch
 
@@ -411,6 +433,11 @@ def _check_weights_agree(folder: Path, cfg_file: Path, raw: dict) -> None:
         with safe_open(str(wf), framework="pt") as sf:
             for k in sf.keys():
                 shapes[k] = (tuple(sf.get_slice(k).get_shape()), wf)
+                dtype = sf.get_slice(k).get_dtype()
+                if k.endswith((".weight", ".bias")) and not dtype.startswith(("F", "BF")):
+                    raise ModelFolderError(  # loading would cast them to floats without a word and run garbage
+                        f"{wf} holds {k} as {dtype} (whole numbers), not floating point: these are not a model's weights; "
+                        "retrain, or restore the file from a copy")
                 m = _LAYER_KEY.search(k)
                 if m:
                     layers.add(int(m.group(1)))
@@ -437,6 +464,25 @@ def _check_weights_agree(folder: Path, cfg_file: Path, raw: dict) -> None:
             raise ModelFolderError(
                 f"{cfg_file} says vocab_size {vocab} but {wf.name} holds embeddings of {rows} tokens ({emb}): the config "
                 "does not belong to these weights; restore the config.json written with them")
+        tok_file, top = _tokenizer_top_id(folder)
+        if top is not None and top >= rows:
+            raise ModelFolderError(
+                f"{tok_file} gives token ids up to {top} but {wf.name} holds embeddings of {rows} tokens ({emb}): the "
+                "tokenizer does not belong to these weights (a text with those tokens would fail); restore the "
+                "tokenizer files written with them")
+    pos = next((k for k in sorted(shapes) if k.endswith("position_embeddings.weight")), None)
+    n_pos = _config_value(raw, "max_position_embeddings")
+    if pos is not None and len(shapes[pos][0]) == 2 and n_pos is not None and n_pos != shapes[pos][0][0]:
+        raise ModelFolderError(
+            f"{cfg_file} says max_position_embeddings {n_pos} but {shapes[pos][1].name} holds {shapes[pos][0][0]} "
+            f"positions ({pos}): the config does not belong to these weights; restore the config.json written with them")
+    id2label = raw.get("id2label")
+    if isinstance(id2label, dict) and len({str(v) for v in id2label.values()}) != len(id2label):
+        seen = [str(v) for v in id2label.values()]
+        twice = next(v for v in seen if seen.count(v) > 1)
+        raise ModelFolderError(
+            f"{cfg_file} names label {twice!r} twice in id2label: its classes could not be told apart in the outputs; "
+            "restore the config.json written with the weights")
     head = [k for k in shapes if k.split(".")[0] == "classifier" and k.endswith("weight") and len(shapes[k][0]) == 2]
     if head:
         out = next((k for k in head if "out_proj" in k), max(head, key=lambda k: [int(p) if p.isdigit() else -1 for p in k.split(".")]))
