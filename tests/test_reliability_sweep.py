@@ -147,3 +147,13 @@ def test_entmax_bisect_at_scores_of_large_magnitude_is_a_distribution(backend, a
         want = torch.tensor([[0.0, 0.0, 1.0], [0.5, 0.5, 0.0]])
         torch.testing.assert_close(entmax_bisect(x, alpha=alpha), want)
         torch.testing.assert_close(entmax15(x), want)
+
+
+def test_sparsify_names_a_module_that_is_not_a_transformers_model():
+    """`sparsify(torch.nn.Linear(2, 2))` was `AttributeError: 'Linear' object has no attribute 'config'`."""
+    import torch
+
+    from attnkit import sparsify
+
+    with pytest.raises(TypeError, match="sparsify takes a loaded transformers model .*got Linear"):
+        sparsify(torch.nn.Linear(2, 2), "sparsemax")

@@ -662,6 +662,8 @@ def sparsify(model, attention: str = "sparsegen-lin", lam: float | None = None, 
     they are refused, not ignored.
     """
     register()
+    if not hasattr(model, "config"):  # a torch module but not a transformers model: AttributeError 'config' before
+        raise TypeError(f"sparsify takes a loaded transformers model (with a .config), got {type(model).__name__}")
     lam, alpha = _sparsify_settings(attention, lam, alpha)
     spec = AttentionSpec(attention, lam, blur=blur, blur_size=blur_size, blur_sigma=blur_sigma, learn_lam=learn_lam,
                          alpha=alpha, learn_alpha=learn_alpha, sparse_layers=sparse_layers)
