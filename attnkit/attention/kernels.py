@@ -5,7 +5,8 @@ the row max, then Michelot's fixed point from ``max - 1`` (vectorised masked pas
 four rows interleaved), then the output; the backward is the closed form. The entmax maps
 are in it too: the entries above the threshold's lower bound are gathered in one pass (a handful on
 attention rows); 1.5-entmax is then exact by the sort-based closed form on them, alpha-entmax (one
-alpha per row) runs Newton's method from below on them to double precision. Rows run in
+alpha per row) runs Newton's method from below on them to double precision on float64 rows, and on float32 rows Halley's
+method in float SIMD lanes (vectorised exp and log; about 3 passes), whose last pass is extrapolated to the root. Rows run in
 parallel on torch's OpenMP threads. It is compiled on first use with
 ``torch.utils.cpp_extension`` (needs a C++ compiler and ninja) and cached by torch; a
 compiler without OpenMP gets a one-thread build, and :func:`backend_reason` says so.
@@ -74,8 +75,8 @@ def _load():
 
             src = Path(__file__).with_name("csrc") / "sparsemax_cpu.cpp"
             # -march=native: the build is only valid on this kind of CPU, so the cache name says which
-            name = f"attnkit_sparsemax_cpu_v19_{tag}_{_cpu_tag()}"
-            fresh = _announce_build([f"attnkit_sparsemax_cpu_v19_{t}_{_cpu_tag()}" for t in ("omp", "serial")])
+            name = f"attnkit_sparsemax_cpu_v20_{tag}_{_cpu_tag()}"
+            fresh = _announce_build([f"attnkit_sparsemax_cpu_v20_{t}_{_cpu_tag()}" for t in ("omp", "serial")])
             t0 = time.time()
             _ext = load(name=name, sources=[str(src)], extra_cflags=cflags, extra_ldflags=ldflags, verbose=False)
             if fresh:
