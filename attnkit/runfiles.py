@@ -284,7 +284,7 @@ def check_not_input(output: str | os.PathLike, option: str, inputs: dict[str, st
 
 
 @contextmanager
-def folder_lock(folder: str | os.PathLike, what: str = "run folder"):
+def folder_lock(folder: str | os.PathLike, what: str = "run folder", way_out: str = "pick another --output-dir"):
     """Hold an exclusive lock on ``folder`` (the file LOCK_FILE in it) for the duration: a second process that asks
     for it stops at once with one line. The OS releases the lock when the holder exits or is killed, so a killed run
     never leaves it stuck (the file stays; only the lock on it counts)."""
@@ -295,7 +295,7 @@ def folder_lock(folder: str | os.PathLike, what: str = "run folder"):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise UserError(f"another attnkit process is writing the {what} {folder} (it holds {folder / LOCK_FILE}): "
-                            "wait for it to finish, or pick another --output-dir") from None
+                            f"wait for it to finish, or {way_out}") from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         yield

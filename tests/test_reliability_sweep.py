@@ -157,3 +157,25 @@ def test_sparsify_names_a_module_that_is_not_a_transformers_model():
 
     with pytest.raises(TypeError, match="sparsify takes a loaded transformers model .*got Linear"):
         sparsify(torch.nn.Linear(2, 2), "sparsemax")
+
+
+def test_an_output_into_a_busy_run_folder_names_the_way_out_of_the_command_used(saved_classifier, tmp_path, capsys):
+    """`predict --output run/preds.jsonl` while a training run holds `run/`: the refusal said "pick another
+    --output-dir", an option predict does not have."""
+    from attnkit.cli import main
+    from attnkit.runfiles import RUN_RECORD, folder_lock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / RUN_RECORD).write_text("{}\n")
+    (run / "notes.txt").write_text("mine\n")
+    before = _snapshot(run)
+    out = run / "preds.jsonl"
+    with folder_lock(run):
+        assert main(["predict", "--model", str(saved_classifier), "--threads", "1", "good film", "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "another attnkit process is writing" in err, err
+    assert f"write {out} outside that folder" in err and "--output-dir" not in err, err
+    snap = _snapshot(run)
+    snap.pop(".attnkit.lock", None)
+    assert snap == before

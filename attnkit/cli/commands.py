@@ -278,7 +278,7 @@ def _lock_run_of(path: str | os.PathLike) -> None:
     run = next((q for q in (here, *here.parents) if (q / RUN_RECORD).is_file()), None)
     if run is None or run in _LOCKS["held"]:
         return
-    stack.enter_context(folder_lock(run))
+    stack.enter_context(folder_lock(run, way_out=f"write {path} outside that folder"))  # no --output-dir here
     _LOCKS["held"].add(run)
 
 
