@@ -179,3 +179,16 @@ def test_an_output_into_a_busy_run_folder_names_the_way_out_of_the_command_used(
     snap = _snapshot(run)
     snap.pop(".attnkit.lock", None)
     assert snap == before
+
+
+@pytest.mark.parametrize("command", ["train", "adapt"])
+def test_sparse_layers_are_recorded_without_spaces_or_case(command):
+    """`adapt --sparse-layers ' last'` was recorded as ' last', so the same command with 'last' was refused as a run
+    with other settings."""
+    from attnkit.cli.parser import build_parser
+
+    parser = build_parser()
+    for given in (" last", "Last", "last ", "0, 1", " 0-1 "):
+        got = parser.parse_args([command, "--sparse-layers", given]).sparse_layers
+        assert got == given.replace(" ", "").lower()
+    assert parser.parse_args([command, "--sparse-layers", ""]).sparse_layers == ""  # still refused later, as before

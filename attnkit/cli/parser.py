@@ -53,6 +53,12 @@ class Parser(argparse.ArgumentParser):
         self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*([eE][-+]?\d+)?|\.\d+([eE][-+]?\d+)?|inf(inity)?|nan)$", re.I)
 
 
+def layers_text(text: str) -> str:
+    """A --sparse-layers value as it is recorded in the run's settings: without spaces, in lower case (``' last'``
+    and ``'Last'`` are ``'last'``, so a rerun with the same layers is the same run, not "other settings")."""
+    return "".join(text.split()).lower()
+
+
 def positive_int(text: str) -> int:
     """argparse type of counts (batch sizes, samples, words): a whole number >= 1."""
     try:
@@ -110,7 +116,7 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--learn-alpha", action="store_true", help="entmax-alpha: learn alpha per layer and head (1 + sigmoid(a)), started at --alpha")
     t.add_argument("--alpha-lr", type=float, default=None, help="with --learn-alpha: learning rate of the alpha parameters (default: --lr)")
     t.add_argument("--alpha-warmup", type=float, default=0.0, help="entmax15/entmax-alpha: alpha starts at 1 (softmax) and reaches its target after this fraction of the steps (< 1) or step count (default 0: off)")
-    t.add_argument("--sparse-layers", default=None, metavar="LAYERS",
+    t.add_argument("--sparse-layers", default=None, metavar="LAYERS", type=layers_text,
                    help="layers that use the sparse map, counted from 0: all (default), last, a range 4-5 or a list 0,5; the others keep softmax")
     t.add_argument("--teacher", default=None, metavar="RUN_OR_MODEL",
                    help="distil from this fine-tuned model (e.g. the softmax run): the loss mixes the labels' cross-entropy and "
@@ -233,7 +239,7 @@ def add_adapt_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, default=None, help=f"entmax-alpha: the target alpha in (1.01, 2] (default {d.alpha:g})")
     p.add_argument("--anneal", type=float, default=d.anneal, help=f"fraction of the steps (< 1) or step count over which the map goes from dense to the target (default {d.anneal:g})")
     p.add_argument("--head-warmup", type=float, default=AdaptConfig.head_warmup, help=f"fraction of the steps (< 1) or step count in which only the MLM head trains, the encoder frozen (default {AdaptConfig.head_warmup:g})")
-    p.add_argument("--sparse-layers", default=None, metavar="LAYERS", help="layers that use the map: all (default), last, 4-5, 0,5; the others keep softmax")
+    p.add_argument("--sparse-layers", default=None, metavar="LAYERS", type=layers_text, help="layers that use the map: all (default), last, 4-5, 0,5; the others keep softmax")
     p.add_argument("--max-steps", type=int, default=d.max_steps, help=f"MLM steps (default {d.max_steps})")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help=f"per-process batch size (default {d.batch_size})")
     p.add_argument("--lr", type=float, default=d.lr, help=f"learning rate (default {d.lr:g})")
