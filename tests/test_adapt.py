@@ -456,7 +456,7 @@ def test_sparsify_takes_sparse_layers(tiny_bert, family, tmp_path):
     if family == "bert":
         plain = AutoModelForSequenceClassification.from_pretrained(tiny_bert, num_labels=2)
     else:
-        plain = DistilBertForSequenceClassification(DistilBertConfig(vocab_size=len(tok), dim=32, n_layers=2, n_heads=4,
+        plain = DistilBertForSequenceClassification(DistilBertConfig(vocab_size=max(tok.get_vocab().values()) + 1, dim=32, n_layers=2, n_heads=4,
                                                                      hidden_dim=64, max_position_embeddings=64))
     with torch.no_grad():
         for n, p in plain.named_parameters():
