@@ -192,3 +192,19 @@ def test_sparse_layers_are_recorded_without_spaces_or_case(command):
         got = parser.parse_args([command, "--sparse-layers", given]).sparse_layers
         assert got == given.replace(" ", "").lower()
     assert parser.parse_args([command, "--sparse-layers", ""]).sparse_layers == ""  # still refused later, as before
+
+
+@pytest.mark.parametrize("given", [["--distill-weight", "0.5"], ["--distill-temperature", "2"]])
+def test_distillation_options_at_their_default_without_a_teacher_are_refused(tiny_bert, tiny_task, tmp_path, capsys, given):
+    """`train --distill-weight 0.5` without --teacher: 0.5 is the default, so the check (value != default) let it
+    pass and the run trained without distillation, exit 0."""
+    from attnkit.cli import main
+
+    before = _snapshot(tiny_task)
+    out = tmp_path / "run"
+    assert main(["train", "--task", "csv", "--data-dir", str(tiny_task), "--model", str(tiny_bert), "--max-steps", "1",
+                 "--threads", "1", "--max-length", "16", "--output-dir", str(out), *given]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and given[0] in err and "add --teacher" in err, err
+    assert not out.exists()
+    assert _snapshot(tiny_task) == before

@@ -63,6 +63,10 @@ def train_config(a) -> TrainConfig:
         ignored.append(f"--alpha {a.alpha:g} (only entmax-alpha has an alpha; the attention is {cfg.attention})")
     if cfg.doc_stride is not None and not is_qa_task(cfg.task):
         ignored.append(f"--doc-stride {cfg.doc_stride} (span QA only; task {cfg.task} is classification)")
+    given = [o for o, v in (("--distill-weight", getattr(a, "distill_weight", None)),
+                             ("--distill-temperature", getattr(a, "distill_temperature", None))) if v is not None]
+    if given and cfg.teacher is None:  # the default value given without --teacher slipped past TrainConfig's check
+        ignored.append(f"{'/'.join(given)} (they shape distillation: add --teacher)")
     if ignored:
         raise UserError(f"{'; '.join(ignored)}: an option that would be ignored is refused")
     return cfg
