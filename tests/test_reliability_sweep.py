@@ -205,6 +205,6 @@ def test_distillation_options_at_their_default_without_a_teacher_are_refused(tin
     assert main(["train", "--task", "csv", "--data-dir", str(tiny_task), "--model", str(tiny_bert), "--max-steps", "1",
                  "--threads", "1", "--max-length", "16", "--output-dir", str(out), *given]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and given[0] in err and "add --teacher" in err, err
+    assert len(err.splitlines()) == 1 and given[0] in err and "need --teacher" in err, err
     assert not out.exists()
     assert _snapshot(tiny_task) == before

@@ -66,7 +66,7 @@ def train_config(a) -> TrainConfig:
     given = [o for o, v in (("--distill-weight", getattr(a, "distill_weight", None)),
                              ("--distill-temperature", getattr(a, "distill_temperature", None))) if v is not None]
     if given and cfg.teacher is None:  # the default value given without --teacher slipped past TrainConfig's check
-        ignored.append(f"{'/'.join(given)} (they shape distillation: add --teacher)")
+        ignored.append(f"{'/'.join(given)} (they need --teacher, the model whose predictions are distilled)")
     if ignored:
         raise UserError(f"{'; '.join(ignored)}: an option that would be ignored is refused")
     return cfg
