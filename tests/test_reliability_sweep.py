@@ -208,3 +208,19 @@ def test_distillation_options_at_their_default_without_a_teacher_are_refused(tin
     assert len(err.splitlines()) == 1 and given[0] in err and "need --teacher" in err, err
     assert not out.exists()
     assert _snapshot(tiny_task) == before
+
+
+def test_a_read_only_or_full_disk_is_named_in_one_line_with_the_way_out():
+    """`train --output-dir` on a read-only mount printed `[Errno 30] Read-only file system: 'romnt/new'` (the
+    system's words, no way out); other system errors read `path: reason`; attnkit's own lines are unchanged."""
+    import errno
+
+    from attnkit.cli.main import _os_error_line
+    from attnkit.errors import UserError
+
+    line = _os_error_line(OSError(errno.EROFS, "Read-only file system", "romnt/r1/.attnkit.lock"))
+    assert line.startswith("cannot write romnt/r1/.attnkit.lock: Read-only file system") and "writable folder" in line
+    assert "cannot write out/x: No space left on device" in _os_error_line(OSError(errno.ENOSPC, "No space left on device", "out/x"))
+    assert _os_error_line(PermissionError(errno.EACCES, "Permission denied", "a/b")) == "a/b: Permission denied"
+    assert _os_error_line(FileNotFoundError("task csv: file d/train.csv does not exist")) == "task csv: file d/train.csv does not exist"
+    assert _os_error_line(UserError("cannot write x: y")) == "cannot write x: y"

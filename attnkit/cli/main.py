@@ -6,6 +6,7 @@ of them runs."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nattnkit {a.command}: interrupted.", file=sys.stderr)
         return 130
     except (UserError, DataFormatError, OSError) as e:
-        print(f"attnkit {a.command}: error: {e}", file=sys.stderr)
+        print(f"attnkit {a.command}: error: {_os_error_line(e)}", file=sys.stderr)
         return 2
     except ValueError as e:
         # our own validation (attention, lam, labels) raises ValueError with a full sentence
@@ -108,6 +109,17 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"attnkit {a.command}: error: {e}", file=sys.stderr)
         return 2
+
+
+def _os_error_line(e: Exception) -> str:
+    """An error's one line; an OSError of the system's own (``[Errno 30] Read-only file system: 'r/.attnkit.lock'``)
+    as ``cannot write r/.attnkit.lock: Read-only file system`` with the way out, or ``path: reason``."""
+    if not isinstance(e, OSError) or isinstance(e, (UserError, DataFormatError)) or e.filename is None or not e.strerror:
+        return str(e)
+    if e.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT):
+        return (f"cannot write {e.filename}: {e.strerror} (a read-only or full disk): free some space, or name a "
+                "writable folder")
+    return f"{e.filename}: {e.strerror}"
 
 
 if __name__ == "__main__":
