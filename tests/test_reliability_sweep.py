@@ -224,3 +224,21 @@ def test_a_read_only_or_full_disk_is_named_in_one_line_with_the_way_out():
     assert _os_error_line(PermissionError(errno.EACCES, "Permission denied", "a/b")) == "a/b: Permission denied"
     assert _os_error_line(FileNotFoundError("task csv: file d/train.csv does not exist")) == "task csv: file d/train.csv does not exist"
     assert _os_error_line(UserError("cannot write x: y")) == "cannot write x: y"
+
+
+def test_evaluating_a_split_labelled_in_part_says_how_many_lack_a_label(saved_classifier, tmp_path, capsys):
+    """A test.csv with half its label fields empty: evaluate said "this split has no gold labels"."""
+    from attnkit.cli import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.csv").write_text("text,label\ngood film,positive\nbad film,negative\n")
+    (data / "dev.csv").write_text("text,label\ngood,positive\nbad,negative\n")
+    (data / "test.csv").write_text("text,label\ngreat film,positive\ndull film,\nfine plot,\nawful,negative\n")
+    before = _snapshot(data)
+    out = tmp_path / "ev.json"
+    assert main(["evaluate", "--model", str(saved_classifier), "--task", "csv", "--data-dir", str(data), "--split", "test",
+                 "--threads", "1", "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "2 of the 4 examples of this split have no gold label" in err, err
+    assert not out.exists() and _snapshot(data) == before

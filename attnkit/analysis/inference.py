@@ -83,6 +83,10 @@ def evaluate_split(model, tokenizer, dataset, *, batch_size: int = 64, max_lengt
     """Metrics of ``model`` on a tokenisable dataset (text, [text_pair], label); ``kind`` as in :func:`attnkit.tasks.metrics.task_metrics`."""
     labels = np.asarray(list(dataset["label"]))
     if len(labels) == 0 or labels.min() < 0:
+        missing = int((labels < 0).sum())
+        if 0 < missing < len(labels):  # a test file labelled in part: "no gold labels" was not what it held
+            raise ValueError(f"{missing} of the {len(labels)} examples of this split have no gold label (an empty label "
+                             "field): give every row its label to evaluate it, or use `attnkit predict`")
         raise ValueError("this split has no gold labels; use `attnkit predict` instead")
     pairs = list(dataset["text_pair"]) if "text_pair" in dataset.column_names else None
     logits = predict_logits(model, tokenizer, list(dataset["text"]), pairs, batch_size=batch_size, max_length=max_length)
