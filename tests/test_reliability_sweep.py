@@ -242,3 +242,26 @@ def test_evaluating_a_split_labelled_in_part_says_how_many_lack_a_label(saved_cl
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "2 of the 4 examples of this split have no gold label" in err, err
     assert not out.exists() and _snapshot(data) == before
+
+
+def test_a_text_of_invisible_characters_only_is_empty(saved_classifier, tmp_path, capsys):
+    """A --file line holding only a zero-width space was predicted (as an empty text, exit 0): `str.strip` keeps
+    U+200B. The command line, explain and training files treat it as empty too."""
+    from attnkit.cli import main
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("good film\n\u200b\u2060\nbad film\n", encoding="utf-8")
+    before = texts.read_bytes()
+    out = tmp_path / "p.jsonl"
+    assert main(["predict", "--model", str(saved_classifier), "--threads", "1", "--file", str(texts), "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "texts.txt, line 2: expected one text per line, found an empty line" in err, err
+    assert main(["predict", "--model", str(saved_classifier), "--threads", "1", "\u200b"]) == 2
+    assert "text 1 of the command line is empty" in capsys.readouterr().err
+    assert not out.exists() and texts.read_bytes() == before
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.csv").write_text("text,label\ngood film,positive\n\ufeff\u200b,negative\n", encoding="utf-8")
+    (data / "dev.csv").write_text("text,label\ngood,positive\nbad,negative\n")
+    with pytest.raises(DataFormatError, match=r"train\.csv, line 3: expected text in 'text', found an empty value"):
+        load_task("csv", data_dir=data)

@@ -11,6 +11,7 @@ import numpy as np
 from attnkit.errors import DataFormatError, UserError
 from attnkit.models.build import check_text_room, is_qa_model, load_model, load_tokenizer
 from attnkit.tasks.lemmas import LemmatizingTokenizer
+from attnkit.tasks.readers import is_blank
 from attnkit.runfiles import MODEL_DIR, RUN_INFO
 from attnkit.tasks.metrics import predictions_of, task_metrics
 
@@ -112,7 +113,7 @@ def read_text_file(path: str | Path) -> list[str]:
     while lines and not lines[-1]:  # blank lines at the end of the file
         lines.pop()
     for i, ln in enumerate(lines, 1):
-        if not ln:  # skipping it would shift every later prediction against the file's lines
+        if is_blank(ln):  # skipping it would shift every later prediction against the file's lines
             raise DataFormatError(p, i, "expected one text per line, found an empty line (a model cannot label an empty text)")
     return lines
 

@@ -35,7 +35,7 @@ from attnkit.tasks import default_data_dir, is_qa_task, load_task
 from attnkit.tasks.glue import HANS_FILE, entailment_index, hans_report, hans_subset, read_hans, write_submission
 from attnkit.tasks.metrics import predictions_of
 from attnkit.tasks.lemmas import LemmatizingTokenizer
-from attnkit.tasks.readers import read_jsonl
+from attnkit.tasks.readers import is_blank, read_jsonl
 from attnkit.tasks.sentiment import sst_rationales
 from attnkit.tasks.squad import evaluate_qa, load_squad, predict_answers
 from attnkit.training.adapt import adapt
@@ -504,7 +504,7 @@ def cmd_predict(a) -> int:
         _output(a, a.output, "--output")
         check_not_input(a.output, "--output", {"--file": a.file})
     for i, t in enumerate(a.texts, 1):
-        if not t.strip():
+        if is_blank(t):
             raise UserError(f"text {i} of the command line is empty: a model cannot label an empty text")
     d, model, tok = load_for_inference(a.model, qa_ok=True)
     if _qa_model(model):
@@ -533,7 +533,7 @@ def cmd_explain(a) -> int:
     given = {k: str(Path(v).expanduser().resolve()) for k, v in outputs.items() if v}
     if len(set(given.values())) < len(given):
         raise UserError(f"{', '.join(f'{k} {outputs[k]}' for k in given)}: each output needs a file of its own")
-    if not a.text.strip():
+    if is_blank(a.text):
         raise UserError("the text to explain is empty")
     _, model, tok = load_for_inference(a.model, qa_ok=True)
     maps = attention_maps(model, tok, a.text, max_length=a.max_length)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from attnkit.errors import DataFormatError
-from attnkit.tasks.readers import label_index, read_table, require_file, to_splits
+from attnkit.tasks.readers import is_blank, label_index, read_table, require_file, to_splits
 from attnkit.tasks.registry import UNLABELLED, Example, TaskData, register_task
 
 _INT_LABEL = re.compile(r"[+-]?\d+")
@@ -44,7 +44,7 @@ def _read_generic_split(
             value = record[column]
             if not isinstance(value, str):
                 raise DataFormatError(path, line, f"expected a string in {column!r}, found {type(value).__name__}")
-            if not value.strip():
+            if is_blank(value):
                 raise DataFormatError(path, line, f"expected text in {column!r}, found an empty value")
             texts.append(value.strip())
         value = record.get(label_column)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -128,6 +129,12 @@ def to_splits(splits: dict[str, list[Example]], with_pair: bool = False) -> data
 
 
 # ----------------------------------------------------------------------------- helpers: tables
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` holds nothing a tokenizer would keep: whitespace and invisible format characters only (a
+    zero-width space, a joiner, a BOM: ``str.strip`` keeps them, and the model would label an empty text)."""
+    return all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
+
 
 def read_table(path: Path, fmt: str, required: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line, record)`` for each row of a csv (standard quoting), tsv (no quoting) or jsonl file.
