@@ -142,11 +142,12 @@ def test_entmax_bisect_at_scores_of_large_magnitude_is_a_distribution(backend, a
 
     from attnkit import entmax15, entmax_bisect
 
-    for s in (1e8, 1e20, 1e37):
-        x = torch.tensor([[s, 0.0, 2 * s], [2 * s, 2 * s, -s]])
-        want = torch.tensor([[0.0, 0.0, 1.0], [0.5, 0.5, 0.0]])
-        torch.testing.assert_close(entmax_bisect(x, alpha=alpha), want)
-        torch.testing.assert_close(entmax15(x), want)
+    for dtype, scales in ((torch.float32, (1e8, 1e20, 1e37)), (torch.float64, (1e17, 1e100, 1e300))):
+        for s in scales:
+            x = torch.tensor([[s, 0.0, 2 * s], [2 * s, 2 * s, -s]], dtype=dtype)
+            want = torch.tensor([[0.0, 0.0, 1.0], [0.5, 0.5, 0.0]], dtype=dtype)
+            torch.testing.assert_close(entmax_bisect(x, alpha=alpha), want)
+            torch.testing.assert_close(entmax15(x), want)
 
 
 def test_sparsify_names_a_module_that_is_not_a_transformers_model():

@@ -266,7 +266,7 @@ inline void candidates(const T* __restrict z, int64_t n, double m, double scale,
   for (int64_t j = 0; j < n; ++j) {
     xs[k] = (double(z[j]) - m) * scale;
     is[k] = j;
-    k += z[j] > cut;
+    k += z[j] >= cut;  // >=: where m - reach rounds to m in T (|m| >= 2^25 reach in float, 2^54 in double) the max must stay in
   }
   c.k = k;
 }
