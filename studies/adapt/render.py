@@ -208,4 +208,8 @@ def render_all(path: Path = HERE / "records.json") -> None:
 
 
 if __name__ == "__main__":
-    render_all(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "records.json")
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("records", nargs="?", default=str(HERE / "records.json"), help="the records (default: records.json beside this file)")
+    render_all(Path(ap.parse_args().records))
