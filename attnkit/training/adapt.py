@@ -298,8 +298,8 @@ def _adapt(cfg: AdaptConfig, out: Path) -> dict:
     set_attention(trainer.model, cfg.spec())
     # the MLM loss at the end, on (at most) 1,000 of the training texts masked with a fixed seed
     probe = ds.select(range(min(1000, len(ds))))
-    mlm_eval = Trainer(model=trainer.model, args=args, data_collator=mlm_collator(tokenizer, cfg.mlm_probability, seed=cfg.seed))
-    mlm_loss = float(mlm_eval.evaluate(probe)["eval_loss"])
+    trainer.data_collator = mlm_collator(tokenizer, cfg.mlm_probability, seed=cfg.seed)  # as pretrain.py scores its MLM
+    mlm_loss = float(trainer.evaluate(probe, metric_key_prefix="mlm")["mlm_loss"])
     sample = texts[: min(256, len(texts))]
     zeros = attention_zeros(trainer.model, tokenizer, sample, cfg.max_length)
     record = {
