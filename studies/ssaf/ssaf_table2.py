@@ -54,8 +54,12 @@ PAPER_TABLE = {"sentube-auto": (70.3, 72.4), "sentube-tablets": (73.3, 75.0), "s
 #: --lam-lr of SSAF+learned-lam-fast: at the weights' 2e-5 lam moved at most 0.016 from its start in 5 epochs
 LAM_LR = 1e-3
 #: the entmax methods (issue 24) and their normaliser; entmax15+alpha-warmup starts at softmax (alpha 1) and
-#: reaches 1.5 after the first ALPHA_WARMUP of the steps; alpha-entmax-learned learns alpha per layer and head from 1.5
-ENTMAX_METHODS = {"entmax15": "entmax15", "entmax15+alpha-warmup": "entmax15", "alpha-entmax-learned": "entmax-alpha"}
+#: reaches 1.5 after the first ALPHA_WARMUP of the steps; alpha-entmax-learned learns alpha per layer and head from 1.5;
+#: entmax15-last is 1.5-entmax in the last layer only, the others softmax (issue 37: ``--sparse-layers last``)
+ENTMAX_METHODS = {"entmax15": "entmax15", "entmax15+alpha-warmup": "entmax15", "alpha-entmax-learned": "entmax-alpha",
+                  "entmax15-last": "entmax15"}
+#: the layers each method makes sparse where not all (TrainConfig.sparse_layers)
+SPARSE_LAYERS = {"entmax15-last": "last"}
 ALPHA_WARMUP = 0.1
 #: --alpha-lr of alpha-entmax-learned: as lam at the weights' 2e-5 (LAM_LR above), alpha needs its own rate to move
 ALPHA_LR = 1e-3
@@ -86,6 +90,8 @@ def method_settings(method: str, task: str, a) -> dict:
         base.update(alpha_warmup=ALPHA_WARMUP)
     elif method == "alpha-entmax-learned":
         base.update(learn_alpha=True, alpha=1.5, alpha_lr=ALPHA_LR)
+    elif method in SPARSE_LAYERS:
+        base.update(sparse_layers=SPARSE_LAYERS[method])
     elif method not in ("softmax", "SSAF", "Np", "SSAF(Np)", "entmax15"):
         raise SystemExit(f"unknown method {method!r}")
     return base
@@ -173,6 +179,8 @@ def run_cell(task: str, method: str, seed: int, a) -> dict:
         rec["attention"] = cfg.attention
     if cfg.alpha_warmup:
         rec["alpha_warmup"] = cfg.alpha_warmup
+    if cfg.sparse_layers is not None:
+        rec["sparse_layers"] = cfg.sparse_layers
     rec.update(dev_support(out, task, a.data_dir, cfg.max_length))
     if cfg.lam_lr is not None:
         rec["lam_lr"] = cfg.lam_lr
