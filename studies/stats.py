@@ -1,4 +1,4 @@
-"""The one shared module for the studies' records, pairing and verdicts.
+"""The one shared module for the studies' records, pairing and verdicts (the test itself: attnkit.analysis.stats).
 
 A study compares a method with a baseline on the same seeds: the per-seed differences are the sample. Its verdict is
 a two-sided paired t-test at level ``alpha`` (5% unless said): t = mean / (sd / sqrt(n)) with n − 1 degrees of
@@ -23,171 +23,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import math
 import statistics
 import subprocess
-from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-VERDICTS = ("holds", "reversed", "within noise", "too few seeds")
-MIN_SEEDS = 3
-
-
-@dataclass(frozen=True)
-class PairedTest:
-    """A two-sided paired t-test on per-seed differences, and its verdict."""
-
-    n: int
-    mean: float
-    sd: float
-    se: float
-    t: float
-    df: int
-    p: float
-    verdict: str
-    alpha: float = 0.05
-    holm: bool = False  # whether the verdict was called under Holm's correction across a family
-    won: int = 0  # how many differences are positive (seeds where the method is ahead)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def _verdict(mean: float, p: float, alpha: float) -> str:
-    if not (p < alpha) or mean == 0:
-        return "within noise"
-    return "holds" if mean > 0 else "reversed"
-
-
-def paired_test(diffs, alpha: float = 0.05) -> PairedTest:
-    """Two-sided paired t-test of ``diffs`` (method − baseline, one per seed) against a mean of zero.
-
-    t and p agree with ``scipy.stats.ttest_rel(method, baseline)``. With fewer than 3 differences the statistics are
-    still reported where defined (nan otherwise) but the verdict is "too few seeds". Differences that are all equal
-    (sd 0) give t = ±inf and p = 0 when the mean is not zero, and t = nan, p = 1 when it is.
-    """
-    from scipy import stats as _st
-
-    d = [float(x) for x in diffs]
-    n = len(d)
-    nan = float("nan")
-    if n == 0:
-        return PairedTest(0, nan, nan, nan, nan, 0, nan, "too few seeds", alpha)
-    mean = statistics.fmean(d)
-    won = sum(x > 0 for x in d)
-    if n == 1:
-        return PairedTest(1, mean, nan, nan, nan, 0, nan, "too few seeds", alpha, won=won)
-    sd = statistics.stdev(d)
-    se = sd / math.sqrt(n)
-    df = n - 1
-    if se == 0:
-        t, p = (nan, 1.0) if mean == 0 else (math.copysign(math.inf, mean), 0.0)
-    else:
-        t = mean / se
-        p = float(2 * _st.t.sf(abs(t), df))
-    verdict = "too few seeds" if n < MIN_SEEDS else _verdict(mean, p, alpha)
-    return PairedTest(n, mean, sd, se, t, df, p, verdict, alpha, won=won)
-
-
-def holm(pvalues, alpha: float = 0.05) -> list[bool]:
-    """Holm–Bonferroni step-down: which of ``pvalues`` are rejected at family-wise level ``alpha``.
-
-    Sorted ascending, the i-th smallest (0-based) is rejected while p_(i) <= alpha / (m − i); the first that is not
-    stops the procedure. NaN p-values are never rejected (and count in m).
-    """
-    ps = [float(p) for p in pvalues]
-    m = len(ps)
-    order = sorted(range(m), key=lambda i: (math.isnan(ps[i]), ps[i]))
-    reject = [False] * m
-    for rank, i in enumerate(order):
-        if math.isnan(ps[i]) or ps[i] > alpha / (m - rank):
-            break
-        reject[i] = True
-    return reject
-
-
-def family_verdicts(tests, alpha: float = 0.05) -> list[PairedTest]:
-    """Verdicts across a family of paired tests against one baseline, under Holm's correction.
-
-    ``tests`` are :class:`PairedTest` (or lists of differences, tested here). Only members with a verdict (n >= 3)
-    enter the family; a member is "holds"/"reversed" when Holm rejects it, else "within noise". The returned tests
-    keep their t and p (uncorrected) and carry ``holm=True``.
-    """
-    tests = [t if isinstance(t, PairedTest) else paired_test(t, alpha) for t in tests]
-    members = [i for i, t in enumerate(tests) if t.verdict != "too few seeds"]
-    rejected = holm([tests[i].p for i in members], alpha)
-    out = list(tests)
-    for i, rej in zip(members, rejected):
-        t = tests[i]
-        v = ("holds" if t.mean > 0 else "reversed") if rej and t.mean != 0 else "within noise"
-        out[i] = replace(t, verdict=v, alpha=alpha, holm=True)
-    return out
-
-
-def verdicts_by_family(tests, families, alpha: float = 0.05) -> list[PairedTest]:
-    """:func:`family_verdicts` within each group of ``tests`` that share a key in ``families`` (same length).
-
-    A key of ``None`` leaves that test standing alone (its own verdict, no correction). Order is kept.
-    """
-    tests = [t if isinstance(t, PairedTest) else paired_test(t, alpha) for t in tests]
-    out = list(tests)
-    groups: dict = {}
-    for i, key in enumerate(families):
-        if key is not None:
-            groups.setdefault(key, []).append(i)
-    for idx in groups.values():
-        for i, t in zip(idx, family_verdicts([tests[i] for i in idx], alpha)):
-            out[i] = t
-    return out
-
-
-def _num(x: float, digits: int) -> str:
-    if math.isnan(x):
-        return "—"
-    if math.isinf(x):
-        return "∞" if x > 0 else "−∞"
-    return f"{x:.{digits}f}"
-
-
-def format_p(p: float) -> str:
-    """p as the tables print it: two significant figures, "<0.001" below a thousandth."""
-    if math.isnan(p):
-        return "—"
-    if p < 0.001:
-        return "<0.001"
-    if p < 0.01:
-        return f"{p:.3f}"
-    return f"{p:.2f}"
-
-
-def format_paired(test: PairedTest, digits: int = 1, verdict: bool = True, won: bool = False) -> str:
-    """A paired cell: "+1.2 ± 0.4 (t=3.0, p=0.09, within noise)"; mean ± sd of the differences.
-
-    ``verdict=False`` leaves the verdict out (for tables that print it in a column of its own); ``won=True`` says
-    first how many differences are positive, as seeds ahead of all ("+1.2 ± 0.4 (3/3, t=3.0, ...)"). A verdict
-    called under Holm's correction is marked "(Holm)" only in the table header, not in each cell.
-    """
-    if test.n == 0:
-        return "—"
-    mean = "—" if math.isnan(test.mean) else f"{test.mean:+.{digits}f}"
-    sd = "—" if math.isnan(test.sd) else f"{test.sd:.{digits}f}"
-    parts = [f"t={_num(test.t, 1)}", f"p={format_p(test.p)}"]
-    if won:
-        parts.insert(0, f"{test.won}/{test.n}")
-    if verdict:
-        parts.append(test.verdict)
-    return f"{mean} ± {sd} ({', '.join(parts)})"
-
-
-def rule_text(alpha: float = 0.05, family: str | None = None) -> str:
-    """The sentence a table header uses to say which test gave its verdicts (and the Holm family, if any)."""
-    s = (f"Verdicts: two-sided paired t-test on the per-seed differences at {alpha:.0%} (t with n − 1 degrees of "
-         f"freedom; at least {MIN_SEEDS} seeds): **holds** if significant and positive, **reversed** if significant "
-         f"and negative, else **within noise**; each cell prints mean ± sd of the differences, t and p.")
-    if family:
-        s += f" Holm's correction across {family}: a verdict is called only where Holm's step-down rejects at {alpha:.0%}."
-    return s
-
+from attnkit.analysis.stats import (  # noqa: F401  (the verdict code lives in the package: attnkit sweep uses it too)
+    MIN_SEEDS, VERDICTS, PairedTest, family_verdicts, format_p, format_paired, holm, paired_test, rule_text, verdicts_by_family,
+)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Records: one JSON list per table, read and appended under a lock (several workers may share a file)

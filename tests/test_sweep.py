@@ -123,11 +123,33 @@ def test_sweep_table_pairs_by_seed_and_marks_missing_softmax():
     recs = [rec("softmax", 1, 0.70), rec(-6.0, 1, 0.72), rec("softmax", 2, 0.60), rec(-6.0, 2, 0.59), rec(-6.0, 3, 0.9)]
     rows = [line.split(" | ") for line in sweep_table(recs).splitlines() if line.startswith("| -6")]
     # seed 3 has no softmax baseline: it counts in the mean test, not in the paired difference
-    assert rows == [["| -6", "1, 2, 3", "50.0 ± 0.0", "73.7 ± 15.6", "0.5 ± 2.1", "1/2", "3.0 |"]]
+    assert rows == [["| -6", "1, 2, 3", "50.0 ± 0.0", "73.7 ± 15.6", "+0.5 ± 2.1 (1/2, t=0.3, p=0.80)", "too few seeds", "3.0 |"]]
     # no softmax cell at all (a sweep cut short, reported with --report-only): lam rows only, no paired column
     table = sweep_table([rec(-6.0, 1, 0.72)]).splitlines()
     assert not any(line.startswith("| softmax") for line in table)
     assert [line.split(" | ") for line in table if line.startswith("| -6")] == [["| -6", "1", "50.0 ± 0.0", "72.0 ± 0.0", "—", "—", "3.0 |"]]
+
+
+def test_sweep_table_verdicts_by_paired_t_test_with_holm_across_the_values():
+    """Each lam's paired cell prints t and p and a verdict of the paired t-test (n − 1 df), Holm across the lams."""
+    rec = lambda lam, seed, test: {"lam": lam, "seed": seed, "dev": 0.5, "test": test, "metric": "accuracy", "mean_support": 3.0}  # noqa: E731
+    soft = [rec("softmax", s, 0.70 + 0.01 * s) for s in (1, 2, 3)]
+    ahead = [rec(-6.0, s, 0.72 + 0.01 * s + 0.001 * s * s) for s in (1, 2, 3)]  # +2.1, +2.4, +2.9: t = 10.6, p = 0.009
+    noisy = [rec(0.0, s, 0.70 + 0.01 * s + 0.001 * (s % 2)) for s in (1, 2, 3)]  # +0.1, 0, +0.1: p = 0.18
+    behind = [rec(-2.0, s, 0.69 + 0.01 * s - 0.001 * s) for s in (1, 2, 3)]  # −1.1, −1.2, −1.3: p = 0.003
+    table = sweep_table(soft + ahead + noisy + behind)
+    rows = {line.split(" | ")[0]: line.split(" | ") for line in table.splitlines() if line.startswith("| -") or line.startswith("| 0")}
+    assert rows["| -6"][4] == "+2.5 ± 0.4 (3/3, t=10.6, p=0.009)" and rows["| -6"][5] == "holds"
+    assert rows["| -2"][4].startswith("−") or rows["| -2"][4].startswith("-")
+    assert rows["| -2"][5] == "reversed"
+    assert rows["| 0"][5] == "within noise"
+    assert "Holm's correction across the swept lam values" in table
+    # p = 0.035 alone would hold; ranked second of three its Holm threshold is 0.05 / 2 = 0.025: within noise
+    weak = [rec(-6.0, s, 0.70 + 0.01 * s + {1: 0.010, 2: 0.020, 3: 0.015}[s]) for s in (1, 2, 3)]  # +1.0, +2.0, +1.5
+    rows = [line.split(" | ") for line in sweep_table(soft + weak + noisy + behind).splitlines() if line.startswith("| -6")]
+    assert "t=5.2, p=0.04" in rows[0][4] and rows[0][5] == "within noise"
+    alone = [line.split(" | ") for line in sweep_table(soft + weak).splitlines() if line.startswith("| -6")]
+    assert alone[0][5] == "holds"
 
 
 def test_sweep_over_alpha(tiny_bert, tmp_path, capsys):
