@@ -289,3 +289,35 @@ def test_faithfulness_table_pairs_by_seed_under_holm_and_reports_tie_shares():
     assert "**Ties broken by position**: 6 of 9 records" in md
     fresh = mod.render([r for r in recs if r["method"] == "entmax15"])
     assert "Ties broken by position" not in fresh and "Tied words ordered at random" in fresh
+
+
+def test_faithfulness_table_marks_positional_pairs_and_lists_the_verdicts_that_moved():
+    """A pair with a record measured by positional ties is marked †; given the positional records, the comparisons now
+    all tie-free are listed beside their old verdict, "moved" where it changed."""
+    spec = importlib.util.spec_from_file_location("faithfulness_bench", _STUDIES / "faithfulness" / "faithfulness.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    names = ("attention", "rollout", "received", "grad_x_input", "integrated_gradients", "random")
+
+    def rec(method, seed, comp, fresh):
+        ex = {e: {"aopc_comprehensiveness": comp if e == "attention" else 0.1, "aopc_sufficiency": 0.2,
+                  **({"tie_share": 0.0} if fresh else {})} for e in names}
+        return {"task": "sst2-ptb", "method": method, "seed": seed, "examples": 3, "explanations": ex,
+                "kendall_tau": {"attention vs integrated_gradients": 0.1}, **({"tie_draws": 5} if fresh else {})}
+
+    old = [rec("softmax", s, 0.10, False) for s in (1, 2, 3)] + [rec("entmax15", s, 0.19 + 0.01 * s, False) for s in (1, 2, 3)]
+    old += [rec("SSAF", s, 0.12 + 0.01 * s, False) for s in (1, 2, 3)]  # +3, +4, +5: holds
+    # measured again without positional ties: entmax15 still +10..+12 (holds); SSAF's gain was word order: 0, +4, −2
+    new = [rec("softmax", s, 0.10, True) for s in (1, 2, 3)] + [rec("entmax15", s, 0.19 + 0.01 * s, True) for s in (1, 2, 3)]
+    new += [rec("SSAF", s, {1: 0.10, 2: 0.14, 3: 0.08}[s], True) for s in (1, 2, 3)]
+    md = mod.render(new, old)
+    moved = md.split("## Did a verdict move without positional ties?")[1].split("##")[0]
+    assert "| sst2-ptb | entmax15 | attention | comprehensiveness | +11.0 (t=19.1) holds | +11.0 (t=19.1) holds | same |" in moved
+    assert "| sst2-ptb | SSAF | attention | comprehensiveness | +4.0 (t=6.9) holds | +0.7 (t=0.4) within noise | **moved** |" in moved
+    assert "†" not in md  # every pair tie-free
+    # half re-measured: SSAF's records still positional -> its pairs marked and left out of the moved table
+    half = new[:6] + old[6:]
+    md = mod.render(half, old)
+    assert "| sst2-ptb | SSAF − softmax (1,2,3) † | attention |" in md and "at least one of the pair's records" in md
+    assert "| sst2-ptb | SSAF | attention |" not in md.split("## Did a verdict move")[1].split("##")[0]
+    assert "## Did a verdict move" not in mod.render(new)  # no positional records given: no section

@@ -41,6 +41,8 @@ for _d in (ROOT / "studies" / "minibert", ROOT / "studies" / "ssaf", ROOT):
 import minibert  # noqa: E402  (MiniBERT's runs and their settings)
 import ssaf_table2  # noqa: E402  (the runs, their settings; the shared record and verdict code of studies.stats)
 
+#: the records measured before issue 38, when tied words entered the top k by position (kept for the verdicts that moved)
+POSITIONAL = RESULTS / "faithfulness_positional.json"
 #: the rankings the table compares (random is the floor)
 SHOWN = ("attention", "rollout", "received", "grad_x_input", "integrated_gradients", "random")
 #: MiniBERT's attention kinds (``minibert.py``'s runs: MLM on the task's text, then fine-tuned; 1 layer x 1 head)
@@ -224,10 +226,76 @@ def tie_section(by: dict) -> list[str]:
             "| task | method | seeds | " + " | ".join(SHOWN) + " |", "|---|---|---|" + "---|" * len(SHOWN), *rows]
 
 
-def render(recs: list[dict]) -> str:
+def by_cell(recs: list[dict]) -> dict:
     by: dict = {}
     for r in recs:
         by.setdefault((r["task"], r["method"]), {})[r["seed"]] = r
+    return by
+
+
+def paired_cells(by: dict) -> list[dict]:
+    """Each method against its baseline (:func:`baseline`), same task and seeds, for the attention, rollout and
+    received rankings: the per-seed differences in points, better positive (sufficiency: baseline − method)."""
+    out = []
+    for (task, method), cell in sorted(by.items()):
+        base = baseline(method)
+        soft = by.get((task, base), {})
+        seeds = sorted(set(cell) & set(soft))
+        if base is None or not seeds:
+            continue
+        for e in ("attention", "rollout", "received"):
+            a = [cell[s]["explanations"][e] for s in seeds]
+            b = [soft[s]["explanations"][e] for s in seeds]
+            out.append({
+                "task": task, "method": method, "base": base, "ranking": e, "seeds": seeds,
+                "comp": [100 * (x["aopc_comprehensiveness"] - y["aopc_comprehensiveness"]) for x, y in zip(a, b)],
+                "suff": [100 * (y["aopc_sufficiency"] - x["aopc_sufficiency"]) for x, y in zip(a, b)],
+                "plaus": [100 * (x["plausibility_auprc"] - y["plausibility_auprc"]) for x, y in zip(a, b)
+                          if x.get("plausibility_auprc") is not None and y.get("plausibility_auprc") is not None],
+                "positional": any("tie_draws" not in c[s] for c in (cell, soft) for s in seeds),
+            })
+    return out
+
+
+MEASURES = ("comp", "suff", "plaus")
+
+
+def verdicts(by: dict) -> dict:
+    """(task, method, ranking, measure) -> the paired test as the table calls it (Holm across the methods compared with
+    one baseline on one set, for each ranking and measure)."""
+    cells = [(c, m) for c in paired_cells(by) for m in MEASURES if c[m]]
+    tests = ssaf_table2.verdicts_by_family([c[m] for c, m in cells], [(c["task"], c["base"], c["ranking"], m) for c, m in cells])
+    return {(c["task"], c["method"], c["ranking"], m): (t, c["seeds"], c["positional"]) for (c, m), t in zip(cells, tests)}
+
+
+def moved_section(by: dict, before: dict) -> list[str]:
+    """The verdicts measured with positional ties (``faithfulness_positional.json``) beside the tie-free ones, for
+    the comparisons whose records (method and baseline, every seed) are now all tie-free."""
+    now, then = verdicts(by), verdicts(before)
+    names = {"comp": "comprehensiveness", "suff": "sufficiency", "plaus": "plausibility"}
+    rows = []
+    for key, (t, seeds, positional) in now.items():  # paired_cells' order: task, method, ranking, measure
+        if positional or key not in then:
+            continue
+        t0 = then[key][0]
+        cell = lambda x: f"{x.mean:+.1f} (t={x.t:.1f}) {x.verdict}"  # noqa: E731
+        rows.append(f"| {key[0]} | {key[1]} | {key[2]} | {names[key[3]]} | {cell(t0)} | {cell(t)} "
+                    f"| {'**moved**' if t0.verdict != t.verdict else 'same'} |")
+    if not rows:
+        return []
+    return ["", "## Did a verdict move without positional ties?", "",
+            "The same comparison (method − baseline, paired by seed, Holm as above) from the records measured when tied",
+            "words entered the top k by position (`faithfulness_positional.json`, before issue 38) and from the tie-free",
+            "records that replaced them; mean difference in points, t, verdict. Only comparisons whose records are now all",
+            "tie-free are listed (each family's Holm correction counts the members measured so far).", "",
+            "| task | method | ranking | measure | ties by position | ties at random | verdict |", "|---|---|---|---|---|---|---|", *rows]
+
+
+def render(recs: list[dict], before: list[dict] | None = None) -> str:
+    """The markdown table of ``recs``; ``before`` (the records measured with positional ties) adds the verdicts that
+    moved once ties were broken at random."""
+    by = by_cell(recs)
+    before = by_cell(before) if before else {}
     lines = ["# Is sparse attention more faithful, or more plausible? (MiniLM, Table 2's runs)", "",
              "Made by `studies/faithfulness/faithfulness.py` (records: `faithfulness.json`). Per run: the first test texts (count in the",
              "table), words removed (ERASER), k = 1, 5, 10, 20, 50% of the words. Comprehensiveness AOPC (higher: the ranking",
@@ -254,22 +322,17 @@ def render(recs: list[dict]) -> str:
               "| task | method − baseline | ranking | comprehensiveness | verdict | sufficiency (baseline − method) | verdict | plausibility | verdict |",
               "|---|---|---|---|---|---|---|---|---|"]
     fam = ssaf_table2.Family()
-    for (task, method), cell in sorted(by.items()):
-        base = baseline(method)
-        soft = by.get((task, base), {})
-        seeds = sorted(set(cell) & set(soft))
-        if base is None or not seeds:
-            continue
-        for e in ("attention", "rollout", "received"):
-            a = [cell[s]["explanations"][e] for s in seeds]
-            b = [soft[s]["explanations"][e] for s in seeds]
-            comp = [100 * (x["aopc_comprehensiveness"] - y["aopc_comprehensiveness"]) for x, y in zip(a, b)]
-            suff = [100 * (y["aopc_sufficiency"] - x["aopc_sufficiency"]) for x, y in zip(a, b)]
-            pl = [100 * (x["plausibility_auprc"] - y["plausibility_auprc"]) for x, y in zip(a, b)
-                  if x.get("plausibility_auprc") is not None and y.get("plausibility_auprc") is not None]
-            key = (task, base, e)
-            lines.append(f"| {task} | {method} − {base} ({','.join(map(str, seeds))}) | {e} | {fam.add(comp, (*key, 'comp'))} "
-                         f"| {fam.add(suff, (*key, 'suff'))} | {fam.add(pl, (*key, 'plaus'))} |")
+    positional = False
+    for c in paired_cells(by):
+        mark = " †" if c["positional"] else ""
+        positional |= bool(mark)
+        key = (c["task"], c["base"], c["ranking"])
+        lines.append(f"| {c['task']} | {c['method']} − {c['base']} ({','.join(map(str, c['seeds']))}){mark} | {c['ranking']} "
+                     f"| {fam.add(c['comp'], (*key, 'comp'))} | {fam.add(c['suff'], (*key, 'suff'))} | {fam.add(c['plaus'], (*key, 'plaus'))} |")
+    if positional:
+        lines += ["", "† at least one of the pair's records ranks tied words by position (measured before issue 38)."]
+    if before:
+        lines += moved_section(by, before)
     lines += tie_section(by)
     taus = [(k, r["kendall_tau"]) for k, cell in sorted(by.items()) for r in cell.values()]
     if taus:
@@ -337,8 +400,8 @@ def main():
                         continue
                     print(f"[faithfulness] {task} {method} seed {seed}", flush=True)
                     ssaf_table2.add_record(path, faithfulness_cell(task, method, seed, a))
-                    write_text_atomic(md, render(ssaf_table2.read_records(path)))
-    write_text_atomic(md, render(ssaf_table2.read_records(path)))
+                    write_text_atomic(md, render(ssaf_table2.read_records(path), ssaf_table2.read_records(POSITIONAL)))
+    write_text_atomic(md, render(ssaf_table2.read_records(path), ssaf_table2.read_records(POSITIONAL)))
     print(md.read_text())
 
 
