@@ -59,7 +59,6 @@ def test_alpha_entmax_exact_with_an_entry_at_the_edge_of_the_support(gen):
     # that stops on a small step (rather than when s stops moving) can end short of the root
     for alpha in (1.6, 1.8, 1.95):
         z = rows(gen, 20, 12)
-        p = entmax_bisect(z, alpha)
         d = alpha - 1
         # move one entry of each row to where its probability is eps: [d (x - s)]^(1/d) with the row's own threshold
         ref = entmax.entmax_bisect(z, alpha, dim=-1, n_iter=200)

@@ -373,8 +373,6 @@ def test_maps_on_empty_tensors_return_empty_tensors(shape):
 @pytest.fixture
 def user_run(tiny_bert, data, tmp_path):
     """A finished run of the user's, copied where commands may aim outputs at its files."""
-    import shutil
-
     out = tmp_path / "user_run"
     assert main(args(tiny_bert, data, out)) == 0
     return out

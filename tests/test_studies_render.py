@@ -2,7 +2,6 @@
 README quotes are in that study's rendered tables (issue 38)."""
 
 import re
-from pathlib import Path
 
 import pytest
 

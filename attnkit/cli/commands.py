@@ -48,27 +48,36 @@ from attnkit.training.sweep import SWEPT, run_sweep
 # ----------------------------------------------------------------------------- settings from arguments
 
 
+def map_options_ignored(a, attention: str, lam: bool = True) -> list[str]:
+    """--lam and --alpha given for a map that has no such setting (``train``, ``adapt``; ``sweep`` sweeps lam itself)."""
+    ignored = []
+    if lam and a.lam is not None and attention != "sparsegen-lin":
+        ignored.append(f"--lam {a.lam:g} (only sparsegen-lin has a lam; the attention is {attention})")
+    if a.alpha is not None and attention != "entmax-alpha":
+        ignored.append(f"--alpha {a.alpha:g} (only entmax-alpha has an alpha to choose; the attention is {attention})")
+    return ignored
+
+
+def refuse_ignored(ignored: list[str]) -> None:
+    if ignored:
+        raise UserError(f"{'; '.join(ignored)}: an option that would be ignored is refused")
+
+
 def train_config(a) -> TrainConfig:
     """The TrainConfig of ``attnkit train``'s (or ``sweep``'s) arguments."""
     cfg = _train_config(a)
-    d = TrainConfig()
-    ignored = []
-    if getattr(a, "command", "train") == "train" and a.lam is not None and cfg.attention != "sparsegen-lin":
-        ignored.append(f"--lam {a.lam:g} (only sparsegen-lin has a lam; the attention is {cfg.attention})")
+    ignored = map_options_ignored(a, cfg.attention, lam=getattr(a, "command", "train") == "train")
     if cfg.blur == "none" and (a.blur_size is not None or a.blur_sigma is not None):
         ignored.append("--blur-size/--blur-sigma (they shape the blur: add --blur context or --blur value)")
     if not cfg.se and a.se_ratio is not None:
         ignored.append(f"--se-ratio {cfg.se_ratio} (add --se)")
-    if a.alpha is not None and cfg.attention != "entmax-alpha":
-        ignored.append(f"--alpha {a.alpha:g} (only entmax-alpha has an alpha; the attention is {cfg.attention})")
     if cfg.doc_stride is not None and not is_qa_task(cfg.task):
         ignored.append(f"--doc-stride {cfg.doc_stride} (span QA only; task {cfg.task} is classification)")
     given = [o for o, v in (("--distill-weight", getattr(a, "distill_weight", None)),
                              ("--distill-temperature", getattr(a, "distill_temperature", None))) if v is not None]
     if given and cfg.teacher is None:  # the default value given without --teacher slipped past TrainConfig's check
         ignored.append(f"{'/'.join(given)} (they need --teacher, the model whose predictions are distilled)")
-    if ignored:
-        raise UserError(f"{'; '.join(ignored)}: an option that would be ignored is refused")
+    refuse_ignored(ignored)
     return cfg
 
 
@@ -603,13 +612,7 @@ def cmd_pretrain(a) -> int:
 
 
 def cmd_adapt(a) -> int:
-    ignored = []
-    if a.lam is not None and a.attention != "sparsegen-lin":
-        ignored.append(f"--lam {a.lam:g} (only sparsegen-lin has a lam; the attention is {a.attention})")
-    if a.alpha is not None and a.attention != "entmax-alpha":
-        ignored.append(f"--alpha {a.alpha:g} (only entmax-alpha has an alpha to choose; the attention is {a.attention})")
-    if ignored:
-        raise UserError(f"{'; '.join(ignored)}: an option that would be ignored is refused")
+    refuse_ignored(map_options_ignored(a, a.attention))
     d = AdaptConfig()
     tasks = a.task if a.task is not None else ([] if a.text_file else list(d.tasks))
     cfg = AdaptConfig(

@@ -44,7 +44,7 @@ from attnkit.training.config import ADAPT_ALPHA_START, ADAPT_LAM_FACTOR, AdaptCo
 from attnkit.training.pretrain import mlm_collator
 from attnkit.training.runs import (
     check_finite, check_precision, finish_run, finished_metrics, fit, prepare_output, recorded_checkpoints, run_folder,
-    settings_differences,
+    settings_differences, shared_arguments,
 )
 
 log = logging.getLogger("attnkit")
@@ -262,29 +262,8 @@ def _adapt(cfg: AdaptConfig, out: Path) -> dict:
         lambda b: tokenizer(b["text"], truncation=True, max_length=cfg.max_length, return_special_tokens_mask=True),
         batched=True, remove_columns=["text"], desc="tokenising",
     )
-    args = TrainingArguments(
-        output_dir=str(out),
-        max_steps=cfg.max_steps,
-        per_device_train_batch_size=cfg.batch_size,
-        learning_rate=cfg.lr,
-        warmup_steps=cfg.warmup_ratio,
-        weight_decay=cfg.weight_decay,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        eval_strategy="no",
-        save_strategy="steps",
-        save_steps=cfg.save_steps,
-        save_total_limit=1,
-        logging_steps=cfg.logging_steps,
-        report_to="none",
-        disable_tqdm=False,
-        dataloader_num_workers=0,
-        prediction_loss_only=True,
-        use_cpu=not torch.cuda.is_available(),
-        bf16=cfg.precision == "bf16",
-        fp16=cfg.precision == "fp16",
-        average_tokens_across_devices=False,
-    )
+    args = TrainingArguments(**shared_arguments(cfg, out), max_steps=cfg.max_steps, eval_strategy="no", save_strategy="steps",
+                             save_steps=cfg.save_steps, save_total_limit=1, prediction_loss_only=True)
     trainer = AdaptTrainer(model=model, args=args, train_dataset=ds, data_collator=mlm_collator(tokenizer, cfg.mlm_probability),
                            processing_class=tokenizer, callbacks=[AnnealCallback(cfg), HeadWarmupCallback(cfg)])
     if start.is_sparse or cfg.spec().is_sparse:

@@ -279,7 +279,6 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
         if "heldout" in enc:
             raise ValueError(f"task {cfg.task} has a split named 'heldout' already: --holdout would hide it")
         others["heldout"] = heldout
-    regression = data.metric == "regression"
 
     model = initial_classifier(cfg, data, model_path)
     frozen = None

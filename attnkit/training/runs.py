@@ -619,22 +619,41 @@ def check_precision(cfg: TrainConfig) -> None:
             log.warning("--bf16: this CPU has no native bfloat16 (AVX512-BF16 or AMX): the run is emulated and may be slower than float32")
 
 
-def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
-    """The Trainer settings every attnkit run shares; the best dev ``best_metric`` (higher is better) is kept.
-    (``train`` has already refused a precision that cannot run here: :func:`check_precision`.)"""
-    per_steps = cfg.max_steps > 0 or cfg.eval_steps is not None
-    every = cfg.eval_steps or (cfg.max_steps if cfg.max_steps > 0 else None)
-    return TrainingArguments(
+def shared_arguments(cfg, out: Path) -> dict:
+    """The TrainingArguments every attnkit Trainer shares (fine-tuning, ``adapt``): batch size, optimiser, seeds, logging,
+    device and precision. ``cfg`` is a TrainConfig or an AdaptConfig (the fields of the same names)."""
+    return dict(
         output_dir=str(out),
-        num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
         per_device_train_batch_size=cfg.batch_size,
-        per_device_eval_batch_size=cfg.eval_batch_size,
         learning_rate=cfg.lr,
         weight_decay=cfg.weight_decay,
         warmup_steps=cfg.warmup_ratio,
         seed=cfg.seed,
         data_seed=cfg.seed,
+        logging_steps=cfg.logging_steps,
+        report_to="none",
+        disable_tqdm=False,
+        dataloader_num_workers=0,
+        use_cpu=not torch.cuda.is_available(),
+        bf16=cfg.precision == "bf16",
+        fp16=cfg.precision == "fp16",
+        # our losses are already means over the batch: averaging "tokens" across processes on top of that
+        # doubles the logged loss and the gradients before clipping under torchrun with 2 processes
+        average_tokens_across_devices=False,
+    )
+
+
+def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
+    """The Trainer settings of a fine-tuning run (:func:`shared_arguments` and its evaluation and checkpoints); the best
+    dev ``best_metric`` (higher is better) is kept. (``train`` has already refused a precision that cannot run here:
+    :func:`check_precision`.)"""
+    per_steps = cfg.max_steps > 0 or cfg.eval_steps is not None
+    every = cfg.eval_steps or (cfg.max_steps if cfg.max_steps > 0 else None)
+    return TrainingArguments(
+        **shared_arguments(cfg, out),
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        per_device_eval_batch_size=cfg.eval_batch_size,
         eval_strategy="steps" if per_steps else "epoch",
         save_strategy="steps" if per_steps else "epoch",
         eval_steps=every,
@@ -643,17 +662,7 @@ def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
         load_best_model_at_end=True,
         metric_for_best_model=best_metric,
         greater_is_better=True,
-        logging_steps=cfg.logging_steps,
-        report_to="none",
-        disable_tqdm=False,
-        dataloader_num_workers=0,
         train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
-        use_cpu=not torch.cuda.is_available(),
-        bf16=cfg.precision == "bf16",
-        fp16=cfg.precision == "fp16",
-        # our losses are already means over the batch: averaging "tokens" across processes on top of that
-        # doubles the logged loss and the gradients before clipping under torchrun with 2 processes
-        average_tokens_across_devices=False,
         **extra,
     )
 
