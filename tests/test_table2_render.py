@@ -303,7 +303,7 @@ def test_faithfulness_table_marks_positional_pairs_and_lists_the_verdicts_that_m
         ex = {e: {"aopc_comprehensiveness": comp if e == "attention" else 0.1, "aopc_sufficiency": 0.2,
                   **({"tie_share": 0.0} if fresh else {})} for e in names}
         return {"task": "sst2-ptb", "method": method, "seed": seed, "examples": 3, "explanations": ex,
-                "kendall_tau": {"attention vs integrated_gradients": 0.1}, **({"tie_draws": 5} if fresh else {})}
+                "kendall_tau": {"attention vs integrated_gradients": 0.1}, "model_test_metric": 0.5, **({"tie_draws": 5} if fresh else {})}
 
     old = [rec("softmax", s, 0.10, False) for s in (1, 2, 3)] + [rec("entmax15", s, 0.19 + 0.01 * s, False) for s in (1, 2, 3)]
     old += [rec("SSAF", s, 0.12 + 0.01 * s, False) for s in (1, 2, 3)]  # +3, +4, +5: holds
@@ -312,8 +312,15 @@ def test_faithfulness_table_marks_positional_pairs_and_lists_the_verdicts_that_m
     new += [rec("SSAF", s, {1: 0.10, 2: 0.14, 3: 0.08}[s], True) for s in (1, 2, 3)]
     md = mod.render(new, old)
     moved = md.split("## Did a verdict move without positional ties?")[1].split("##")[0]
-    assert "| sst2-ptb | entmax15 | attention | comprehensiveness | +11.0 (t=19.1) holds | +11.0 (t=19.1) holds | same |" in moved
-    assert "| sst2-ptb | SSAF | attention | comprehensiveness | +4.0 (t=6.9) holds | +0.7 (t=0.4) within noise | **moved** |" in moved
+    assert "| sst2-ptb | entmax15 | attention | comprehensiveness | same | +11.0 (t=19.1) holds | +11.0 (t=19.1) holds | same |" in moved
+    assert ("| sst2-ptb | SSAF | attention | comprehensiveness | same | +4.0 (t=6.9) holds | +0.7 (t=0.4) within noise "
+            "| **moved** |") in moved
+    # a model trained again (its test metric differs) is named: a move there is not the ties' alone
+    for r in new[6:]:
+        r["model_test_metric"] = 0.5 + (r["seed"] == 2) * 0.01
+    moved = mod.render(new, old).split("## Did a verdict move without positional ties?")[1].split("##")[0]
+    assert "| sst2-ptb | SSAF | attention | comprehensiveness | trained again |" in moved
+    assert "| sst2-ptb | entmax15 | attention | comprehensiveness | same |" in moved
     assert "†" not in md  # every pair tie-free
     # half re-measured: SSAF's records still positional -> its pairs marked and left out of the moved table
     half = new[:6] + old[6:]

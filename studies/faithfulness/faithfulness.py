@@ -273,13 +273,20 @@ def moved_section(by: dict, before: dict) -> list[str]:
     the comparisons whose records (method and baseline, every seed) are now all tie-free."""
     now, then = verdicts(by), verdicts(before)
     names = {"comp": "comprehensiveness", "suff": "sufficiency", "plaus": "plausibility"}
+
+    def same_models(task: str, method: str, seeds: list[int]) -> str:
+        """Whether the records explain the same models: their test metrics agree (positional records keep no weights hash)."""
+        pairs = [(by[(task, m)][s].get("model_test_metric"), before.get((task, m), {}).get(s, {}).get("model_test_metric"))
+                 for m in (method, baseline(method)) for s in seeds]
+        return "same" if all(a is not None and b is not None and abs(a - b) < 1e-9 for a, b in pairs) else "trained again"
+
     rows = []
     for key, (t, seeds, positional) in now.items():  # paired_cells' order: task, method, ranking, measure
         if positional or key not in then:
             continue
         t0 = then[key][0]
         cell = lambda x: f"{x.mean:+.1f} (t={x.t:.1f}) {x.verdict}"  # noqa: E731
-        rows.append(f"| {key[0]} | {key[1]} | {key[2]} | {names[key[3]]} | {cell(t0)} | {cell(t)} "
+        rows.append(f"| {key[0]} | {key[1]} | {key[2]} | {names[key[3]]} | {same_models(key[0], key[1], seeds)} | {cell(t0)} | {cell(t)} "
                     f"| {'**moved**' if t0.verdict != t.verdict else 'same'} |")
     if not rows:
         return []
@@ -287,8 +294,11 @@ def moved_section(by: dict, before: dict) -> list[str]:
             "The same comparison (method − baseline, paired by seed, Holm as above) from the records measured when tied",
             "words entered the top k by position (`faithfulness_positional.json`, before issue 38) and from the tie-free",
             "records that replaced them; mean difference in points, t, verdict. Only comparisons whose records are now all",
-            "tie-free are listed (each family's Holm correction counts the members measured so far).", "",
-            "| task | method | ranking | measure | ties by position | ties at random | verdict |", "|---|---|---|---|---|---|---|", *rows]
+            "tie-free are listed (each family's Holm correction counts the members measured so far). Models: \"same\" where",
+            "every model of the pair has the test metric it had (the same model); \"trained again\" where one differs (the",
+            "models were not kept and were trained again by a later attnkit), so a move there is not the ties' alone.", "",
+            "| task | method | ranking | measure | models | ties by position | ties at random | verdict |",
+            "|---|---|---|---|---|---|---|---|", *rows]
 
 
 def render(recs: list[dict], before: list[dict] | None = None) -> str:
