@@ -116,6 +116,43 @@ def test_the_new_mlm_head_is_tied_to_the_input_embeddings(tiny_bert):
     assert "cls.predictions.transform.dense.weight" in new and not any(k.endswith("decoder.weight") for k in new)
 
 
+@pytest.mark.parametrize("attention", ["softmax", "entmax15"])
+def test_the_mlm_loss_at_masked_positions_only_is_the_full_loss(tiny_bert, tmp_path, attention):
+    """AdaptTrainer runs the decoder at the masked positions only: the same loss and the same gradients as the
+    model's own loss over every position's logits (labels -100 where not masked), and nothing changes outside it."""
+    from transformers import TrainingArguments
+
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.build import build_masked_lm
+    from attnkit.training.adapt import AdaptTrainer, MaskedPositions
+
+    torch.manual_seed(0)
+    model, _ = build_masked_lm(tiny_bert, AttentionSpec(attention))
+    model.eval()  # no dropout: the two passes see the same network
+    ids = torch.randint(5, model.config.vocab_size, (3, 9))
+    attn = torch.ones_like(ids)
+    attn[2, 6:] = 0  # a padded row
+    labels = torch.full_like(ids, -100)
+    labels[0, 1], labels[0, 4], labels[1, 2], labels[2, 3] = 7, 11, 13, 17
+    full = model(input_ids=ids, attention_mask=attn, labels=labels)
+    full.loss.backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    masked = MaskedPositions(model)
+    trainer = AdaptTrainer(model=model, masked=masked, args=TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none"))
+    loss, out = trainer.compute_loss(model, {"input_ids": ids, "attention_mask": attn, "labels": labels}, return_outputs=True)
+    assert out.logits.shape == (1, 4, model.config.vocab_size)  # four masked tokens' logits, not 3 x 9 of them
+    assert torch.allclose(loss, full.loss, atol=1e-6), (loss, full.loss)
+    loss.backward()
+    for n, p in model.named_parameters():
+        if n in want:
+            assert torch.allclose(p.grad, want[n], atol=1e-6), n
+    assert masked.mask is None  # set for one forward only
+    again = model(input_ids=ids, attention_mask=attn)  # outside compute_loss: every position's logits, as before
+    assert again.logits.shape == (3, 9, model.config.vocab_size)
+    assert torch.allclose(again.logits, full.logits, atol=1e-6)
+
+
 @pytest.mark.parametrize("attention,extra,values", [
     # (map, its settings, (value at step 0, at step 2 (half the anneal), at step 4 (its end)))
     ("entmax15", {}, ("alpha", 1.01, 1.255, 1.5)),

@@ -182,8 +182,44 @@ class HeadWarmupCallback(TrainerCallback):
                 p.requires_grad_(not frozen)
 
 
+class MaskedPositions:
+    """The MLM decoder (hidden -> vocabulary logits: as costly as the whole encoder for a 30k vocabulary at hidden 384)
+    computed at the masked positions only, instead of at every token: a pre-hook on the decoder keeps the hidden
+    states where :attr:`mask` is set, and :meth:`AdaptTrainer.compute_loss` gives the model those positions' labels
+    alone (shape [1, n_masked]), which the model's own loss (``CrossEntropyLoss`` over ``view(-1)``) takes as it
+    took the full [batch, length] labels with -100 elsewhere: the same mean over the masked tokens, the same
+    gradients, without the [batch, length, vocabulary] logits. Outside compute_loss (mask None) nothing changes."""
+
+    def __init__(self, model):
+        self.mask: torch.Tensor | None = None  # [batch, length] bool, set for one forward by compute_loss
+        decoder = model.get_output_embeddings()
+        self.handle = decoder.register_forward_pre_hook(self.select) if decoder is not None else None
+
+    def select(self, module, args):
+        if self.mask is None:
+            return None
+        hidden = args[0]  # [batch, length, hidden] -> [1, n_masked, hidden]
+        return (hidden[self.mask].unsqueeze(0), *args[1:])
+
+
 class AdaptTrainer(Trainer):
-    """The Trainer, whose logs (progress bar, log_history) also give the current alpha or lam."""
+    """The Trainer, whose logs (progress bar, log_history) also give the current alpha or lam, and whose MLM loss
+    runs the decoder at the masked positions only (:class:`MaskedPositions`)."""
+
+    def __init__(self, *args, masked: MaskedPositions | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.masked = masked
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        labels = inputs.get("labels")
+        if self.masked is None or self.masked.handle is None or labels is None:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        self.masked.mask = labels != -100
+        try:
+            return super().compute_loss(model, {**inputs, "labels": labels[self.masked.mask].unsqueeze(0)}, return_outputs,
+                                        num_items_in_batch)
+        finally:
+            self.masked.mask = None
 
     def log(self, logs, *args, **kwargs):
         logs = dict(logs) | schedule_value(spec_of(self.model.config))
@@ -264,7 +300,7 @@ def _adapt(cfg: AdaptConfig, out: Path) -> dict:
     )
     args = TrainingArguments(**shared_arguments(cfg, out), max_steps=cfg.max_steps, eval_strategy="no", save_strategy="steps",
                              save_steps=cfg.save_steps, save_total_limit=1, prediction_loss_only=True)
-    trainer = AdaptTrainer(model=model, args=args, train_dataset=ds, data_collator=mlm_collator(tokenizer, cfg.mlm_probability),
+    trainer = AdaptTrainer(model=model, masked=MaskedPositions(model), args=args, train_dataset=ds, data_collator=mlm_collator(tokenizer, cfg.mlm_probability),
                            processing_class=tokenizer, callbacks=[AnnealCallback(cfg), HeadWarmupCallback(cfg)])
     if start.is_sparse or cfg.spec().is_sparse:
         kernels.cpu_kernel()  # a first run compiles the CPU kernel here (and says so), not inside the first step's ETA
