@@ -225,6 +225,17 @@ FAMILY_RULE = rule_text(family="the methods compared with one baseline on one se
                         "and SSAF(Np) − Np stand alone)")
 
 
+def sparse_nonzeros(r: dict) -> float:
+    """Mean non-zeros per attention row on dev over the layers the record's map made sparse (all, where it says none;
+    the sparse layers' mean, where ``sparse_layers`` names some: the softmax layers' rows are dense)."""
+    layers = r.get("dev_nonzeros_per_layer")
+    if not r.get("sparse_layers") or not layers:
+        return r["dev_nonzeros_per_row"]
+    from attnkit.attention.spec import sparse_layer_set
+
+    return statistics.mean(layers[i] for i in sorted(sparse_layer_set(r["sparse_layers"], len(layers))))
+
+
 def entmax_section(by: dict, tasks: list[str], fam: Family) -> list[str]:
     """Markdown lines: each sparse map against softmax and against SSAF, paired by seed, with its sparsity on dev."""
     rows = []
@@ -236,8 +247,9 @@ def entmax_section(by: dict, tasks: list[str], fam: Family) -> list[str]:
             if not cell:
                 continue
             rs = [cell[s] for s in sorted(cell)]
-            nz = [r["dev_nonzeros_per_row"] for r in rs if "dev_nonzeros_per_row" in r]
+            nz = [sparse_nonzeros(r) for r in rs if "dev_nonzeros_per_row" in r]
             length = [r["dev_mean_length"] for r in rs if "dev_mean_length" in r]
+            where = f" ({rs[0]['sparse_layers']} layer{'s' * (rs[0]['sparse_layers'] != 'last')} only)" if rs[0].get("sparse_layers") else ""
             vs_soft = [100 * (cell[s]["test_accuracy"] - soft[s]["test_accuracy"]) for s in sorted(set(cell) & set(soft))]
             vs_ssaf = [100 * (cell[s]["test_accuracy"] - ssaf[s]["test_accuracy"]) for s in sorted(set(cell) & set(ssaf))]
             pooled[meth][0].extend(vs_soft)
@@ -249,7 +261,7 @@ def entmax_section(by: dict, tasks: list[str], fam: Family) -> list[str]:
                 alpha = f" (learned alpha {min(flat):.2f}–{max(flat):.2f})"
             rows.append(
                 f"| {t} | {meth}{alpha} | {','.join(map(str, sorted(cell)))} | {_ms([100 * r['test_accuracy'] for r in rs])} "
-                f"| {statistics.mean(nz):.2f} of {statistics.mean(length):.1f} |" if nz else f"| {t} | {meth}{alpha} | {','.join(map(str, sorted(cell)))} | {_ms([100 * r['test_accuracy'] for r in rs])} | — |"
+                f"| {statistics.mean(nz):.2f} of {statistics.mean(length):.1f}{where} |" if nz else f"| {t} | {meth}{alpha} | {','.join(map(str, sorted(cell)))} | {_ms([100 * r['test_accuracy'] for r in rs])} | — |"
             )
             rows[-1] += f" {fam.add(vs_soft, ('entmax − softmax', t))} | {fam.add(vs_ssaf, ('entmax − SSAF', t))} |"
     if not rows:
