@@ -227,3 +227,30 @@ def test_long_questions_are_cut_so_windows_keep_context(tiny_bert):
     enc = encode_windows(tok, [question], ["the movie was good"], max_length=40, doc_stride=8)
     seq = enc.sequence_ids(0)
     assert seq.count(0) == 40 // 4 and seq.count(1) == 4
+
+
+def test_span_qa_runs_the_attention_warmups_and_checks_their_length(tiny_bert, tiny_squad, tmp_path, capsys, monkeypatch):
+    """--alpha-warmup (and --lam-warmup) shape a span-QA run as they shape a classifier's: the map starts dense and
+    ends at its target (it was silently ignored); a --warmup step count longer than the run, and --teacher, are refused."""
+    import attnkit.training.finetune as finetune
+    from attnkit.attention.spec import spec_of
+    from attnkit.cli import main
+    from attnkit.models.build import load_model
+
+    mixes = []
+    real = finetune.set_attention
+    monkeypatch.setattr(finetune, "set_attention", lambda model, spec: (mixes.append(spec.alpha_mix), real(model, spec))[1])
+    base = ["train", "--task", "squad", "--data-dir", str(tiny_squad), "--model", str(tiny_bert), "--max-steps", "4",
+            "--batch-size", "8", "--max-length", "40", "--lr", "1e-3", "--no-heatmap"]
+    out = tmp_path / "warm"
+    assert main(base + ["--attention", "entmax-alpha", "--alpha", "1.5", "--alpha-warmup", "0.5", "--logging-steps", "1",
+                        "--output-dir", str(out)]) == 0
+    assert mixes[:2] == [0.0, 0.5] and mixes[-1] == 1.0  # softmax at step 0, half-way at step 1 (of 2), the target at the end
+    spec = spec_of(load_model(out / "model").config)
+    assert spec.alpha == 1.5 and spec.alpha_mix == 1.0
+    capsys.readouterr()
+    assert main(base + ["--warmup", "50", "--output-dir", str(tmp_path / "long")]) == 2
+    err = capsys.readouterr().err
+    assert "--warmup 50: the run has 4 steps" in err and "Traceback" not in err
+    assert main(base + ["--teacher", str(out), "--output-dir", str(tmp_path / "t")]) == 2
+    assert "span QA has no distillation" in capsys.readouterr().err

@@ -32,7 +32,7 @@ from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
 from attnkit.training.pretrain import init_mini_checkpoint
 from attnkit.training.runs import (
     AttnkitTrainer, best_checkpoint, check_finite, check_length, check_precision, check_resume, finish_run, finished_metrics, fit, prepare_output, run_folder, strip_prefix,
-    subsample, training_arguments,
+    subsample, training_arguments, check_warmups,
 )
 from attnkit.training.span_qa import train_qa
 
@@ -218,6 +218,8 @@ def train(cfg: TrainConfig) -> dict:
             raise ValueError(f"task {cfg.task} (span QA): --holdout applies to classification tasks")
         if not cfg.head().is_default or str(cfg.model).lower() in ("mini", "minibert") or cfg.freeze:
             raise ValueError(f"task {cfg.task} (span QA) takes the model's own span head: no --layer-pooling/--se, --model mini or --freeze")
+        if cfg.teacher is not None:
+            raise ValueError(f"task {cfg.task} (span QA): --teacher distils a classifier's predictions; span QA has no distillation")
     cfg.validate()
     check_precision(cfg)
     with run_folder(Path(cfg.output_dir)) as out:
@@ -225,7 +227,7 @@ def train(cfg: TrainConfig) -> dict:
         if done is not None:
             log.warning("the run in %s is complete (metrics.json, model/): nothing to do; --no-resume trains it again", out)
             return done | {"already_complete": True}
-        return train_qa(cfg, out) if qa else _train_classifier(cfg, out)
+        return train_qa(cfg, out, schedule_callbacks(cfg, cfg.spec())) if qa else _train_classifier(cfg, out)
 
 
 def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
@@ -266,10 +268,7 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
         train_ds, heldout = hold_out(train_ds, cfg.holdout, cfg.seed)
     dev_ds = subsample(enc["validation"], cfg.max_eval_samples, cfg.seed)
     steps = cfg.max_steps if cfg.max_steps > 0 else math.ceil(len(train_ds) / cfg.batch_size * cfg.epochs)
-    for name, w in (("--warmup", cfg.warmup_ratio), ("--lam-warmup", cfg.lam_warmup), ("--alpha-warmup", cfg.alpha_warmup)):
-        if w >= 1 and w >= steps:  # a step count that outlasts the run: the schedule would never reach its target
-            raise ValueError(f"{name} {w:g}: the run has {steps} steps, so the warm-up would never end; give a fraction "
-                             "of the steps (< 1) or fewer steps")
+    check_warmups(cfg, steps)
     if data.metric != "regression" and (cfg.max_train_samples is not None or cfg.holdout):
         what = "--max-train-samples" if not cfg.holdout else "--holdout" if cfg.max_train_samples is None else "--max-train-samples, --holdout"
         _check_classes(cfg, data, train_ds["label"], f"{len(train_ds)} training examples left for training ({what})")

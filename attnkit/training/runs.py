@@ -619,6 +619,15 @@ def check_precision(cfg: TrainConfig) -> None:
             log.warning("--bf16: this CPU has no native bfloat16 (AVX512-BF16 or AMX): the run is emulated and may be slower than float32")
 
 
+def check_warmups(cfg: TrainConfig, steps: int) -> None:
+    """ValueError where a warm-up given as a step count (``--warmup``, ``--lam-warmup``, ``--alpha-warmup``) outlasts
+    the run's ``steps``: its schedule would never reach its target."""
+    for name, w in (("--warmup", cfg.warmup_ratio), ("--lam-warmup", cfg.lam_warmup), ("--alpha-warmup", cfg.alpha_warmup)):
+        if w >= 1 and w >= steps:
+            raise ValueError(f"{name} {w:g}: the run has {steps} steps, so the warm-up would never end; give a fraction "
+                             "of the steps (< 1) or fewer steps")
+
+
 def shared_arguments(cfg, out: Path) -> dict:
     """The TrainingArguments every attnkit Trainer shares (fine-tuning, ``adapt``): batch size, optimiser, seeds, logging,
     device and precision. ``cfg`` is a TrainConfig or an AdaptConfig (the fields of the same names)."""

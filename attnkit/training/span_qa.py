@@ -3,6 +3,7 @@ classification (:mod:`attnkit.training.runs`), with SQuAD's features and EM/F1 (
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from pathlib import Path
 
@@ -13,11 +14,12 @@ from attnkit.models.build import build_qa_model, load_tokenizer, save_checkpoint
 from attnkit.runfiles import write_json_atomic
 from attnkit.tasks.squad import QA_TASKS, best_spans, featurize, load_squad, squad_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
-from attnkit.training.runs import AttnkitTrainer, best_checkpoint, check_finite, check_length, check_resume, finish_run, fit, prepare_output, strip_prefix, subsample, training_arguments
+from attnkit.training.runs import AttnkitTrainer, best_checkpoint, check_finite, check_length, check_resume, check_warmups, finish_run, fit, prepare_output, strip_prefix, subsample, training_arguments
 
 
-def train_qa(cfg: TrainConfig, out: Path) -> dict:
-    """Fine-tune a span-QA model in the run folder ``out`` (made and locked by the caller); returns the metrics dict."""
+def train_qa(cfg: TrainConfig, out: Path, callbacks: list | None = None) -> dict:
+    """Fine-tune a span-QA model in the run folder ``out`` (made and locked by the caller); returns the metrics dict.
+    ``callbacks``: the attention schedules the run asks for (``--lam-warmup``, ``--alpha-warmup``), as ``train`` makes them."""
     set_seed(cfg.seed)
     spec = cfg.spec()
     stride = cfg.max_length // 3 if cfg.doc_stride is None else cfg.doc_stride
@@ -35,6 +37,7 @@ def train_qa(cfg: TrainConfig, out: Path) -> dict:
     dev_index = list(dev_feats["example_index"])
     dev_offsets = list(dev_feats["offset_mapping"])  # [-1, -1] outside the context: best_spans skips those
     dev_ds = dev_feats.remove_columns(["example_index", "offset_mapping"])
+    check_warmups(cfg, cfg.max_steps if cfg.max_steps > 0 else math.ceil(len(train_ds) / cfg.batch_size * cfg.epochs))
     dev_list = [dict(r) for r in dev_rows]
     contexts = [r["context"] for r in dev_list]
 
@@ -47,7 +50,8 @@ def train_qa(cfg: TrainConfig, out: Path) -> dict:
     model = build_qa_model(cfg.model, spec, from_scratch=cfg.from_scratch)
     args = training_arguments(cfg, out, "f1", label_names=["start_positions", "end_positions"])
     trainer = AttnkitTrainer(model=model, args=args, head_lr=cfg.head_lr, train_dataset=train_ds, eval_dataset=dev_ds,
-                      data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer, compute_metrics=compute)
+                      data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer, compute_metrics=compute,
+                      callbacks=callbacks)
     prepare_output(cfg, out)  # everything before training worked: only now --no-resume moves checkpoints aside
     result = fit(trainer, cfg)
     history = list(trainer.state.log_history)  # every logged loss and per-epoch dev metric
