@@ -186,3 +186,15 @@ def test_bad_alpha_is_refused():
 
 def test_exported_from_the_package():
     assert attnkit.entmax15 is entmax15 and attnkit.entmax_bisect is entmax_bisect
+
+
+def test_a_wrong_shaped_alpha_tensor_is_refused_naming_both_shapes():
+    """One alpha per row: a tensor that does not broadcast to the scores with ``dim`` of size 1 gets a message naming
+    both shapes (it was torch's expand error); every shape that does broadcast still runs."""
+    z = torch.randn(2, 3, 5)
+    for good in (torch.full((2, 3, 1), 1.5), torch.full((3, 1), 1.3), torch.tensor(1.7)):
+        assert entmax_bisect(z, good).shape == z.shape
+    assert entmax_bisect(z, torch.full((2, 1, 5), 1.5), dim=1).shape == z.shape
+    for bad in (torch.full((2, 3, 5), 1.5), torch.full((4, 1), 1.5), torch.full((1, 2, 3, 1), 1.5)):
+        with pytest.raises(ValueError, match=r"alpha of shape .* broadcastable to \(2, 3, 1\) \(the scores' shape \(2, 3, 5\)"):
+            entmax_bisect(z, bad)

@@ -217,6 +217,17 @@ def check_alpha(alpha) -> float:
     return a
 
 
+def check_alpha_shape(alpha: torch.Tensor, scores: torch.Tensor, dim: int) -> None:
+    """ValueError, naming both shapes, where a tensor ``alpha`` does not broadcast to ``scores`` with ``dim`` of size 1
+    (one alpha per row): torch's own message would name neither argument."""
+    want = list(scores.shape)
+    want[dim] = 1
+    ok = alpha.dim() <= scores.dim() and all(a in (1, w) for a, w in zip(reversed(alpha.shape), reversed(want)))
+    if not ok:
+        raise ValueError(f"alpha of shape {tuple(alpha.shape)}: expected a float or a tensor broadcastable to "
+                         f"{tuple(want)} (the scores' shape {tuple(scores.shape)} with dim {dim} of size 1: one alpha per row)")
+
+
 def entmax_bisect(scores: torch.Tensor, alpha=1.5, dim: int = -1, n_iter: int | None = None) -> torch.Tensor:
     """alpha-entmax along ``dim``: softmax at alpha = 1, sparsemax at 2, sparse for alpha > 1.
 
@@ -227,6 +238,8 @@ def entmax_bisect(scores: torch.Tensor, alpha=1.5, dim: int = -1, n_iter: int | 
     """
     if not isinstance(alpha, torch.Tensor):
         check_alpha(alpha)
+    else:
+        check_alpha_shape(alpha, scores, dim)
 
     def fn(work: torch.Tensor, moved_dim: int) -> torch.Tensor:
         a = alpha if isinstance(alpha, torch.Tensor) else torch.tensor(float(alpha), dtype=torch.float64)
