@@ -301,3 +301,16 @@ def folder_lock(folder: str | os.PathLike, what: str = "run folder", way_out: st
         yield
     finally:
         os.close(fd)
+
+
+def unfinished_run(path: str | os.PathLike) -> str | None:
+    """Where ``path`` is an attnkit run folder with no model yet (a run still training, or killed before its end): the
+    sentence that says so, for a command that was given it as a model; else None."""
+    p = Path(path).expanduser()
+    if (p / MODEL_DIR / "config.json").is_file() or not (p / RUN_RECORD).is_file():
+        return None
+    ckpts = sorted((c.name for c in p.glob("checkpoint-*") if c.is_dir()), key=lambda n: int(n.split("-")[1]) if n.split("-")[1].isdigit() else -1)
+    where = f" (its latest checkpoint: {p / ckpts[-1]})" if ckpts else ""
+    return (f"{p} is an attnkit run that has not finished: it has no {MODEL_DIR}/ yet{where}; run the same command "
+            f"again to resume and finish it, or wait for it to end")
+

@@ -300,3 +300,21 @@ def test_a_min_count_that_leaves_no_word_is_refused(good, data, tmp_path, capsys
     assert main(argv + ["--min-count", str(most)]) == 0  # the count it names does rank a word
     ranking = json.loads(js.read_text())["classes"]
     assert any(r["words"] for r in ranking.values())
+
+
+def test_a_run_that_has_not_finished_is_named_as_such(tiny_bert, data, tmp_path, capsys):
+    """A run folder killed before its end (attnkit's record and a checkpoint, no model/ yet) given as --model: the error
+    says it is an unfinished run and how to finish it, not "no config.json"."""
+    run = tmp_path / "run"
+    args = ["train", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(run),
+            "--max-steps", "2", "--eval-steps", "1", "--batch-size", "8", "--max-length", "16", "--no-heatmap", "--keep-checkpoints"]
+    assert main(args) == 0
+    shutil.rmtree(run / "model")  # as if killed after its checkpoints, before the model was written
+    (run / "metrics.json").unlink()
+    capsys.readouterr()
+    for argv in (["predict", "--model", str(run), "a fine film"],
+                 ["train", "--task", "csv", "--data-dir", str(data), "--model", str(run), "--output-dir", str(tmp_path / "o")]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "is an attnkit run that has not finished" in err and "checkpoint-2" in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1

@@ -12,7 +12,7 @@ from attnkit.errors import DataFormatError, UserError
 from attnkit.models.build import check_text_room, is_qa_model, load_model, load_tokenizer
 from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.tasks.readers import is_blank
-from attnkit.runfiles import MODEL_DIR, RUN_INFO
+from attnkit.runfiles import MODEL_DIR, RUN_INFO, unfinished_run
 from attnkit.tasks.metrics import predictions_of, task_metrics
 
 
@@ -139,7 +139,7 @@ def model_dir(path: str | Path) -> Path:
     if not p.exists():
         raise UserError(f"--model {path}: no such folder")
     if not (p / "config.json").is_file():
-        raise UserError(f"--model {path}: no config.json there (expected a folder written by `attnkit train`)")
+        raise UserError(f"--model {path}: " + (unfinished_run(p) or "no config.json there (expected a folder written by `attnkit train`)"))
     return p
 
 

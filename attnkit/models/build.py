@@ -35,7 +35,7 @@ from attnkit.models.modeling_attnkit import (
     MODEL_TYPE, concrete_class, register,
 )
 from attnkit.models.pooling import HEAD_KEY, HeadSpec, PooledEncoderForSequenceClassification, head_of
-from attnkit.runfiles import MODEL_DIR, RUN_INFO, folder_is_as_written, set_aside, write_folder_manifest
+from attnkit.runfiles import MODEL_DIR, RUN_INFO, folder_is_as_written, set_aside, unfinished_run, write_folder_manifest
 
 DEFAULT_MODEL = "minilm"
 _ALIASES = {"minilm", "all-minilm-l6-v2", "default"}
@@ -63,7 +63,7 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> str:
     p = Path(s).expanduser()
     if p.exists():
         if not (p / "config.json").is_file():
-            raise FileNotFoundError(f"model folder {p} has no config.json: expected a Hugging Face checkpoint folder")
+            raise FileNotFoundError(unfinished_run(p) or f"model folder {p} has no config.json: expected a Hugging Face checkpoint folder")
         return str(p)
     if s.startswith((".", "/", "~")) or s.count("/") > 1:  # a path, not "org/name"
         raise FileNotFoundError(f"model path {s} does not exist (expected a checkpoint folder or a hub name like 'bert-base-uncased')")
