@@ -318,3 +318,11 @@ def test_a_run_that_has_not_finished_is_named_as_such(tiny_bert, data, tmp_path,
         err = capsys.readouterr().err
         assert "is an attnkit run that has not finished" in err and "checkpoint-2" in err and "Traceback" not in err, err
         assert len(err.strip().splitlines()) == 1
+
+
+def test_layer_weights_of_a_model_without_them_says_so_before_asking_for_data(good, tmp_path, capsys, monkeypatch):
+    """A plain last-layer classifier has no layer weights: that is the error, before --task or --data-dir is asked for."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["layer-weights", "--model", str(good), "--task", "sst2", "--data-dir", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert "has no learned layer weights" in err and "nowhere" not in err and len(err.strip().splitlines()) == 1, err

@@ -120,6 +120,16 @@ def plot_attention(maps: AttentionMaps, path: str | Path, layer: int | None = No
 # ----------------------------------------------------------------------------- layer weights (SesameBERT)
 
 
+def check_layer_weights(model) -> None:
+    """ValueError for a model with no learned layer weights (neither SE nor the ``weighted`` layer pooling)."""
+    head = head_of(model.config)
+    if not (head.se or head.pooling == "weighted"):
+        raise ValueError(
+            f"this model has no learned layer weights (layer pooling {head.pooling!r}, no SE); "
+            "train with --se or --layer-pooling weighted"
+        )
+
+
 def layer_weights(model, tokenizer, texts, pairs=None, *, batch_size: int = 32, max_length: int = 128) -> dict:
     """The learned layer weights of a layer-pooling classifier, averaged over ``texts``.
 
@@ -127,12 +137,8 @@ def layer_weights(model, tokenizer, texts, pairs=None, *, batch_size: int = 32, 
     ``mix``: the softmax weights of the ``weighted`` strategy (fixed after training).
     Raises ValueError for a model with neither (plain last-layer BERT).
     """
+    check_layer_weights(model)
     head = head_of(model.config)
-    if not (head.se or head.pooling == "weighted"):
-        raise ValueError(
-            f"this model has no learned layer weights (layer pooling {head.pooling!r}, no SE); "
-            "train with --se or --layer-pooling weighted"
-        )
     se_sum, n, mix = None, 0, None
     for _, enc in encoded_batches(model, tokenizer, texts, pairs, batch_size=batch_size, max_length=max_length, desc="layer weights"):
         with torch.inference_mode():

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from attnkit.analysis.explain import (
-    attention_maps, figure_path, layer_weights, plot_attention, plot_hans, plot_layer_weights, view_sentence,
+    attention_maps, check_layer_weights, figure_path, layer_weights, plot_attention, plot_hans, plot_layer_weights, view_sentence,
 )
 from attnkit.analysis.faithfulness import WordClassifier, faithfulness_report, plot_faithfulness
 from attnkit.analysis.html_view import write_html
@@ -313,9 +313,12 @@ def _input_file(path: str, option: str) -> Path:
     return p
 
 
-def _model_and_split(a):
-    """The model named by --model and the --split of --task (default: the task it was trained on)."""
+def _model_and_split(a, check=None):
+    """The model named by --model and the --split of --task (default: the task it was trained on); ``check(model)``
+    runs once the model is loaded, before any data is read (so that a model the command cannot use says so first)."""
     d, model, tok = load_for_inference(a.model)
+    if check is not None:
+        check(model)
     task = a.task or run_info(d).get("task")
     if not task:
         raise UserError("--task is needed: the checkpoint does not record what it was trained on")
@@ -575,7 +578,7 @@ def cmd_layer_weights(a) -> int:
     figure_path(a.output, f"--output {a.output}: the chart")
     _output(a, a.output, "--output")
     js = check_side_file(Path(a.output).with_suffix(".json"), f"the layer weights beside --output {a.output}")
-    d, model, tok, task, data, ds = _model_and_split(a)
+    d, model, tok, task, data, ds = _model_and_split(a, check=check_layer_weights)
     ds = ds.select(range(min(a.max_samples, len(ds))))
     pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
     w = layer_weights(model, tok, list(ds["text"]), pairs, batch_size=a.batch_size, max_length=a.max_length)
