@@ -527,3 +527,20 @@ def test_a_warmup_that_outlasts_the_run_is_refused(tiny_bert, data, tmp_path, ca
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after the tokenising progress bars
     assert "--alpha-warmup 1e+09: the run has 2 steps" in last and "Traceback" not in last
     assert not (tmp_path / "o" / "run_config.json").exists()
+
+
+def test_a_sweep_md_of_the_users_is_moved_aside_not_overwritten(tiny_bert, data, tmp_path, capsys):
+    """sweep.md is attnkit's where its folder's ledger lists it as written; the user's own notes in that name (or
+    attnkit's table edited by the user) are moved aside whole before the table is written again."""
+    out = tmp_path / "sweep"
+    base = ["sweep", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(out), "--lams", "-2",
+            "--seeds", "1", "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--max-steps", "2", "--eval-steps", "2"]
+    assert main(base) == 0
+    table = (out / "sweep.md").read_text()
+    assert main(base + ["--report-only"]) == 0  # attnkit's own table: replaced in place, nothing moved aside
+    assert (out / "sweep.md").read_text() == table and not list(out.glob(".replaced-*"))
+    (out / "sweep.md").write_text(table + "\nmy notes on this sweep\n")  # the user edits it: now it is theirs
+    assert main(base + ["--report-only"]) == 0
+    (aside,) = out.glob(".replaced-*/sweep.md")
+    assert aside.read_text().endswith("my notes on this sweep\n")
+    assert (out / "sweep.md").read_text() == table

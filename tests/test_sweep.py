@@ -47,7 +47,8 @@ def test_sweep_trains_every_cell_writes_records_and_figures_and_reuses(tiny_bert
     assert rows["-2"][1] == "1, 2"
     soft_by_seed = {s["seed"]: s for s in soft}
     d = [100 * (r["test"] - soft_by_seed[r["seed"]]["test"]) for r in recs if r["lam"] == 0.9]
-    mean, sd = (float(x) for x in rows["0.9"][4].split(" ± "))  # paired by seed, printed to 0.1
+    mean, sd = (float(x) for x in rows["0.9"][4].split(" (")[0].split(" ± "))  # paired by seed, printed to 0.1
+    assert rows["0.9"][5] == "too few seeds"  # two seeds: t and p printed, no verdict
     assert mean == pytest.approx(sum(d) / 2, abs=0.051) and sd == pytest.approx(abs(d[0] - d[1]) / 2 ** 0.5, abs=0.051)
     assert json.loads((out / "softmax_seed1/metrics.json").read_text())["attention"]["attention"] == "softmax"
     assert json.loads((out / "lam-2_seed2/metrics.json").read_text())["attention"]["lam"] == -2.0

@@ -35,7 +35,7 @@ from transformers import AutoConfig
 from attnkit.analysis.explain import attention_maps, figure_path, pyplot, save_figure, view_sentence
 from attnkit.analysis.stats import format_paired, rule_text, verdicts_by_family
 from attnkit.models.build import MODEL_DIR, load_model, load_tokenizer, resolve_model
-from attnkit.runfiles import LOCK_FILE, folder_lock, make_way, write_json_atomic, write_text_atomic
+from attnkit.runfiles import LOCK_FILE, folder_lock, make_way, record_output, write_json_atomic, write_text_atomic
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.training.config import TrainConfig, check_seed, is_mini_alias, option_name
 from attnkit.training.finetune import train
@@ -278,7 +278,8 @@ def _write_reports(base: TrainConfig, records: list[dict], out: Path) -> None:
     param = swept(records[0])[0]
     title = f"{base.task}: {SWEPT[param]} against {param}"
     write_json_atomic(out / "sweep.json", records)
-    write_text_atomic(out / "sweep.md", sweep_table(records, title=title))
+    write_text_atomic(make_way(out / "sweep.md"), sweep_table(records, title=title))  # a sweep.md of the user's: moved aside
+    record_output(out / "sweep.md", "attnkit sweep")  # markdown carries no mark: the folder's ledger says it is attnkit's
     for ext in ("png", "svg"):
         plot_sweep(records, make_way(out / f"sweep.{ext}"), title=title)
 
