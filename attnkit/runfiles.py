@@ -309,6 +309,8 @@ def unfinished_run(path: str | os.PathLike) -> str | None:
     p = Path(path).expanduser()
     if (p / MODEL_DIR / "config.json").is_file() or not (p / RUN_RECORD).is_file():
         return None
+    if (p / "metrics.json").is_file():
+        return f"{p} is an attnkit run that finished, but its {MODEL_DIR}/ is gone: train it again (--no-resume) or name another model"
     ckpts = sorted((c.name for c in p.glob("checkpoint-*") if c.is_dir()), key=lambda n: int(n.split("-")[1]) if n.split("-")[1].isdigit() else -1)
     where = f" (its latest checkpoint: {p / ckpts[-1]})" if ckpts else ""
     return (f"{p} is an attnkit run that has not finished: it has no {MODEL_DIR}/ yet{where}; run the same command "

@@ -153,6 +153,28 @@ def test_the_mlm_loss_at_masked_positions_only_is_the_full_loss(tiny_bert, tmp_p
     assert torch.allclose(again.logits, full.logits, atol=1e-6)
 
 
+def test_a_head_that_does_not_call_its_decoder_keeps_the_full_loss(tmp_path):
+    """MobileBERT's head multiplies by the decoder's weight without calling the module: the probe finds the hook never
+    fires, removes it, and the loss is the model's own at every token (it crashed on mismatched shapes)."""
+    from transformers import MobileBertConfig, MobileBertForMaskedLM, TrainingArguments
+
+    from attnkit.training.adapt import AdaptTrainer, MaskedPositions
+
+    torch.manual_seed(0)
+    cfg = MobileBertConfig(vocab_size=50, hidden_size=32, embedding_size=16, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=37, intra_bottleneck_size=16, true_hidden_size=16, num_feedforward_networks=1)
+    model = MobileBertForMaskedLM(cfg).eval()
+    masked = MaskedPositions(model)
+    assert masked.handle is None and masked.mask is None
+    ids = torch.randint(5, 50, (2, 6))
+    labels = torch.full_like(ids, -100)
+    labels[0, 2], labels[1, 4] = 7, 9
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+    want = model(**inputs).loss
+    trainer = AdaptTrainer(model=model, masked=masked, args=TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none"))
+    assert torch.allclose(trainer.compute_loss(model, inputs), want)
+
+
 @pytest.mark.parametrize("attention,extra,values", [
     # (map, its settings, (value at step 0, at step 2 (half the anneal), at step 4 (its end)))
     ("entmax15", {}, ("alpha", 1.01, 1.255, 1.5)),

@@ -309,8 +309,11 @@ def test_a_run_that_has_not_finished_is_named_as_such(tiny_bert, data, tmp_path,
     args = ["train", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(run),
             "--max-steps", "2", "--eval-steps", "1", "--batch-size", "8", "--max-length", "16", "--no-heatmap", "--keep-checkpoints"]
     assert main(args) == 0
-    shutil.rmtree(run / "model")  # as if killed after its checkpoints, before the model was written
-    (run / "metrics.json").unlink()
+    shutil.rmtree(run / "model")  # finished, then its model deleted: said so, not "resume it"
+    capsys.readouterr()
+    assert main(["predict", "--model", str(run), "a fine film"]) == 2
+    assert "is an attnkit run that finished, but its model/ is gone" in capsys.readouterr().err
+    (run / "metrics.json").unlink()  # as if killed after its checkpoints, before the model was written
     capsys.readouterr()
     for argv in (["predict", "--model", str(run), "a fine film"],
                  ["train", "--task", "csv", "--data-dir", str(data), "--model", str(run), "--output-dir", str(tmp_path / "o")]):

@@ -192,14 +192,35 @@ class MaskedPositions:
 
     def __init__(self, model):
         self.mask: torch.Tensor | None = None  # [batch, length] bool, set for one forward by compute_loss
+        self.fired = False
         decoder = model.get_output_embeddings()
         self.handle = decoder.register_forward_pre_hook(self.select) if decoder is not None else None
+        if self.handle is not None and not self.probe(model):
+            self.handle.remove()  # a head that does not call its decoder module (MobileBERT's): logits at every token
+            self.handle = None
 
     def select(self, module, args):
         if self.mask is None:
             return None
+        self.fired = True
         hidden = args[0]  # [batch, length, hidden] -> [1, n_masked, hidden]
         return (hidden[self.mask].unsqueeze(0), *args[1:])
+
+    def probe(self, model) -> bool:
+        """Whether this model's head calls its decoder module on the hidden states, so that the hook selects them: one
+        forward of a 1 x 4 input with two positions masked must give logits for those two alone."""
+        was_training = model.training
+        ids = torch.tensor([[1, 2, 3, 4]], device=next(model.parameters()).device) % model.config.vocab_size
+        self.mask, self.fired = torch.tensor([[False, True, False, True]], device=ids.device), False
+        try:
+            with torch.no_grad():
+                logits = model.eval()(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+            return self.fired and tuple(logits.shape[:2]) == (1, 2)
+        except Exception:  # noqa: BLE001 — any failure: keep the model's own loss at every token
+            return False
+        finally:
+            self.mask = None
+            model.train(was_training)
 
 
 class AdaptTrainer(Trainer):
@@ -212,7 +233,8 @@ class AdaptTrainer(Trainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         labels = inputs.get("labels")
-        if self.masked is None or self.masked.handle is None or labels is None:
+        # nn.DataParallel (several GPUs, no torchrun) splits every input along dim 0: the [1, n] labels cannot follow
+        if self.masked is None or self.masked.handle is None or labels is None or self.args.n_gpu > 1:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         self.masked.mask = labels != -100
         try:

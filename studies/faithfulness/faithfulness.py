@@ -409,6 +409,14 @@ def frontier(recs: list[dict], stem: Path) -> list[Path]:
     return out
 
 
+def keep_positional(path: Path, task: str, method: str, seed: int) -> None:
+    """Before a cell measured with positional ties is measured again (``--remeasure``), its record goes into
+    ``faithfulness_positional.json`` (where it is not there yet), so the before/after table keeps it."""
+    old = [r for r in ssaf_table2.read_records(path) if (r["task"], r["method"], r["seed"]) == (task, method, seed) and "tie_draws" not in r]
+    if old and (task, method, seed) not in {(r["task"], r["method"], r["seed"]) for r in ssaf_table2.read_records(POSITIONAL)}:
+        ssaf_table2.add_record(POSITIONAL, old[0])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", nargs="+", default=["sst2-ptb", "sentube-auto"], choices=ssaf_table2.TASKS)
@@ -455,6 +463,7 @@ def main():
                     if (task, method, seed) in done:
                         continue
                     print(f"[faithfulness] {task} {method} seed {seed}", flush=True)
+                    keep_positional(path, task, method, seed)
                     ssaf_table2.add_record(path, faithfulness_cell(task, method, seed, a))
                     write_text_atomic(md, render(ssaf_table2.read_records(path), ssaf_table2.read_records(POSITIONAL)))
     write_text_atomic(md, render(ssaf_table2.read_records(path), ssaf_table2.read_records(POSITIONAL)))

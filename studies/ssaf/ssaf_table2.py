@@ -249,7 +249,8 @@ def entmax_section(by: dict, tasks: list[str], fam: Family) -> list[str]:
             rs = [cell[s] for s in sorted(cell)]
             nz = [sparse_nonzeros(r) for r in rs if "dev_nonzeros_per_row" in r]
             length = [r["dev_mean_length"] for r in rs if "dev_mean_length" in r]
-            where = f" ({rs[0]['sparse_layers']} layer{'s' * (rs[0]['sparse_layers'] != 'last')} only)" if rs[0].get("sparse_layers") else ""
+            sl = rs[0].get("sparse_layers")
+            where = "" if not sl else " (last layer only)" if sl == "last" else f" (layer{'s' * any(c in sl for c in ',-')} {sl} only)"
             vs_soft = [100 * (cell[s]["test_accuracy"] - soft[s]["test_accuracy"]) for s in sorted(set(cell) & set(soft))]
             vs_ssaf = [100 * (cell[s]["test_accuracy"] - ssaf[s]["test_accuracy"]) for s in sorted(set(cell) & set(ssaf))]
             pooled[meth][0].extend(vs_soft)
