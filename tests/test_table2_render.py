@@ -328,3 +328,26 @@ def test_faithfulness_table_marks_positional_pairs_and_lists_the_verdicts_that_m
     assert "| sst2-ptb | SSAF − softmax (1,2,3) † | attention |" in md and "at least one of the pair's records" in md
     assert "| sst2-ptb | SSAF | attention |" not in md.split("## Did a verdict move")[1].split("##")[0]
     assert "## Did a verdict move" not in mod.render(new)  # no positional records given: no section
+
+
+def test_the_last_layer_recipe_is_a_holm_family_of_its_own():
+    """1.5-entmax in the last layer only answers issue 37's question: adding its comparison leaves the maps' Holm
+    family (and so their verdicts) as it was."""
+    spec = importlib.util.spec_from_file_location("faithfulness_bench", _STUDIES / "faithfulness" / "faithfulness.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    names = ("attention", "rollout", "received", "grad_x_input", "integrated_gradients", "random")
+
+    def rec(method, seed, comp):
+        ex = {e: {"aopc_comprehensiveness": comp if e == "attention" else 0.1, "aopc_sufficiency": 0.2, "tie_share": 0.0} for e in names}
+        return {"task": "sst2-ptb", "method": method, "seed": seed, "examples": 3, "explanations": ex, "tie_draws": 5,
+                "kendall_tau": {"attention vs integrated_gradients": 0.1}}
+
+    # entmax15 +10, +20, +15 (t = 5.2, p = 0.035): holds alone, but not as the first of a family of two (0.035 > 0.05 / 2)
+    maps = [rec("softmax", s, 0.10) for s in (1, 2, 3)] + [rec("entmax15", s, {1: 0.20, 2: 0.30, 3: 0.25}[s]) for s in (1, 2, 3)]
+    last = [rec("entmax15-last", s, 0.10 + 0.01 * s) for s in (1, 2, 3)]  # +1, +2, +3: p = 0.07
+    row = lambda md: next(ln for ln in md.splitlines() if ln.startswith("| sst2-ptb | entmax15 − softmax") and "| attention |" in ln)  # noqa: E731
+    alone, beside = row(mod.render(maps)), row(mod.render(maps + last))
+    assert alone == beside and "| holds |" in alone
+    assert mod.family("sst2-ptb", "softmax", "attention", "comp", "entmax15-last") != mod.family("sst2-ptb", "softmax", "attention", "comp", "SSAF")
+    assert mod.family("sst2-ptb", "softmax", "attention", "comp", "entmax15") == mod.family("sst2-ptb", "softmax", "attention", "comp", "SSAF")
