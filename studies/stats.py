@@ -1,21 +1,12 @@
-"""The one shared module for the studies' records, pairing and verdicts (the test itself: attnkit.analysis.stats).
+"""The one shared module for the studies' records, pairing and verdicts.
 
-A study compares a method with a baseline on the same seeds: the per-seed differences are the sample. Its verdict is
-a two-sided paired t-test at level ``alpha`` (5% unless said): t = mean / (sd / sqrt(n)) with n − 1 degrees of
-freedom, p from Student's t (scipy.stats). With n < 3 seeds there is no verdict ("too few seeds").
-
-- **holds**: p < alpha and the mean difference is positive (the method is better);
-- **reversed**: p < alpha and the mean difference is negative;
-- **within noise**: otherwise.
-
-Where a table reads a family of comparisons against one baseline (blurs, layer strategies, methods on one set),
-:func:`family_verdicts` applies Holm's step-down correction across the family (:func:`holm`) before a verdict is
-called, and the table's header says so.
+The verdict rule itself (a two-sided paired t-test on the per-seed differences, Holm's correction across a family,
+the table cells and :class:`Family`) is :mod:`attnkit.analysis.stats`, re-exported here; ``attnkit sweep`` uses it too.
 
 :func:`provenance` is what every record written from now on carries: the git commit, whether the tree was dirty,
 and the attnkit, torch and transformers versions; :func:`weights_sha256` the digest of a model a later step reuses.
 Records are JSON lists, one per table, appended under a file lock (:func:`add_record`) so that several workers may
-share one; :class:`Family` collects a table's paired cells and gives them their verdicts at once.
+share one.
 """
 
 from __future__ import annotations
@@ -28,7 +19,8 @@ import subprocess
 from pathlib import Path
 
 from attnkit.analysis.stats import (  # noqa: F401  (the verdict code lives in the package: attnkit sweep uses it too)
-    MIN_SEEDS, VERDICTS, PairedTest, family_verdicts, format_p, format_paired, holm, paired_test, rule_text, verdicts_by_family,
+    MIN_SEEDS, VERDICTS, Family, PairedTest, family_verdicts, format_p, format_paired, holm, paired, paired_test, rule_text,
+    verdicts_by_family,
 )
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -83,37 +75,6 @@ def mean_sd(xs: list[float]) -> str:
 def verdict(diffs: list[float]) -> str:
     """The verdict of one paired comparison standing alone: a two-sided paired t-test at 5% (studies.stats)."""
     return paired_test(diffs).verdict
-
-
-def paired(d: list[float], sep: str = " | ", test=None) -> str:
-    """Paired differences as the tables print them: mean ± std (seeds won of all, t, p), then the verdict after
-    ``sep``; ``test`` is the comparison's :class:`~studies.stats.PairedTest` where a family's Holm correction called it."""
-    if not d:
-        return f"—{sep}—"
-    test = test or paired_test(d)
-    return f"{format_paired(test, verdict=False, won=True)}{sep}{test.verdict}"
-
-
-class Family:
-    """Paired comparisons collected while a table is built, given their verdicts at once (Holm within each family),
-    then written into the lines where their placeholders stand."""
-
-    def __init__(self):
-        self.diffs, self.keys = [], []
-
-    def add(self, d: list[float], family=None, sep: str = " | ") -> str:
-        self.diffs.append((d, sep))
-        self.keys.append(family if d else None)
-        return f"\x00{len(self.diffs) - 1}\x00"
-
-    def fill(self, lines: list[str]) -> list[str]:
-        tests = verdicts_by_family([paired_test(d) for d, _ in self.diffs], self.keys)
-        cells = [paired(d, sep, t) for (d, sep), t in zip(self.diffs, tests)]
-        out = []
-        for line in lines:
-            parts = line.split("\x00")
-            out.append("".join(cells[int(x)] if k % 2 else x for k, x in enumerate(parts)))
-        return out
 
 
 # ---------------------------------------------------------------------------------------------------------------------

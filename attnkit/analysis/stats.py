@@ -178,3 +178,34 @@ def rule_text(alpha: float = 0.05, family: str | None = None) -> str:
     if family:
         s += f" Holm's correction across {family}: a verdict is called only where Holm's step-down rejects at {alpha:.0%}."
     return s
+
+
+def paired(d: list[float], sep: str = " | ", test=None) -> str:
+    """Paired differences as the tables print them: mean ± std (seeds won of all, t, p), then the verdict after
+    ``sep``; ``test`` is the comparison's :class:`PairedTest` where a family's Holm correction called it."""
+    if not d:
+        return f"—{sep}—"
+    test = test or paired_test(d)
+    return f"{format_paired(test, verdict=False, won=True)}{sep}{test.verdict}"
+
+
+class Family:
+    """Paired comparisons collected while a table is built, given their verdicts at once (Holm within each family),
+    then written into the lines where their placeholders stand."""
+
+    def __init__(self):
+        self.diffs, self.keys = [], []
+
+    def add(self, d: list[float], family=None, sep: str = " | ") -> str:
+        self.diffs.append((d, sep))
+        self.keys.append(family if d else None)
+        return f"\x00{len(self.diffs) - 1}\x00"
+
+    def fill(self, lines: list[str]) -> list[str]:
+        tests = verdicts_by_family([paired_test(d) for d, _ in self.diffs], self.keys)
+        cells = [paired(d, sep, t) for (d, sep), t in zip(self.diffs, tests)]
+        out = []
+        for line in lines:
+            parts = line.split("\x00")
+            out.append("".join(cells[int(x)] if k % 2 else x for k, x in enumerate(parts)))
+        return out

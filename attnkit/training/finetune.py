@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -267,8 +266,7 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
     if cfg.holdout:
         train_ds, heldout = hold_out(train_ds, cfg.holdout, cfg.seed)
     dev_ds = subsample(enc["validation"], cfg.max_eval_samples, cfg.seed)
-    steps = cfg.max_steps if cfg.max_steps > 0 else math.ceil(len(train_ds) / cfg.batch_size * cfg.epochs)
-    check_warmups(cfg, steps)
+    check_warmups(cfg, len(train_ds))
     if data.metric != "regression" and (cfg.max_train_samples is not None or cfg.holdout):
         what = "--max-train-samples" if not cfg.holdout else "--holdout" if cfg.max_train_samples is None else "--max-train-samples, --holdout"
         _check_classes(cfg, data, train_ds["label"], f"{len(train_ds)} training examples left for training ({what})")

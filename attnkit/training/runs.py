@@ -619,9 +619,11 @@ def check_precision(cfg: TrainConfig) -> None:
             log.warning("--bf16: this CPU has no native bfloat16 (AVX512-BF16 or AMX): the run is emulated and may be slower than float32")
 
 
-def check_warmups(cfg: TrainConfig, steps: int) -> None:
+def check_warmups(cfg: TrainConfig, n_train: int) -> None:
     """ValueError where a warm-up given as a step count (``--warmup``, ``--lam-warmup``, ``--alpha-warmup``) outlasts
-    the run's ``steps``: its schedule would never reach its target."""
+    the run (``--max-steps``, else ``n_train`` examples for ``--epochs`` at ``--batch-size``): its schedule would never
+    reach its target."""
+    steps = cfg.max_steps if cfg.max_steps > 0 else math.ceil(n_train / cfg.batch_size * cfg.epochs)
     for name, w in (("--warmup", cfg.warmup_ratio), ("--lam-warmup", cfg.lam_warmup), ("--alpha-warmup", cfg.alpha_warmup)):
         if w >= 1 and w >= steps:
             raise ValueError(f"{name} {w:g}: the run has {steps} steps, so the warm-up would never end; give a fraction "

@@ -3,7 +3,6 @@ classification (:mod:`attnkit.training.runs`), with SQuAD's features and EM/F1 (
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict
 from pathlib import Path
 
@@ -37,7 +36,7 @@ def train_qa(cfg: TrainConfig, out: Path, callbacks: list | None = None) -> dict
     dev_index = list(dev_feats["example_index"])
     dev_offsets = list(dev_feats["offset_mapping"])  # [-1, -1] outside the context: best_spans skips those
     dev_ds = dev_feats.remove_columns(["example_index", "offset_mapping"])
-    check_warmups(cfg, cfg.max_steps if cfg.max_steps > 0 else math.ceil(len(train_ds) / cfg.batch_size * cfg.epochs))
+    check_warmups(cfg, len(train_ds))
     dev_list = [dict(r) for r in dev_rows]
     contexts = [r["context"] for r in dev_list]
 

@@ -33,7 +33,7 @@ import torch
 from transformers import AutoConfig
 
 from attnkit.analysis.explain import attention_maps, figure_path, pyplot, save_figure, view_sentence
-from attnkit.analysis.stats import format_paired, rule_text, verdicts_by_family
+from attnkit.analysis.stats import Family, rule_text
 from attnkit.models.build import MODEL_DIR, load_model, load_tokenizer, resolve_model
 from attnkit.runfiles import LOCK_FILE, folder_lock, make_way, record_output, write_json_atomic, write_text_atomic
 from attnkit.tasks import is_qa_task, load_task
@@ -307,7 +307,12 @@ def sweep_table(records: list[dict], title: str = "") -> str:
     metric = records[0]["metric"] if records else "accuracy"
     param = swept(records[0])[0] if records else "lam"
     soft = {r["seed"]: r for r in records if swept(r)[1] == "softmax"}
-    rows, diffs = [], []
+    fam = Family()
+    lines = [f"# {title}" if title else "# attnkit sweep", "",
+             f"{metric} in % (mean ± std over seeds); paired: test minus softmax's on the same seed, in points (mean ± std of",
+             f"the differences, seeds above softmax of all, t, p). {rule_text(family=f'the swept {param} values')}", "",
+             f"| {param} | seeds | dev | test | paired test − softmax | verdict | mean support |",
+             "|---|---|---|---|---|---|---|"]
     for lam in ["softmax"] + sorted({swept(r)[1] for r in records if swept(r)[1] != "softmax"}):
         rs = sorted((r for r in records if swept(r)[1] == lam), key=lambda r: r["seed"])
         if not rs:  # no softmax cell finished yet (--report-only on a sweep cut short)
@@ -315,21 +320,10 @@ def sweep_table(records: list[dict], title: str = "") -> str:
         tests = [100 * r["test"] for r in rs if r["test"] is not None]
         paired = [100 * (r["test"] - soft[r["seed"]]["test"]) for r in rs
                   if lam != "softmax" and r["seed"] in soft and r["test"] is not None and soft[r["seed"]]["test"] is not None]
-        rows.append((lam, rs, tests))
-        diffs.append(paired if lam != "softmax" else None)
-    verdicts = iter(verdicts_by_family([d for d in diffs if d is not None], [param] * sum(d is not None for d in diffs)))
-    lines = [f"# {title}" if title else "# attnkit sweep", "",
-             f"{metric} in % (mean ± std over seeds); paired: test minus softmax's on the same seed, in points (mean ± std of",
-             f"the differences, seeds above softmax of all, t, p). {rule_text(family=f'the swept {param} values')}", "",
-             f"| {param} | seeds | dev | test | paired test − softmax | verdict | mean support |",
-             "|---|---|---|---|---|---|---|"]
-    for (lam, rs, tests), d in zip(rows, diffs):
-        t = next(verdicts) if d is not None else None
-        cell, verdict = (format_paired(t, verdict=False, won=True), t.verdict) if d else ("—", "—")
         name = lam if lam == "softmax" else f"{lam:g}"
         lines.append(f"| {name} | {', '.join(str(r['seed']) for r in rs)} | {_ms([100 * r['dev'] for r in rs])} | {_ms(tests)} "
-                     f"| {cell} | {verdict} | {statistics.mean(r['mean_support'] for r in rs):.1f} |")
-    return "\n".join(lines) + "\n"
+                     f"| {fam.add(paired, param)} | {statistics.mean(r['mean_support'] for r in rs):.1f} |")
+    return "\n".join(fam.fill(lines)) + "\n"
 
 
 def seeds_note(records: list[dict]) -> str:

@@ -21,6 +21,7 @@ ROOT = HERE.parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from studies import figures  # noqa: E402
 from studies.stats import format_paired, paired_test, rule_text, verdicts_by_family  # noqa: E402
 
 TASK_NAMES = {"sst2-ptb": "SST-2", "sentube-auto": "SenTube-A", "sst5-phrases": "SST-1", "semeval2013": "SemEval-2013"}
@@ -151,43 +152,17 @@ def adapt_table(recs: list[dict]) -> str:
 
 def frontier(recs: list[dict], stem: Path) -> list[Path]:
     """Accuracy against attention comprehensiveness, one point per (method, set), mean ± sd over seeds."""
-    from attnkit.analysis.explain import pyplot, save_figure
-
-    cells = by_cell(recs)
-    pts = []
-    for (task, m), rs in cells.items():
+    panels: dict[str, list[dict]] = {}
+    for (task, m), rs in sorted(by_cell(recs).items(), key=lambda kv: list(TASK_NAMES).index(kv[0][0])):
         rs = [r for r in rs.values() if "faithfulness" in r]
         if not rs:
             continue
-        acc = [100 * r["test_accuracy"] for r in rs]
-        com = [100 * r["faithfulness"]["explanations"]["attention"]["aopc_comprehensiveness"] for r in rs]
-        ig = [100 * r["faithfulness"]["explanations"]["integrated_gradients"]["aopc_comprehensiveness"] for r in rs]
-        pts.append((task, m, acc, com, ig))
-    if not pts:
-        return []
-    out = []
-    for ext in ("png", "svg"):
-        plt = pyplot()
-        tasks = sorted({p[0] for p in pts}, key=list(TASK_NAMES).index)
-        fig, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 4.2), squeeze=False)
-        for ax, task in zip(axes[0], tasks):
-            for t, m, acc, com, ig in pts:
-                if t != task:
-                    continue
-                sd = lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0  # noqa: E731
-                ax.errorbar(statistics.fmean(com), statistics.fmean(acc), xerr=sd(com), yerr=sd(acc), fmt="o",
-                            ms=7 if m == "softmax" else 5, capsize=3, label=m, color="black" if m == "softmax" else None)
-                if m == "softmax":
-                    ax.axhline(statistics.fmean(acc), color="black", lw=0.6, ls=":")
-                    ax.axvline(statistics.fmean(ig), color="grey", lw=0.8, ls="--", label="integrated gradients (softmax model)")
-            ax.set_xlabel("attention comprehensiveness (AOPC, points) →")
-            ax.set_ylabel("test accuracy (%)")
-            ax.set_title(TASK_NAMES[task], fontsize=10)
-            ax.legend(fontsize=7, loc="best")
-        fig.suptitle("The frontier: accuracy against the faithfulness\nof the [CLS] attention (mean ± sd over seeds)", fontsize=9)
-        fig.tight_layout()
-        out.append(save_figure(fig, stem.with_suffix(f".{ext}")))
-    return out
+        ex = [r["faithfulness"]["explanations"] for r in rs]
+        panels.setdefault(TASK_NAMES[task], []).append({
+            "label": m, "softmax": m == "softmax", "acc": [100 * r["test_accuracy"] for r in rs],
+            "com": [100 * e["attention"]["aopc_comprehensiveness"] for e in ex],
+            "ig": [100 * e["integrated_gradients"]["aopc_comprehensiveness"] for e in ex]})
+    return figures.frontier(panels, stem, "The frontier: accuracy against the faithfulness\nof the [CLS] attention (mean ± sd over seeds)")
 
 
 def render(path: Path) -> str:

@@ -39,6 +39,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 for _d in (ROOT / "studies" / "minibert", ROOT / "studies" / "ssaf", ROOT):
     sys.path.insert(0, str(_d))
 import minibert  # noqa: E402  (MiniBERT's runs and their settings)
+from studies import figures  # noqa: E402  (the frontier figure, shared with studies/adapt)
 import ssaf_table2  # noqa: E402  (the runs, their settings; the shared record and verdict code of studies.stats)
 
 #: the records measured before issue 38, when tied words entered the top k by position (kept for the verdicts that moved)
@@ -381,44 +382,21 @@ FRONTIER_TASKS = {"sst2-ptb": "SST-2 (sst2-ptb)", "sentube-auto": "SenTube-A"}
 
 def frontier(recs: list[dict], stem: Path) -> list[Path]:
     """Test accuracy of the explained model against its attention's comprehensiveness, one point per (method, set),
-    mean ± sd over seeds; softmax black with a dotted line at its accuracy, integrated gradients on the softmax model
-    dashed: the choice a user has. Hollow points: records measured with positional ties. Writes stem.png and .svg."""
-    from attnkit.analysis.explain import pyplot, save_figure
-
-    by = by_cell(recs)
-    tasks = [t for t in FRONTIER_TASKS if any(k[0] == t for k in by)]
-    if not tasks:
-        return []
-    sd = lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0  # noqa: E731
-    out = []
-    for ext in ("png", "svg"):
-        plt = pyplot()
-        fig, axes = plt.subplots(1, len(tasks), figsize=(5.4 * len(tasks), 4.4), squeeze=False)
-        for ax, task in zip(axes[0], tasks):
-            for (t, method), cell in sorted(by.items()):
-                rs = [r for r in cell.values() if r.get("model_test_metric") is not None]
-                if t != task or method in MINI or not rs:
-                    continue
-                acc = [100 * r["model_test_metric"] for r in rs]
-                com = [100 * r["explanations"]["attention"]["aopc_comprehensiveness"] for r in rs]
-                old = sum("tie_draws" not in r for r in rs)
-                fresh = not old
-                soft = method == "softmax"
-                ax.errorbar(statistics.fmean(com), statistics.fmean(acc), xerr=sd(com), yerr=sd(acc), fmt="o", capsize=3,
-                            ms=7 if soft else 5, color="black" if soft else None, mfc=None if fresh else "white",
-                            label=f"{method} ({len(rs)} seed{'s' * (len(rs) > 1)}{'' if fresh else f', {old} with ties by position'})")
-                if soft:
-                    ig = [100 * r["explanations"]["integrated_gradients"]["aopc_comprehensiveness"] for r in rs]
-                    ax.axhline(statistics.fmean(acc), color="black", lw=0.6, ls=":")
-                    ax.axvline(statistics.fmean(ig), color="grey", lw=0.8, ls="--", label="integrated gradients (softmax model)")
-            ax.set_xlabel("attention comprehensiveness (AOPC, points) →")
-            ax.set_ylabel("test accuracy (%)")
-            ax.set_title(FRONTIER_TASKS[task], fontsize=10)
-            ax.legend(fontsize=7, loc="best")
-        fig.suptitle("Accuracy against the faithfulness of the [CLS] attention (Table 2's models, mean ± sd over seeds)", fontsize=9)
-        fig.tight_layout()
-        out.append(save_figure(fig, stem.with_suffix(f".{ext}")))
-    return out
+    mean ± sd over seeds (studies/figures.py); hollow points: records measured with positional ties."""
+    panels: dict[str, list[dict]] = {}
+    for (task, method), cell in sorted(by_cell(recs).items()):
+        rs = [r for r in cell.values() if r.get("model_test_metric") is not None]
+        if task not in FRONTIER_TASKS or method in MINI or not rs:
+            continue
+        old = sum("tie_draws" not in r for r in rs)
+        ex = [r["explanations"] for r in rs]
+        panels.setdefault(FRONTIER_TASKS[task], []).append({
+            "label": f"{method} ({len(rs)} seed{'s' * (len(rs) > 1)}{f', {old} with ties by position' if old else ''})",
+            "softmax": method == "softmax", "hollow": bool(old), "acc": [100 * r["model_test_metric"] for r in rs],
+            "com": [100 * e["attention"]["aopc_comprehensiveness"] for e in ex],
+            "ig": [100 * e["integrated_gradients"]["aopc_comprehensiveness"] for e in ex]})
+    panels = {FRONTIER_TASKS[t]: panels[FRONTIER_TASKS[t]] for t in FRONTIER_TASKS if FRONTIER_TASKS[t] in panels}
+    return figures.frontier(panels, stem, "Accuracy against the faithfulness of the [CLS] attention (Table 2's models, mean ± sd over seeds)")
 
 
 def keep_positional(path: Path, task: str, method: str, seed: int) -> None:

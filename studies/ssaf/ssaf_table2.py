@@ -380,27 +380,6 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
     return "\n".join(fam.fill(lines)) + "\n"
 
 
-def render_sweep(records: list[dict], title: str) -> str:
-    """Figures 2 and 3 (``attnkit sweep`` over lam, the sweep's own records): attnkit's sweep table with each lam's
-    paired difference to softmax tested (t, p), Holm's correction across the lams."""
-    def swept(r: dict) -> tuple[str, float | str]:  # as attnkit.training.sweep.swept: (the swept setting, its value)
-        return r.get("param", "lam"), r[r.get("param", "lam")]
-
-    soft = {r["seed"]: r for r in records if swept(r)[1] == "softmax"}
-    param = swept(records[0])[0]
-    fam = Family()
-    lines = [f"# {title}", "", f"{records[0]['metric']} in % (mean ± std over seeds); paired: test minus softmax's on the "
-             "same seed, in points (seeds above softmax, t, p) and the verdict.", rule_text(family=f"the {param}s of the sweep"), "",
-             f"| {param} | seeds | dev | test | paired test − softmax | verdict | mean support |", "|---|---|---|---|---|---|---|"]
-    for lam in ["softmax"] + sorted({swept(r)[1] for r in records if swept(r)[1] != "softmax"}):
-        rs = sorted((r for r in records if swept(r)[1] == lam), key=lambda r: r["seed"])
-        d = [100 * (r["test"] - soft[r["seed"]]["test"]) for r in rs if lam != "softmax" and r["seed"] in soft]
-        lines.append(f"| {lam if lam == 'softmax' else f'{lam:g}'} | {', '.join(str(r['seed']) for r in rs)} "
-                     f"| {_ms([100 * r['dev'] for r in rs])} | {_ms([100 * r['test'] for r in rs])} "
-                     f"| {fam.add(d, 'sweep') if lam != 'softmax' else '— | —'} | {statistics.mean(r['mean_support'] for r in rs):.1f} |")
-    return "\n".join(fam.fill(lines)) + "\n"
-
-
 def defaults() -> argparse.Namespace:
     """The settings of a run with no options (what ``run_cell`` reads: lr, model, max length, ...)."""
     return parser().parse_args([])
