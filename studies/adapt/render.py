@@ -63,6 +63,16 @@ def paired(cells: dict, task: str, method: str, base: str, value) -> list[float]
     return out
 
 
+def crosses(cells: dict, task: str, method: str, base: str) -> bool:
+    """Whether some seed pairs two runs trained on different machines (GPUs lent on different days)."""
+    a, b = cells.get((task, method), {}), cells.get((task, base), {})
+    return any(a[s].get("machine") != b[s].get("machine") for s in set(a) & set(b))
+
+
+def _mark(text: str, cross: bool) -> str:
+    return f"{text} ‡" if cross and text else text
+
+
 def mean_nonzeros(r: dict) -> float | None:
     nz = r.get("nonzeros_per_row")
     return statistics.fmean(nz) if nz else None
@@ -92,11 +102,12 @@ def accuracy_table(recs: list[dict]) -> str:
             rs = cells[(task, m)]
             second = ""
             if m in SECOND and (task, SECOND[m]) in cells:
-                second = format_paired(paired_test([100 * d for d in paired(cells, task, m, SECOND[m], lambda r: r["test_accuracy"])]))
+                second = _mark(format_paired(paired_test([100 * d for d in paired(cells, task, m, SECOND[m], lambda r: r["test_accuracy"])])),
+                               crosses(cells, task, m, SECOND[m]))
             nz = [mean_nonzeros(r) for r in rs.values()]
             zs = [sparse_zero_share(r) for r in rs.values()]
             lines.append(f"| {TASK_NAMES[task]} | {m} | {len(rs)} | {_ms([r['test_accuracy'] for r in rs.values()])} | "
-                         f"{'' if m == 'softmax' else format_paired(t)} | {second} | {_ms(nz, 1.0, 1)} | {_ms(zs)}% |")
+                         f"{'' if m == 'softmax' else _mark(format_paired(t), crosses(cells, task, m, 'softmax'))} | {second} | {_ms(nz, 1.0, 1)} | {_ms(zs)}% |")
     return "\n".join(lines) + "\n"
 
 
@@ -129,8 +140,9 @@ def faithfulness_table(recs: list[dict]) -> str:
             rs = [r for r in cells[(task, m)].values() if "faithfulness" in r]
             row = f"| {TASK_NAMES[task]} | {m} | {len(rs)} |"
             for val, tests, second in cols:
-                row += (f" {_ms([val(r) for r in rs])} | {'' if m == 'softmax' else format_paired(tests[i])} | "
-                        f"{'' if second[i] is None else format_paired(second[i])} |")
+                first = '' if m == 'softmax' else _mark(format_paired(tests[i]), crosses(cells, task, m, 'softmax'))
+                other = '' if second[i] is None else _mark(format_paired(second[i]), crosses(cells, task, m, SECOND[m]))
+                row += f" {_ms([val(r) for r in rs])} | {first} | {other} |"
             ig = [r["faithfulness"]["explanations"]["integrated_gradients"]["aopc_comprehensiveness"] for r in rs
                   if "integrated_gradients" in r["faithfulness"]["explanations"]]
             lines.append(row + f" {_ms(ig)} |")
@@ -168,9 +180,15 @@ def frontier(recs: list[dict], stem: Path) -> list[Path]:
 def render(path: Path) -> str:
     recs = read(path)
     machines = sorted({r["machine"] for r in recs})
+    cells = by_cell(recs)
+    mixed = any(crosses(cells, t, m, b) for (t, m) in cells for b in {"softmax", SECOND.get(m, "softmax")} if b != m)
+    same = ("Every pair compared was trained on the same machine and precision." if not mixed else
+            "Runs are paired by seed, all in bf16 with the same commands; a difference marked ‡ pairs, at one seed or more, "
+            "runs trained on two different GPUs (each lent for one session), so the machines' differences add to the "
+            "noise its test sees.")
     head = ["# Adapting the encoder to 1.5-entmax before fine-tuning: the records, rendered", "",
             f"Rendered by `python studies/adapt/render.py` from `{Path(path).name}` ({len(recs)} records; "
-            f"trained on: {'; '.join(machines) or '—'}). Every pair compared was trained on the same machine and precision.", ""]
+            f"trained on: {'; '.join(machines) or '—'}). {same}", ""]
     return "\n".join(head) + "\n" + accuracy_table(recs) + "\n" + faithfulness_table(recs) + "\n" + adapt_table(recs)
 
 

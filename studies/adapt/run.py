@@ -214,10 +214,16 @@ def read_records(path: Path) -> list[dict]:
 def add_record(path: Path, rec: dict) -> None:
     from attnkit.runfiles import write_json_atomic
 
-    recs = [r for r in read_records(path) if key_of(r) != key_of(rec)] + [rec]
+    # a cell's record replaces its older one; an adapted encoder made again on another machine (a lent GPU keeps no
+    # files) is kept beside the earlier making, which the fine-tuning runs on that machine used
+    recs = [r for r in read_records(path) if not same_cell(r, rec)] + [rec]
     recs.sort(key=lambda r: (r["kind"], r.get("task", ""), r.get("method", r.get("attention", "")), r["seed"]))
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, recs)
+
+
+def same_cell(r: dict, rec: dict) -> bool:
+    return key_of(r) == key_of(rec) and (rec["kind"] != "adapt" or r.get("machine") == rec.get("machine"))
 
 
 def key_of(r: dict) -> tuple:
