@@ -544,3 +544,17 @@ def test_a_sweep_md_of_the_users_is_moved_aside_not_overwritten(tiny_bert, data,
     (aside,) = out.glob(".replaced-*/sweep.md")
     assert aside.read_text().endswith("my notes on this sweep\n")
     assert (out / "sweep.md").read_text() == table
+
+
+def test_a_warmup_counts_the_steps_of_every_process(monkeypatch):
+    """Under torchrun each step takes a batch on every process: 100 texts at batch 10 are 10 steps alone, 3 on 4
+    processes, so a 5-step warm-up fits the first run and outlasts the second."""
+    from attnkit.training.config import TrainConfig
+    from attnkit.training.runs import check_warmups
+
+    cfg = TrainConfig(batch_size=10, epochs=1, warmup_ratio=5)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    check_warmups(cfg, 100)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(ValueError, match="--warmup 5: the run has 3 steps"):
+        check_warmups(cfg, 100)

@@ -621,9 +621,11 @@ def check_precision(cfg: TrainConfig) -> None:
 
 def check_warmups(cfg: TrainConfig, n_train: int) -> None:
     """ValueError where a warm-up given as a step count (``--warmup``, ``--lam-warmup``, ``--alpha-warmup``) outlasts
-    the run (``--max-steps``, else ``n_train`` examples for ``--epochs`` at ``--batch-size``): its schedule would never
-    reach its target."""
-    steps = cfg.max_steps if cfg.max_steps > 0 else math.ceil(n_train / cfg.batch_size * cfg.epochs)
+    the run (``--max-steps``, else ``n_train`` examples for ``--epochs`` at ``--batch-size`` per process and device:
+    under ``torchrun`` each step takes a batch on every process, on one process the Trainer's DataParallel one on
+    every GPU): its schedule would never reach its target."""
+    devices = int(os.environ.get("WORLD_SIZE", "0")) or max(1, torch.cuda.device_count())
+    steps = cfg.max_steps if cfg.max_steps > 0 else math.ceil(n_train / (cfg.batch_size * devices) * cfg.epochs)
     for name, w in (("--warmup", cfg.warmup_ratio), ("--lam-warmup", cfg.lam_warmup), ("--alpha-warmup", cfg.alpha_warmup)):
         if w >= 1 and w >= steps:
             raise ValueError(f"{name} {w:g}: the run has {steps} steps, so the warm-up would never end; give a fraction "
