@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# call B: part 1 of the weights, the model files and the data were copied to /tmp/g by call A (a later call's tree
+# call 2: part 1 of the weights, the model files and the data were copied to /tmp/g by call 1 (a later call's tree
 # no longer holds what an earlier call carried); part 2 comes with this call. Then the adapt study until the deadline.
 cd "$(dirname "$0")/../.."
 G=/tmp/g
@@ -7,6 +7,8 @@ G=/tmp/g
 cat $G/part1 .gpu/w2/part2 > $G/minilm/model.safetensors
 echo "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db  $G/minilm/model.safetensors" | sha256sum -c || exit 4
 python3 -c "import attnkit, datasets" || { echo "attnkit is not installed any more"; exit 5; }
+# the study resumes from the committed records (cells recorded there are skipped); they come back, with the new ones, in $OUT
+[ -f $OUT/adapt_records.json ] || cp studies/adapt/records.json $OUT/adapt_records.json
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export ATTNKIT_COMMIT=${ATTNKIT_COMMIT:-unknown} HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 python3 studies/adapt/run.py --data-dir $G/data --model $G/minilm --bf16 --workers ${WORKERS:-14} --seeds ${SEEDS:-1 2 3} \

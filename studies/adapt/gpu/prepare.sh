@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Build .gpu/ (git-ignored through .git/info/exclude) for a lent GPU: the wheels its image lacks, the data the study
 # reads, the bundled MiniLM's files, and its 87 MB of weights in two parts (one call carries at most 64 MiB).
-# Then, with the device tool (each call's `carry` in brackets; issue B right after A, the machine stays warm 30 s):
-#   call 1 [.gpu/wheels .gpu/data .gpu/minilm .gpu/scripts]: bash .gpu/scripts/setup.sh && python3 benchmarks/gpu.py --out $OUT/gpu.json
-#   call A [.gpu/w1 .gpu/minilm .gpu/data]: mkdir -p /tmp/g && cp .gpu/w1/part1 /tmp/g/ && cp -r .gpu/minilm .gpu/data /tmp/g/
-#   call B [.gpu/w2 .gpu/scripts]: ATTNKIT_COMMIT=$(git rev-parse --short HEAD) DEADLINE=570 bash .gpu/scripts/call2.sh
-# (a later call's tree no longer holds what an earlier call carried: keep what must persist outside the repository)
+# Then, with the device tool, two calls (each call's `carry` in brackets; issue the second at once after the first,
+# the machine stays warm 30 s; together they fit a 15-minute lease with DEADLINE about 545):
+#   call 1 [.gpu/wheels .gpu/data .gpu/minilm .gpu/scripts .gpu/w1]: bash .gpu/scripts/call1.sh
+#   call 2 [.gpu/w2 .gpu/scripts]: ATTNKIT_COMMIT=$(git rev-parse --short HEAD) DEADLINE=545 EXTRA="--methods ..." bash .gpu/scripts/call2.sh
+# then here: cp <files_at>/adapt_records.json studies/adapt/records.json && python studies/adapt/render.py
+# (the tree is about 4.4 MB: call 1 carries about 61 MiB of the 64 allowed)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 mkdir -p .git/info && { grep -q "^/.gpu/" .git/info/exclude 2>/dev/null || echo "/.gpu/" >> .git/info/exclude; }
@@ -19,5 +20,5 @@ cp "$M"/config.json "$M"/tokenizer.json "$M"/tokenizer_config.json "$M"/special_
 head -c 35000000 "$M"/model.safetensors > .gpu/w1/part1
 tail -c +35000001 "$M"/model.safetensors > .gpu/w2/part2
 sha256sum "$M"/model.safetensors | cut -d' ' -f1 > .gpu/minilm.sha256
-cp studies/adapt/gpu/setup.sh studies/adapt/gpu/call2.sh .gpu/scripts/
+cp studies/adapt/gpu/setup.sh studies/adapt/gpu/call1.sh studies/adapt/gpu/call2.sh .gpu/scripts/
 du -sh .gpu/*
