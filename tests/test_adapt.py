@@ -740,3 +740,29 @@ def test_minibert_keeps_softmax_outside_the_sparse_layers():
             out = model(ids, attention_mask=torch.ones_like(ids), output_attentions=True)
         zeros = real_zeros(out.attentions, torch.ones_like(ids))
         assert {l for l in range(2) if zeros[l] > 0} == sparse, (layers, zeros)
+
+
+# ----------------------------------------------------------------------------- --recipe
+
+
+def test_recipe_faithful_trains_1_5_entmax_in_the_last_layer_and_says_so(tiny_bert, data, tmp_path, capsys):
+    from attnkit.analysis.inference import load_for_inference
+    from attnkit.attention.spec import spec_of
+
+    out = tmp_path / "r"
+    assert main(train_args(tiny_bert, data, out, "--recipe", "faithful")) == 0
+    assert "recipe faithful: --attention entmax15 --sparse-layers last" in capsys.readouterr().err
+    cfg = json.loads((out / "run_config.json").read_text())
+    assert (cfg["attention"], cfg["sparse_layers"]) == ("entmax15", "last")
+    _, model, _ = load_for_inference(str(out))
+    assert (spec_of(model.config).attention, spec_of(model.config).sparse_layers) == ("entmax15", "last")
+    # the same options given with the recipe agree with it: the finished run is the same run, kept as it is
+    assert main(train_args(tiny_bert, data, out, "--recipe", "faithful", "--attention", "entmax15")) == 0
+
+
+@pytest.mark.parametrize("extra, needles", [(["--attention", "sparsemax"], ["--attention sparsemax", "recipe faithful"]),
+                                            (["--sparse-layers", "0"], ["--sparse-layers 0", "contradicts"])])
+def test_recipe_refuses_an_option_that_contradicts_it(extra, needles, tiny_bert, data, tmp_path, capsys):
+    assert main(train_args(tiny_bert, data, tmp_path / "o", "--recipe", "faithful", *extra)) == 2
+    one_line_error(capsys, *needles)
+    assert not (tmp_path / "o").exists()

@@ -42,6 +42,7 @@ from attnkit.training.adapt import adapt
 from attnkit.training.config import DEFAULT_MINI_LR, METRICS_FILE, MODEL_DIR, PAPER_EPOCHS, AdaptConfig, PretrainConfig, TrainConfig, check_seed, is_mini_alias
 from attnkit.training.finetune import train
 from attnkit.training.pretrain import pretrain
+from attnkit.training.recipes import apply_recipe, recipe_options
 from attnkit.training.sweep import SWEPT, run_sweep
 
 
@@ -65,6 +66,7 @@ def refuse_ignored(ignored: list[str]) -> None:
 
 def train_config(a) -> TrainConfig:
     """The TrainConfig of ``attnkit train``'s (or ``sweep``'s) arguments."""
+    apply_recipe(a)  # --recipe fills the options it names where they were left out
     cfg = _train_config(a)
     ignored = map_options_ignored(a, cfg.attention, lam=getattr(a, "command", "train") == "train")
     if cfg.blur == "none" and (a.blur_size is not None or a.blur_sigma is not None):
@@ -165,6 +167,8 @@ def _blur_note(cfg: TrainConfig) -> None:
 
 def cmd_train(a) -> int:
     cfg = train_config(a)
+    if a.recipe and int(os.environ.get("RANK", "0")) == 0:
+        print(f"[attnkit] recipe {a.recipe}: {recipe_options(a.recipe)}", file=sys.stderr)
     cfg.validate()  # settings, attention and lam before any heavy work
     if not is_mini_alias(cfg.model):  # the model folder it starts from, before the data is read
         check_model_folder(resolve_model(cfg.model), weights=not cfg.from_scratch, tokenizer=True)

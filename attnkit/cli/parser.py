@@ -9,6 +9,7 @@ import re
 
 from attnkit.attention.names import KINDS, NORMALISER_NAMES
 from attnkit.training.config import ADAPT_ATTENTIONS, DEFAULT_MINI_LR, DEFAULT_VOCAB, HEAD_MODES, SCORE_SCALES, AdaptConfig, PretrainConfig, TrainConfig
+from attnkit.training.recipes import RECIPES, recipe_options
 
 PRETRAIN_DOC = """MiniBERT on a task's own text.
 
@@ -293,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="fine-tune an encoder with softmax or sparse attention")
     add_train_options(t)
+    t.add_argument("--recipe", default=None, choices=list(RECIPES),
+                   help="; ".join(f"{n}: {recipe_options(n)} ({what})" for n, (_, what) in RECIPES.items())
+                   + "; fills only the options you leave out, refuses one you give with another value")
     w = sub.add_parser("sweep", help="train every (lam, seed) cell (or (alpha, seed)) and a softmax baseline per seed; plot metric and support against lam")
     swept = w.add_mutually_exclusive_group(required=True)
     swept.add_argument("--lams", nargs="+", type=float, help="sparsegen-lin lam values (< 1, each once), e.g. -8 -6 -4 -2 0")
