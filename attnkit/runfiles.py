@@ -45,6 +45,11 @@ OUTPUT_LEDGER = ".attnkit-outputs.json"
 REPLACED_PREFIX = ".replaced-"
 
 
+def is_main_process() -> bool:
+    """Whether this process writes and prints for the run: always alone, rank 0 under ``torchrun``/``accelerate launch``."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """``text`` at ``path`` (UTF-8; its folder made if missing), through a temporary file and ``os.replace``.
     An error names ``path``, never the temporary file."""

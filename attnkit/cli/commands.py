@@ -28,7 +28,8 @@ from attnkit.models.build import MINI_MODEL_TYPE, check_max_length, check_model_
 from attnkit.models.freeze import parse_groups
 from attnkit.models.pooling import head_of
 from attnkit.runfiles import (
-    RUN_RECORD, WRITTEN_BY, check_not_input, check_output_file, check_side_file, folder_lock, make_way, record_output,
+    RUN_RECORD, WRITTEN_BY, check_not_input, check_output_file, check_side_file, folder_lock, is_main_process, make_way,
+    record_output,
     write_json_atomic, write_text_atomic,
 )
 from attnkit.tasks import default_data_dir, is_qa_task, load_task
@@ -161,13 +162,13 @@ def prepare_model_length(a) -> None:
 def _blur_note(cfg: TrainConfig) -> None:
     """Say so on stderr (once, on the main process) when the blur asked for does not blur."""
     note = cfg.spec().blur_note()
-    if note and int(os.environ.get("RANK", "0")) == 0:
+    if note and is_main_process():
         print(f"[attnkit] note: {note}", file=sys.stderr)
 
 
 def cmd_train(a) -> int:
     cfg = train_config(a)
-    if a.recipe and int(os.environ.get("RANK", "0")) == 0:
+    if a.recipe and is_main_process():
         print(f"[attnkit] recipe {a.recipe}: {recipe_options(a.recipe)}", file=sys.stderr)
     cfg.validate()  # settings, attention and lam before any heavy work
     if not is_mini_alias(cfg.model):  # the model folder it starts from, before the data is read
@@ -179,7 +180,7 @@ def cmd_train(a) -> int:
         check_se_ratio(cfg.head(), model=cfg.model)
     _blur_note(cfg)
     metrics = train(cfg)
-    if int(os.environ.get("RANK", "0")) != 0:
+    if not is_main_process():
         return 0
     out = Path(cfg.output_dir)
     if metrics.get("already_complete"):
@@ -634,7 +635,7 @@ def cmd_adapt(a) -> int:
     if cfg.attention == "entmax-alpha" and cfg.alpha <= 1.01:
         raise UserError(f"--alpha {cfg.alpha:g}: the anneal starts at alpha 1.01; give a target above it (1.5: 1.5-entmax)")
     m = adapt(cfg)
-    if int(os.environ.get("RANK", "0")) != 0:
+    if not is_main_process():
         return 0
     out = Path(cfg.output_dir)
     if m.get("already_complete"):

@@ -27,7 +27,7 @@ from attnkit.models.build import check_max_length, check_weights_file, resolve_m
 from attnkit.models.pooling import layer_weight_parameters
 from attnkit.errors import UserError
 from attnkit.runfiles import (
-    LOCK_FILE, REPLACED_PREFIX, RUN_RECORD, WRITTEN_BY, folder_is_as_written, folder_lock,
+    LOCK_FILE, REPLACED_PREFIX, RUN_RECORD, WRITTEN_BY, folder_is_as_written, folder_lock, is_main_process,
     make_way, read_folder_manifest, replaced_folder, set_aside, write_folder_manifest, write_json_atomic,
 )
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig, option_name
@@ -138,7 +138,7 @@ def read_record(out: Path) -> dict | None:
 
 def write_record(out: Path, rec: dict) -> None:
     """Write the run's record (rank 0 of a multi-process run only)."""
-    if int(os.environ.get("RANK", "0")) == 0:
+    if is_main_process():
         write_json_atomic(Path(out) / RUN_RECORD, rec)
 
 
@@ -280,7 +280,7 @@ def run_folder(out: Path, option: str = "--output-dir"):
                          "there when it starts; a model/ or checkpoint-* folder is no proof): pick a new or empty folder")
     made = first_missing(out)
     out.mkdir(parents=True, exist_ok=True)
-    rank0 = int(os.environ.get("RANK", "0")) == 0
+    rank0 = is_main_process()
     try:
         with folder_lock(out) if rank0 else contextlib.nullcontext():
             if rank0:
@@ -567,7 +567,7 @@ def prepare_output(cfg, out: Path, keep: tuple = ("mini_init",)) -> None:
         aside = move_aside(out, keep)
         if aside is not None:
             log.warning("--no-resume: the earlier run in %s was moved aside to %s", out, aside)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if is_main_process():
         rec = read_record(out) if cfg.resume else None
         command = {"PretrainConfig": "attnkit pretrain", "AdaptConfig": "attnkit adapt"}.get(type(cfg).__name__, "attnkit train")
         rec = start_record(out, command) if rec is None else rec | {"finished": False}
@@ -734,7 +734,7 @@ def fit(trainer, cfg: TrainConfig):
         result = trainer.train(resume_from_checkpoint=resume)
     except BaseException as e:
         pending = recorder.saving
-        if pending is None or int(os.environ.get("RANK", "0")) != 0:
+        if pending is None or not is_main_process():
             raise
         shutil.rmtree(out / pending, ignore_errors=True)  # listed as this run's before it was written: half of it is no use
         rec = read_record(out)

@@ -69,8 +69,9 @@ def crosses(cells: dict, task: str, method: str, base: str) -> bool:
     return any(a[s].get("machine") != b[s].get("machine") for s in set(a) & set(b))
 
 
-def _mark(text: str, cross: bool) -> str:
-    return f"{text} ‡" if cross and text else text
+def cell(test, cells: dict, task: str, method: str, base: str) -> str:
+    """A paired cell against ``base``, marked ‡ where its pairs span two machines."""
+    return format_paired(test) + (" ‡" if crosses(cells, task, method, base) else "")
 
 
 def mean_nonzeros(r: dict) -> float | None:
@@ -102,12 +103,12 @@ def accuracy_table(recs: list[dict]) -> str:
             rs = cells[(task, m)]
             second = ""
             if m in SECOND and (task, SECOND[m]) in cells:
-                second = _mark(format_paired(paired_test([100 * d for d in paired(cells, task, m, SECOND[m], lambda r: r["test_accuracy"])])),
-                               crosses(cells, task, m, SECOND[m]))
+                second = cell(paired_test([100 * d for d in paired(cells, task, m, SECOND[m], lambda r: r["test_accuracy"])]),
+                              cells, task, m, SECOND[m])
             nz = [mean_nonzeros(r) for r in rs.values()]
             zs = [sparse_zero_share(r) for r in rs.values()]
             lines.append(f"| {TASK_NAMES[task]} | {m} | {len(rs)} | {_ms([r['test_accuracy'] for r in rs.values()])} | "
-                         f"{'' if m == 'softmax' else _mark(format_paired(t), crosses(cells, task, m, 'softmax'))} | {second} | {_ms(nz, 1.0, 1)} | {_ms(zs)}% |")
+                         f"{'' if m == 'softmax' else cell(t, cells, task, m, 'softmax')} | {second} | {_ms(nz, 1.0, 1)} | {_ms(zs)}% |")
     return "\n".join(lines) + "\n"
 
 
@@ -140,8 +141,8 @@ def faithfulness_table(recs: list[dict]) -> str:
             rs = [r for r in cells[(task, m)].values() if "faithfulness" in r]
             row = f"| {TASK_NAMES[task]} | {m} | {len(rs)} |"
             for val, tests, second in cols:
-                first = '' if m == 'softmax' else _mark(format_paired(tests[i]), crosses(cells, task, m, 'softmax'))
-                other = '' if second[i] is None else _mark(format_paired(second[i]), crosses(cells, task, m, SECOND[m]))
+                first = '' if m == 'softmax' else cell(tests[i], cells, task, m, 'softmax')
+                other = '' if second[i] is None else cell(second[i], cells, task, m, SECOND[m])
                 row += f" {_ms([val(r) for r in rs])} | {first} | {other} |"
             ig = [r["faithfulness"]["explanations"]["integrated_gradients"]["aopc_comprehensiveness"] for r in rs
                   if "integrated_gradients" in r["faithfulness"]["explanations"]]
