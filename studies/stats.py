@@ -42,23 +42,30 @@ def read_records(path: Path) -> list[dict]:
     return json.loads(path.read_text()) if path.is_file() else []
 
 
-def add_record(path: Path, rec: dict, key: tuple[str, ...] = ("task", "method", "seed"), then=None) -> list[dict]:
-    """Add (or replace) the record with ``rec``'s ``key`` under the lock; ``then(records)`` runs still holding it."""
-    with locked(path):
-        recs = [r for r in read_records(path) if tuple(r[k] for k in key) != tuple(rec[k] for k in key)]
-        recs.append(rec)
-        recs.sort(key=lambda r: tuple(r[k] for k in key))
-        write_records(path, recs)
-        if then is not None:
-            then(recs)
-        return recs
-
-
 def write_records(path: Path, recs: list[dict]) -> None:
     """Replace the records file atomically (call with the lock held)."""
     from attnkit.runfiles import write_text_atomic
 
     write_text_atomic(path, json.dumps(recs, indent=1) + "\n")
+
+
+def replace_record(path: Path, rec: dict, same, order, then=None, write=write_records) -> list[dict]:
+    """Under the lock: drop the records ``same(old, rec)`` calls the same cell, add ``rec``, sort by ``order``, write;
+    ``then(records)`` runs still holding the lock."""
+    with locked(path):
+        recs = sorted([r for r in read_records(path) if not same(r, rec)] + [rec], key=order)
+        write(path, recs)
+        if then is not None:
+            then(recs)
+        return recs
+
+
+def add_record(path: Path, rec: dict, key: tuple[str, ...] = ("task", "method", "seed"), then=None) -> list[dict]:
+    """Add (or replace) the record with ``rec``'s ``key`` under the lock; ``then(records)`` runs still holding it."""
+    def k(r):
+        return tuple(r[f] for f in key)
+
+    return replace_record(path, rec, lambda old, new: k(old) == k(new), k, then)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -43,6 +43,8 @@ ROOT = HERE.parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from studies.stats import read_records  # noqa: E402  (records are read and replaced under one lock: studies.stats)
+
 #: the study's sets: where 1.5-entmax loses (SST-1, SST-2, SenTube-A) and SemEval-2013, in the order they are run
 TASKS = ("sst2-ptb", "sentube-auto", "sst5-phrases", "semeval2013")
 #: the sets whose test texts the faithfulness measures are taken on
@@ -207,19 +209,17 @@ def machine() -> str:
     return s
 
 
-def read_records(path: Path) -> list[dict]:
-    return json.loads(path.read_text()) if path.is_file() else []
-
-
 def add_record(path: Path, rec: dict) -> None:
     from attnkit.runfiles import write_json_atomic
+    from studies.stats import replace_record
 
-    # a cell's record replaces its older one; an adapted encoder made again on another machine (a lent GPU keeps no
-    # files) is kept beside the earlier making, which the fine-tuning runs on that machine used
-    recs = [r for r in read_records(path) if not same_cell(r, rec)] + [rec]
-    recs.sort(key=lambda r: (r["kind"], r.get("task", ""), r.get("method", r.get("attention", "")), r["seed"]))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, recs)
+    # a cell's record replaces its older one (under the records' lock); an adapted encoder made again on another
+    # machine (a lent GPU keeps no files) is kept beside the earlier making, which the fine-tuning runs there used
+    replace_record(path, rec, same_cell, order, write=write_json_atomic)
+
+
+def order(r: dict) -> tuple:
+    return (r["kind"], r.get("task", ""), r.get("method", r.get("attention", "")), r["seed"])
 
 
 def same_cell(r: dict, rec: dict) -> bool:
