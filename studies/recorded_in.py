@@ -161,6 +161,13 @@ def spans(a: str, b: str) -> bool:
     return a != b and bool(git("diff", "--name-only", a, b, "--", ATTENTION_CODE).strip())
 
 
+def label(rec: dict) -> str:
+    """A record's cell within its (task, seed) group: its method or variant, else MiniBERT's kind/mode/shape."""
+    if rec.get("method") or rec.get("variant"):
+        return str(rec.get("method") or rec.get("variant"))
+    return "/".join(str(rec[k]) for k in ("kind", "mode", "layers", "heads", "head_mode", "attention") if k in rec) or "?"
+
+
 def pair_report(path: Path) -> tuple[int, list[str]]:
     """How many (task, seed) groups the file has, and those whose runs started on commits that differ in the
     attention code (each with the methods/variants on each side)."""
@@ -174,7 +181,7 @@ def pair_report(path: Path) -> tuple[int, list[str]]:
         if len(commits) > 1 and any(spans(commits[0], c) for c in commits[1:]):
             sides = {}
             for rec in recs:
-                sides.setdefault((run_commit(rec) or "?")[:8], []).append(str(rec.get("method") or rec.get("variant")))
+                sides.setdefault((run_commit(rec) or "?")[:8], []).append(label(rec))
             bad.append(f"{task} seed {seed}: " + "; ".join(f"{c}: {', '.join(sorted(m))}" for c, m in sorted(sides.items())))
     return len(groups), bad
 

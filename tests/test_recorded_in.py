@@ -92,3 +92,26 @@ def test_fill_keeps_the_files_layout(repo):
     ri.fill(path)
     filled = json.loads(path.read_text())
     assert path.read_text() == json.dumps(filled, indent=2, sort_keys=True) + "\n"
+
+
+def test_pairs_report_the_groups_whose_runs_started_on_different_attention_code(repo):
+    code = repo / "attnkit" / "attention" / "maps.py"
+    code.parent.mkdir(parents=True)
+    code.write_text("v = 1\n")
+    (repo / "README").write_text("a\n")
+    git(repo, "add", "-A"), git(repo, "commit", "-qm", "one")
+    one = git(repo, "rev-parse", "HEAD")
+    (repo / "README").write_text("b\n")
+    git(repo, "commit", "-qam", "docs only")
+    docs = git(repo, "rev-parse", "HEAD")
+    code.write_text("v = 2\n")
+    git(repo, "commit", "-qam", "the map changes")
+    two = git(repo, "rev-parse", "HEAD")
+    recs = [{"task": "t", "seed": 1, "method": "softmax", "provenance": {"git_commit": one}},
+            {"task": "t", "seed": 1, "method": "SSAF", "provenance": {"git_commit": docs}},  # same attention code
+            {"task": "t", "seed": 2, "method": "softmax", "provenance": {"git_commit": one}},
+            {"task": "t", "seed": 2, "method": "SSAF", "provenance": {"git_commit": two}}]
+    path = repo / "r.json"
+    path.write_text(json.dumps(recs))
+    n, spans = ri.pair_report(path)
+    assert n == 2 and len(spans) == 1 and spans[0].startswith("t seed 2:") and "SSAF" in spans[0]
