@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import subprocess
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -30,14 +29,15 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from attnkit.runfiles import write_text_atomic  # noqa: E402
-from studies.stats import locked, read_records, write_records  # noqa: E402
+from studies.stats import _git, locked, read_records  # noqa: E402
 
 FIELD = "recorded_in"
 ATTENTION_CODE = "attnkit/attention"
 
 
 def git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    """studies.stats' git runner in this repository ("" where git fails: a commit without the file, no git)."""
+    return _git(list(args), ROOT) or ""
 
 
 def record_files() -> list[Path]:
@@ -80,7 +80,7 @@ def first_commits(path: Path) -> dict[str, str]:
     for commit, rel in history(path):
         try:
             data = json.loads(git("show", f"{commit}:{rel}"))
-        except (subprocess.CalledProcessError, json.JSONDecodeError):
+        except json.JSONDecodeError:
             continue
         for rec in data if isinstance(data, list) else []:
             if isinstance(rec, dict):
@@ -116,12 +116,6 @@ def head_at(when: dt.datetime) -> str | None:
     return before[-1] if before else None
 
 
-def origin(rec: dict) -> dict:
-    """``recorded_in`` for one record (its first commit filled by :func:`fill`)."""
-    start = started(rec)
-    return {"first_commit": None, "head_at_start": head_at(start) if start else None}
-
-
 def fill(path: Path) -> int:
     """Write ``recorded_in`` into the records of ``path`` that have neither it nor a provenance; how many."""
     firsts = first_commits(path)
@@ -131,7 +125,8 @@ def fill(path: Path) -> int:
         for rec in recs:
             if has_origin(rec):
                 continue
-            rec[FIELD] = {**origin(rec), "first_commit": firsts.get(canonical(rec))}
+            start = started(rec)
+            rec[FIELD] = {"first_commit": firsts.get(canonical(rec)), "head_at_start": head_at(start) if start else None}
             n += rec[FIELD]["first_commit"] is not None
         if n:
             write_like(path, recs)
@@ -141,14 +136,12 @@ def fill(path: Path) -> int:
 def write_like(path: Path, recs: list[dict]) -> None:
     """Write the records back in the file's own layout (its indent; keys sorted where they were, as attnkit sweep
     writes them), so that the change is the new field alone."""
-    lines = path.read_text().splitlines()
+    text = path.read_text()
+    lines = text.splitlines()
     indent = len(lines[1]) - len(lines[1].lstrip()) if len(lines) > 1 else 1
-    old = json.loads(path.read_text())
+    old = json.loads(text)
     keys = [k for k in old[0] if k != FIELD] if old else []
-    if keys != sorted(keys):
-        write_records(path, recs) if indent == 1 else write_text_atomic(path, json.dumps(recs, indent=indent) + "\n")
-    else:
-        write_text_atomic(path, json.dumps(recs, indent=indent, sort_keys=True) + "\n")
+    write_text_atomic(path, json.dumps(recs, indent=indent, sort_keys=keys == sorted(keys)) + "\n")
 
 
 def run_commit(rec: dict) -> str | None:
@@ -156,6 +149,7 @@ def run_commit(rec: dict) -> str | None:
     return (rec.get("provenance") or {}).get("git_commit") or (rec.get(FIELD) or {}).get("head_at_start")
 
 
+@lru_cache(maxsize=None)
 def spans(a: str, b: str) -> bool:
     """Whether the attention code differs between two commits."""
     return a != b and bool(git("diff", "--name-only", a, b, "--", ATTENTION_CODE).strip())
