@@ -1,5 +1,6 @@
-"""What a run folder holds, and how its files are written: atomically, so a killed run never leaves half a file,
-and never over a file of the user's (side files are checked, see :func:`check_side_file`).
+"""What a run folder holds, and how its files are written: atomically, so a killed run never leaves half a file, a
+command's several outputs together (:func:`output_batch`), and never over a file of the user's (side files are
+checked, see :func:`check_side_file`).
 
     <output-dir>/model/               the trained model (MODEL_DIR), with RUN_INFO beside its config.json
     <output-dir>/metrics.json         every metric the run printed (METRICS_FILE)
@@ -10,13 +11,18 @@ and never over a file of the user's (side files are checked, see :func:`check_si
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import itertools
 import json
+import math
 import os
+import stat
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
-from attnkit.errors import UserError
+from attnkit.errors import DataFormatError, UserError
 
 #: the folder of a run (`attnkit train` / `pretrain`) that holds its model
 MODEL_DIR = "model"
@@ -45,6 +51,54 @@ OUTPUT_LEDGER = ".attnkit-outputs.json"
 REPLACED_PREFIX = ".replaced-"
 
 
+_JSON_KINDS = {dict: "a JSON object", list: "a JSON array"}
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON", expect: type | None = dict):
+    """The JSON value in the file at ``path`` (UTF-8, a BOM allowed). Text that is not JSON, not UTF-8, or not of the
+    ``expect``-ed type is a DataFormatError naming the file, the line (from json's error) and ``what`` the file should
+    hold ("attnkit's record of a run"); an OS error (a missing file) is raised as it is."""
+    path = Path(path)
+    raw = path.read_bytes()
+    try:
+        value = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as e:
+        raise DataFormatError(path, raw[: e.start].count(b"\n") + 1, f"not UTF-8 text (byte {raw[e.start:e.start + 1]!r}): "
+                              f"expected {what}") from None
+    except json.JSONDecodeError as e:
+        raise DataFormatError(path, e.lineno, f"not valid JSON ({e.msg}, column {e.colno}): expected {what}") from None
+    except RecursionError:
+        raise DataFormatError(path, None, f"JSON nested too deeply to read: expected {what}") from None
+    if expect is not None and not isinstance(value, expect):
+        found = next((k for t, k in _JSON_KINDS.items() if isinstance(value, t)), f"a JSON {type(value).__name__}")
+        raise DataFormatError(path, None, f"expected {what} ({_JSON_KINDS.get(expect, expect.__name__)}), found {found}")
+    return value
+
+
+def path_problem(path: str | os.PathLike, want: str = "file") -> str:
+    """What is wrong with ``path`` as a ``want`` ("file", "folder", or "any") to read, in words that follow the path
+    ("does not exist", "is a symlink loop", "is a file, not a folder", ...); "" where nothing is."""
+    p = Path(path).expanduser()
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        if p.is_symlink():
+            return f"is a broken symlink (it points to {os.readlink(p)}, which does not exist)"
+        return "does not exist"
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "leads into a symlink loop (links that lead back to themselves), so it cannot be read"
+        if e.errno == errno.ENOTDIR:
+            parent = next((q for q in reversed(p.parents) if q.is_file()), None)
+            return f"cannot exist: {parent} is a file, not a folder" if parent else "cannot exist (a folder on its way is a file)"
+        return f"cannot be read ({e.strerror or e})"
+    if want == "folder" and not stat.S_ISDIR(mode):
+        return "is a file, not a folder"
+    if want == "file" and stat.S_ISDIR(mode):
+        return "is a folder, not a file"
+    return ""
+
+
 def is_main_process() -> bool:
     """Whether this process writes and prints for the run: always alone, rank 0 under ``torchrun``/``accelerate launch``."""
     return int(os.environ.get("RANK", "0")) == 0
@@ -58,24 +112,108 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+#: the ways out of a write that failed for want of room or rights, by errno
+_WAY_OUT = {
+    errno.ENOSPC: "(a full disk): free some space, or name a folder on another disk",
+    errno.EDQUOT: "(over the disk quota): free some space, or name a folder on another disk",
+    errno.EFBIG: "(over the file-size limit, ulimit -f, or the file system's): raise the limit, or name a folder on another disk",
+    errno.EROFS: "(a read-only folder): name a writable folder",
+    errno.EACCES: "(no write permission there): name a writable folder",
+}
+#: the batch of outputs the running command is writing (see :func:`output_batch`); None outside one
+_BATCH: ContextVar[OutputBatch | None] = ContextVar("attnkit_output_batch", default=None)
+_TMP_SERIAL = itertools.count()
+
+
+def write_error(path: str | os.PathLike, e: OSError) -> UserError:
+    """The one line for an OS error while writing ``path``, the file the user named or attnkit chose (never the
+    temporary file beside it): its reason and, for a full disk, a quota, a size limit or a read-only folder, the way out."""
+    why = e.strerror or str(e)
+    hint = _WAY_OUT.get(e.errno)
+    return UserError(f"cannot write {path}: {why}" + (f" {hint}" if hint else ""))
+
+
+class OutputBatch:
+    """The outputs of one command (see :func:`output_batch`): each written to a temporary file beside its target,
+    all renamed into place at the end, or all removed if any write fails."""
+
+    def __init__(self):
+        self.staged: dict[Path, Path] = {}  # target -> its written temporary file
+        self.after: list = []  # calls to make once every file is in place (the ledger's records)
+
+    def stage(self, tmp: Path, path: Path) -> None:
+        old = self.staged.pop(path, None)
+        if old is not None and old != tmp:
+            old.unlink(missing_ok=True)
+        self.staged[path] = tmp
+
+    def commit(self) -> None:
+        for path in self.staged:  # a folder put at a target meanwhile: refused before any file is replaced
+            if path.is_dir():
+                raise write_error(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
+        while self.staged:
+            path, tmp = next(iter(self.staged.items()))
+            try:
+                os.replace(tmp, path)
+            except OSError as e:
+                raise write_error(path, e) from None
+            del self.staged[path]
+
+    def discard(self) -> None:
+        for tmp in self.staged.values():
+            tmp.unlink(missing_ok=True)
+        self.staged.clear()
+
+
+@contextmanager
+def output_batch():
+    """Write a command's outputs together: inside the block every file written through :func:`atomic_path` (and so
+    :func:`write_text_atomic`, :func:`write_json_atomic` and the figures) goes to a temporary file beside its target,
+    and all of them are renamed into place when the block ends; if anything in the block fails, every temporary file
+    is removed and every earlier output is left as it was. :func:`record_output` waits for the renames. A batch
+    inside a batch is the outer one."""
+    if _BATCH.get() is not None:
+        yield _BATCH.get()
+        return
+    batch = OutputBatch()
+    token = _BATCH.set(batch)
+    try:
+        yield batch
+        _BATCH.reset(token)
+        token = None
+        batch.commit()
+    finally:
+        if token is not None:
+            _BATCH.reset(token)
+        batch.discard()
+    for call in batch.after:
+        call()
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike):
-    """Yield a temporary path beside ``path`` to write to; on success it replaces ``path`` in one step, on failure it
-    is removed and ``path`` is left as it was. Missing folders are made; an OS error names ``path``."""
+    """Yield a temporary path beside ``path`` to write to; on success it replaces ``path`` in one step (inside an
+    :func:`output_batch`: when the batch ends), on failure it is removed and ``path`` is left as it was. Missing
+    folders are made; an OS error names ``path``."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{next(_TMP_SERIAL)}")
+    batch, staged = _BATCH.get(), False
     try:
         if path.is_dir():
-            raise IsADirectoryError(21, "Is a directory")
+            raise IsADirectoryError(errno.EISDIR, "Is a directory")
         if path.exists() and not path.is_file():
             raise UserError(_special_file(path))
         path.parent.mkdir(parents=True, exist_ok=True)
         yield tmp
-        os.replace(tmp, path)
+        if batch is None:
+            os.replace(tmp, path)
+        else:
+            batch.stage(tmp, path)
+            staged = True
     except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+        raise write_error(path, e) from None
     finally:
-        if tmp.exists():
+        if not staged and tmp.exists():
             tmp.unlink()
 
 
@@ -87,8 +225,51 @@ def _special_file(path: Path) -> str:
 
 
 def write_json_atomic(path: str | os.PathLike, obj) -> None:
-    """``obj`` as indented JSON at ``path``, through a temporary file and ``os.replace``."""
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    """``obj`` as indented JSON at ``path``, through a temporary file and ``os.replace``. Strict JSON: a NaN or infinite
+    number is refused (ValueError naming where it is), never written; :func:`finite_record` turns them into nulls."""
+    try:
+        text = json.dumps(obj, indent=2, sort_keys=True, default=str, allow_nan=False)
+    except ValueError:
+        where = ", ".join(non_finite_places(obj)[:3])
+        raise ValueError(f"{path}: not written, it would hold a number that is not finite ({where}); JSON has no NaN "
+                         "or infinity") from None
+    write_text_atomic(path, text + "\n")
+
+
+#: the key under which :func:`finite_record` says which numbers it replaced by null, and what they were
+NON_FINITE_KEY = "non_finite"
+
+
+def non_finite_places(obj, where: str = "") -> list[str]:
+    """Where ``obj`` (JSON-like: dicts, lists, numbers) holds NaN or an infinity, and what: ``["log_history[3].grad_norm:
+    inf"]``."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return [f"{where or 'the value'}: {obj}"]
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in non_finite_places(v, f"{where}.{k}" if where else str(k))]
+    if isinstance(obj, (list, tuple)):
+        return [p for i, v in enumerate(obj) for p in non_finite_places(v, f"{where}[{i}]")]
+    return []
+
+
+def _nulled(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _nulled(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nulled(v) for v in obj]
+    return obj
+
+
+def finite_record(record: dict) -> dict:
+    """``record`` with each NaN or infinite number in it replaced by null, and under :data:`NON_FINITE_KEY` where each
+    was and what it was (``"log_history[3].grad_norm: inf"``), so that it can be written as strict JSON and still say
+    what was not a number. ``record`` itself where it holds none."""
+    places = non_finite_places(record)
+    if not places:
+        return record
+    return _nulled(record) | {NON_FINITE_KEY: list(record.get(NON_FINITE_KEY) or []) + places}
 
 
 def written_by_attnkit(path: str | os.PathLike) -> bool:
@@ -99,7 +280,7 @@ def written_by_attnkit(path: str | os.PathLike) -> bool:
     try:
         suffix = path.suffix.lower()
         if suffix == ".json":
-            d = json.loads(path.read_text(encoding="utf-8"))
+            d = read_json(path, expect=None)
             if isinstance(d, dict) and str(d.get(WRITTEN_BY, "")).startswith("attnkit"):
                 return True
         elif suffix == ".png":
@@ -126,7 +307,7 @@ def _sha256(path: Path) -> str:
 
 def _read_ledger(folder: Path) -> dict:
     try:
-        d = json.loads((folder / OUTPUT_LEDGER).read_text(encoding="utf-8"))
+        d = read_json(folder / OUTPUT_LEDGER, "attnkit's ledger of outputs", expect=None)
     except (OSError, ValueError):
         return {}
     files = d.get("files") if isinstance(d, dict) and str(d.get(WRITTEN_BY, "")).startswith("attnkit") else None
@@ -146,6 +327,10 @@ def record_output(path: str | os.PathLike, by: str) -> None:
     at ``path`` as it is now, so that a later run of the same command may replace it (a file whose format cannot carry
     a mark: TSV, JSON lines). A ledger that cannot be written is no error: the output is written, only not marked."""
     path = Path(path)
+    batch = _BATCH.get()
+    if batch is not None:  # the file is not in place yet: recorded once the batch is
+        batch.after.append(lambda: record_output(path, by))
+        return
     files = _read_ledger(path.parent)
     files[path.name] = {"size": path.stat().st_size, "sha256": _sha256(path), "by": by}
     try:
@@ -213,7 +398,7 @@ def write_folder_manifest(folder: str | os.PathLike, by: str, complete: bool = T
 def read_folder_manifest(folder: str | os.PathLike) -> dict | None:
     """The manifest attnkit wrote into ``folder``, or None if there is none (or it is not attnkit's)."""
     try:
-        d = json.loads((Path(folder) / FOLDER_MANIFEST).read_text(encoding="utf-8"))
+        d = read_json(Path(folder) / FOLDER_MANIFEST, "attnkit's manifest of a model folder", expect=None)
     except (OSError, ValueError):
         return None
     return d if isinstance(d, dict) and str(d.get(WRITTEN_BY, "")).startswith("attnkit") else None

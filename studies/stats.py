@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 from attnkit.analysis.stats import (  # noqa: F401  (the verdict code lives in the package: attnkit sweep uses it too)
-    MIN_SEEDS, VERDICTS, Family, PairedTest, family_verdicts, format_p, format_paired, holm, paired, paired_test, rule_text,
+    MARGIN, MIN_SEEDS, VERDICTS, Family, PairedTest, family_verdicts, format_p, format_paired, holm, paired, paired_test, rule_text,
     verdicts_by_family,
 )
 
@@ -77,6 +77,50 @@ def mean_sd(xs: list[float]) -> str:
         return "—"
     sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
     return f"{statistics.mean(xs):.1f} ± {sd:.1f}"
+
+
+def run_setting(r: dict) -> str:
+    """One record's machine and arithmetic as a table header names them, from the record's own fields: ``machine``,
+    ``precision`` (or an older ``bf16`` flag; fp32 where neither is recorded: attnkit's default, and the only arithmetic
+    before ``--bf16`` existed) and ``torch_threads``."""
+    precision = r.get("precision") or ("bf16" if r.get("bf16") else "fp32")
+    parts = [r.get("machine") or "machine not recorded", precision]
+    threads = r.get("torch_threads")
+    if threads:
+        parts.append(f"{threads} torch thread{'s' * (threads != 1)} per run")
+    return ", ".join(parts)
+
+
+def run_settings(recs: list[dict]) -> str:
+    """Where and in what arithmetic ``recs`` ran, read from the records (never assumed): the one setting they share,
+    or each setting with its count of records, the most frequent first."""
+    counts: dict[str, int] = {}
+    for r in recs:
+        counts[run_setting(r)] = counts.get(run_setting(r), 0) + 1
+    if not counts:
+        return "no records"
+    if len(counts) == 1:
+        return next(iter(counts))
+    return "; ".join(f"{k} ({n} record{'s' * (n != 1)})" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+#: The one Holm family rule of every study table: a family is the comparisons that answer one question against one
+#: baseline on one set (and, where a table has several, for one ranking and measure). 1.5-entmax in the last layer only
+#: (``entmax15-last``, ``attnkit train --recipe faithful``) answers another question than the methods beside it (is the
+#: recipe as accurate as softmax, and more faithful?), so in every table it is a family of its own: each of its
+#: comparisons is tested alone, and adding it to a table moves no other method's verdict.
+RECIPE = "entmax15-last"
+OWN_FAMILY = frozenset({RECIPE})
+#: the clause a table header adds to its Holm sentence
+OWN_FAMILY_TEXT = "entmax15-last, the recipe (1.5-entmax in the last layer only, `--recipe faithful`), is a family of its own"
+
+
+def family_key(key, method: str):
+    """The Holm family of ``method``'s comparison, given the key of the table's family for it: ``key`` itself, or, for
+    a method of :data:`OWN_FAMILY`, ``key`` with the method added (a family of its own)."""
+    if key is None:
+        return None
+    return (*key, method) if method in OWN_FAMILY else key
 
 
 def verdict(diffs: list[float]) -> str:

@@ -131,3 +131,18 @@ def require_shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared datasets not found at {SHARED_DATA}: these tests read ../shared/data next to the repo")
     return SHARED_DATA
+
+
+def one_line_error(capsys, *needles) -> str:
+    """The command's error: one line (progress bars of the steps before it aside) holding every needle."""
+    err = capsys.readouterr().err
+    lines = [l for l in err.replace("\r", "\n").splitlines() if l.startswith("attnkit ")]
+    assert len(lines) == 1 and " error: " in lines[0], err
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (hidden ones and temporaries included) with its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}

@@ -220,7 +220,7 @@ def test_sst5_bad_tree_names_file_and_line(tmp_path):
 def semeval_dir(tmp_path, train, dev=None, test="9\t1\tneutral\tok then\n"):
     d = tmp_path / "semeval2013_taskB"
     write(d / "train.tsv", train)
-    write(d / "dev.tsv", dev if dev is not None else train)
+    write(d / "dev.tsv", dev if dev is not None else '1\t9\t"positive"\ta dev tweet\n')  # not train's: that is refused
     write(d / "test.tsv", test)
     return tmp_path
 
@@ -259,11 +259,11 @@ def test_semeval_errors(tmp_path, train, pattern):
 def test_sentube_removes_every_feff(tmp_path):
     for split in ("train", "dev", "test"):
         write(tmp_path / "sentube/tablets" / split / "pos.txt", "nice\ufeff car\ufeff\n\ufeff\n\n  good bit\ufeff.  \ufeff\n")
-        write(tmp_path / "sentube/tablets" / split / "neg.txt", "\ufeffbad\ufeff engine\n")
-    t = load_task("sentube-tablets", tmp_path)
+        write(tmp_path / "sentube/tablets" / split / "neg.txt", "\ufeffbad\ufeff engine\n" + ("dull\ufeff screen\n" if split == "train" else ""))
+    t = load_task("sentube-tablets", tmp_path)  # (dev and test the very examples of train would be refused)
     assert t.label_names == ["negative", "positive"]
-    assert rows(t, "train") == [("bad engine", 0), ("nice car", 1), ("good bit.", 1)]  # neg first, FEFF-only line skipped
-    assert rows(t, "validation") == rows(t, "test") == rows(t, "train")
+    assert rows(t, "validation") == [("bad engine", 0), ("nice car", 1), ("good bit.", 1)]  # neg first, FEFF-only line skipped
+    assert rows(t, "test") == rows(t, "validation") and rows(t, "train") == [("bad engine", 0), ("dull screen", 0)] + rows(t, "test")[1:]
     assert t.name == "sentube-tablets"
 
 

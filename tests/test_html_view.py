@@ -62,3 +62,33 @@ def test_page_renders_in_a_headless_browser(tmp_path, sparse):
     assert shot.is_file(), r.stderr[-2000:]
     img = mpimg.imread(shot)
     assert img.shape[0] >= 800 and img[..., :3].std() > 0.05  # something was drawn, not a blank page
+
+
+EVIL = "<!--<script>alert(1)</script>"
+
+
+def hostile_maps():
+    m = maps()
+    m.tokens = ["[CLS]", EVIL, "</script><b>&amp;", "a\u2028b", "[SEP]"]
+    return m
+
+
+def test_tokens_that_look_like_markup_stay_data(tmp_path):
+    m = hostile_maps()
+    page = write_html(m, tmp_path / "v.html", title=f"attnkit: {EVIL}").read_text()
+    blocks = re.findall(r"<script\b[^>]*>(.*?)</script>", page, re.S)
+    assert len(blocks) == 2 and page.count("<script") == 2  # the data and the page's own program: no script of the tokens
+    assert "<!--" not in page  # anywhere: neither in a script block nor in the escaped title
+    assert all("<" not in b and ">" not in b for b in blocks[:1])  # the data block holds no markup at all
+    assert "\\u003c!--\\u003cscript\\u003ealert(1)\\u003c/script\\u003e" in blocks[0]
+    data = json.loads(blocks[0])
+    assert data["tokens"] == m.tokens  # JSON.parse (here json.loads) gives every token back as it was
+    assert "&lt;!--&lt;script&gt;alert(1)&lt;/script&gt;" in page  # the title, escaped as text
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium here: apt-get install chromium (Debian) to run the browser test")
+def test_a_page_of_markup_tokens_renders_them_as_text(tmp_path):
+    page = write_html(hostile_maps(), tmp_path / "v.html", title=EVIL)
+    r = _chromium(f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri())
+    assert "rendered 2 layers x 3 heads, 5 tokens" in r.stdout, r.stderr[-2000:]
+    assert "&lt;!--&lt;script&gt;alert(1)&lt;/script&gt;</text>" in r.stdout  # drawn as a token's text, not run

@@ -425,7 +425,7 @@ def test_sweeps_and_runs_keep_to_their_own_folders(tiny_bert, data, user_run, tm
              "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--max-steps", "2", "--eval-steps", "2"]
     before = snapshot(user_run)
     assert main(sweep + ["--output-dir", str(user_run)]) == 2
-    one_line_error(capsys, "holds a training run, not a sweep")
+    one_line_error(capsys, "holds a train run", "made by `attnkit train`", "not a sweep")
     assert snapshot(user_run) == before
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "sweep.json").write_text("[]")

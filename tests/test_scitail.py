@@ -11,11 +11,15 @@ ROWS = [("The sun is a star.", "The sun is a star that gives light.", "entails")
         ("Plants need water.", "Rocks are made of minerals.", "neutral")]
 
 
+def _in(split: str) -> str:
+    return "" if split == "train" else f" ({split})"
+
+
 def write_tsv(root, rows=ROWS, splits=("train", "dev", "test")):
     d = root / "SciTailV1.1" / "tsv_format"
     d.mkdir(parents=True, exist_ok=True)
-    for s in splits:
-        (d / f"scitail_1.0_{s}.tsv").write_text("".join(f"{p}\t{h}\t{y}\n" for p, h, y in rows), encoding="utf-8")
+    for s in splits:  # dev and test premises end in their split's name: the very examples of train would be refused
+        (d / f"scitail_1.0_{s}.tsv").write_text("".join(f"{p}{_in(s)}\t{h}\t{y}\n" for p, h, y in rows), encoding="utf-8")
     return root
 
 
@@ -23,7 +27,7 @@ def write_snli(root, rows=ROWS):
     d = root / "SciTailV1.1" / "snli_format"
     d.mkdir(parents=True, exist_ok=True)
     for s in ("train", "dev", "test"):
-        lines = [json.dumps({"sentence1": p, "sentence2": h, "gold_label": "entailment" if y == "entails" else y,
+        lines = [json.dumps({"sentence1": p + _in(s), "sentence2": h, "gold_label": "entailment" if y == "entails" else y,
                              "sentence2_structure": "x"}) for p, h, y in rows]
         (d / f"scitail_1.0_{s}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return root

@@ -19,6 +19,17 @@ WORKS = {
     "albert": dict(SMALL, embedding_size=16),
     "distilbert": dict(vocab_size=120, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64),
     "modernbert": dict(SMALL, global_attn_every_n_layers=2, local_attention=8, pad_token_id=0),
+    # decoders (causal), with grouped-query attention: fewer key/value heads than query heads
+    "llama": dict(SMALL, num_key_value_heads=2, pad_token_id=0),
+    "qwen2": dict(SMALL, num_key_value_heads=2, pad_token_id=0),
+    # + logit soft-capping, and a sliding window of 3 in its even layers
+    "gemma2": dict(SMALL, num_key_value_heads=2, head_dim=8, sliding_window=3, attn_logit_softcapping=1.0, pad_token_id=0),
+    "mistral": dict(SMALL, num_key_value_heads=1, sliding_window=3, pad_token_id=0),
+}
+#: models sparsify runs whose attention rows do not sum to 1 (gpt-oss: the sinks take a share of every row)
+WORKS_SINKS = {
+    "gpt_oss": dict(SMALL, num_key_value_heads=2, head_dim=8, sliding_window=3, num_local_experts=4, num_experts_per_tok=2,
+                    pad_token_id=0),
 }
 REFUSED = {
     "deberta-v2": dict(SMALL),
@@ -95,3 +106,77 @@ def test_sparsify_refuses_other_heads_and_switches_an_attnkit_model():
     attnkit.sparsify(model, "softmax")
     assert spec_of(model.config).attention == "softmax"
     assert spec_of(model.bert.encoder.layer[0].attention.self.config).attention == "softmax"
+
+
+#: every model sparsify runs, with weights large enough (initializer_range 0.5) that a soft-cap, a sink or a key/value
+#: head dropped or mixed up shows in the outputs; ModernBERT with a window (local_attention 4) narrower than the batch
+AS_EAGER = {**WORKS, **WORKS_SINKS, "modernbert": dict(WORKS["modernbert"], local_attention=4)}
+CAUSAL = ("llama", "qwen2", "gemma2", "mistral", "gpt_oss")
+
+
+@pytest.mark.parametrize("model_type", list(AS_EAGER))
+def test_sparsify_softmax_runs_as_the_model_does(model_type):
+    kw = dict(AS_EAGER[model_type], initializer_range=0.5)
+    ids, mask = batch()
+    eager, ours = [model(input_ids=ids, attention_mask=mask, output_attentions=True, output_hidden_states=True)
+                   for model in (tiny(model_type, kw), attnkit.sparsify(tiny(model_type, kw), "softmax"))]
+    real = mask.bool()  # padded positions aside (a padded query's row may be wholly masked: the model's own is arbitrary)
+    assert torch.allclose(ours.logits, eager.logits, atol=1e-5, rtol=0)
+    for a, b in zip(eager.hidden_states, ours.hidden_states, strict=True):
+        assert torch.allclose(b[real], a[real], atol=1e-5, rtol=0)
+    for a, b in zip(eager.attentions, ours.attentions, strict=True):
+        a, b = a.transpose(1, 2)[real], b.transpose(1, 2)[real]  # the real queries' rows [n, H, Lk]
+        assert torch.allclose(b, a, atol=1e-5, rtol=0) and torch.equal(b == 0, a == 0)  # zeros where the model's are
+    if model_type in CAUSAL:  # the future gets exactly nothing
+        assert all((w[..., torch.ones(7, 7, dtype=torch.bool).triu(1)] == 0).all() for w in ours.attentions)
+    if model_type == "mistral":  # and, every layer windowed (3), neither does the far past
+        assert all((w[..., torch.ones(7, 7, dtype=torch.bool).tril(-3)] == 0).all() for w in ours.attentions)
+
+
+def test_sparsemax_on_grouped_query_attention():
+    model = attnkit.sparsify(tiny("llama", dict(WORKS["llama"], initializer_range=0.5)), "sparsemax")
+    ids, mask = batch()
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+        alone = model(input_ids=ids[1:, :4], attention_mask=mask[1:, :4])
+    allowed = torch.ones(7, 7, dtype=torch.bool).tril() & mask.bool()[:, None, None, :]  # [B, 1, Lq, Lk]
+    for w in out.attentions:  # [B, H, L, L]
+        assert (w[~allowed.expand_as(w)] == 0).all()  # the future and the padding
+        assert ((w == 0) & allowed).any()  # and zeros the map gives among the keys it may see
+        assert torch.allclose(w.sum(-1), torch.ones_like(w.sum(-1)), atol=1e-5)
+    assert torch.allclose(out.logits[1], alone.logits[0], atol=1e-5)
+
+
+def test_attention_keywords_are_honoured_or_refused():
+    from attnkit.attention.spec import attnkit_attention_forward
+
+    module = attnkit.sparsify(tiny("llama", WORKS["llama"]), "softmax").model.layers[0].self_attn
+    q, k, v = torch.randn(1, 4, 5, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    for bad in (dict(position_bias=torch.zeros(1, 4, 5, 5)), dict(no_such_thing=1)):
+        with pytest.raises(ValueError, match=f"LlamaAttention passes its attention {next(iter(bad))}=") as e:
+            attnkit_attention_forward(module, q, k, v, None, **bad)
+        assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="sliding window of 2 but passes no mask"):
+        attnkit_attention_forward(module, q, k, v, None, sliding_window=2)
+    # harmless ones, and an unknown one given no value
+    _, w = attnkit_attention_forward(module, q, k, v, None, position_ids=torch.arange(5)[None], use_cache=True, no_such_thing=None)
+    assert (w[..., torch.ones(5, 5, dtype=torch.bool).triu(1)] == 0).all()  # Llama's layers are causal: no mask, no future
+    _, w = attnkit_attention_forward(module, q, k, v, None, is_causal=False)
+    assert (w > 0).all()
+    _, w = attnkit_attention_forward(module, q, k, v, None, softcap=0.5)  # capped scores, each kv head serving 2 query heads
+    scores = 0.5 * torch.tanh(q @ k.repeat_interleave(2, dim=1).transpose(-1, -2) * 8**-0.5 / 0.5)
+    assert torch.allclose(w, scores.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), -torch.inf).softmax(-1), atol=1e-6)
+
+
+def test_sparsify_refuses_a_layer_that_asks_what_attnkit_cannot_do():
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    class BiasedAttention(LlamaAttention):  # adds a relative position bias to its scores, as T5's attention does
+        def forward(self, hidden_states, attention_mask=None, attention_interface=None, **kwargs):
+            return attention_interface(self, hidden_states, hidden_states, hidden_states, attention_mask, position_bias=self.bias)
+
+    model = tiny("llama", WORKS["llama"])
+    model.model.layers[1].self_attn.__class__ = BiasedAttention
+    with pytest.raises(ValueError, match="BiasedAttention passes its attention function position_bias") as e:
+        attnkit.sparsify(model)
+    assert "\n" not in str(e.value) and model.config.model_type == "llama"  # refused before any change

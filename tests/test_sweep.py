@@ -47,7 +47,7 @@ def test_sweep_trains_every_cell_writes_records_and_figures_and_reuses(tiny_bert
     assert rows["-2"][1] == "1, 2"
     soft_by_seed = {s["seed"]: s for s in soft}
     d = [100 * (r["test"] - soft_by_seed[r["seed"]]["test"]) for r in recs if r["lam"] == 0.9]
-    mean, sd = (float(x) for x in rows["0.9"][4].split(" (")[0].split(" ± "))  # paired by seed, printed to 0.1
+    mean, sd = (float(x) for x in rows["0.9"][4].split(" [")[0].split(" (")[0].split(" ± "))  # paired by seed, printed to 0.1
     assert rows["0.9"][5] == "too few seeds"  # two seeds: t and p printed, no verdict
     assert mean == pytest.approx(sum(d) / 2, abs=0.051) and sd == pytest.approx(abs(d[0] - d[1]) / 2 ** 0.5, abs=0.051)
     assert json.loads((out / "softmax_seed1/metrics.json").read_text())["attention"]["attention"] == "softmax"
@@ -124,7 +124,7 @@ def test_sweep_table_pairs_by_seed_and_marks_missing_softmax():
     recs = [rec("softmax", 1, 0.70), rec(-6.0, 1, 0.72), rec("softmax", 2, 0.60), rec(-6.0, 2, 0.59), rec(-6.0, 3, 0.9)]
     rows = [line.split(" | ") for line in sweep_table(recs).splitlines() if line.startswith("| -6")]
     # seed 3 has no softmax baseline: it counts in the mean test, not in the paired difference
-    assert rows == [["| -6", "1, 2, 3", "50.0 ± 0.0", "73.7 ± 15.6", "+0.5 ± 2.1 (1/2, t=0.3, p=0.80)", "too few seeds", "3.0 |"]]
+    assert rows == [["| -6", "1, 2, 3", "50.0 ± 0.0", "73.7 ± 15.6", "+0.5 ± 2.1 [-18.6, +19.6] (1/2, t=0.3, p=0.80)", "too few seeds", "3.0 |"]]
     # no softmax cell at all (a sweep cut short, reported with --report-only): lam rows only, no paired column
     table = sweep_table([rec(-6.0, 1, 0.72)]).splitlines()
     assert not any(line.startswith("| softmax") for line in table)
@@ -140,15 +140,17 @@ def test_sweep_table_verdicts_by_paired_t_test_with_holm_across_the_values():
     behind = [rec(-2.0, s, 0.69 + 0.01 * s - 0.001 * s) for s in (1, 2, 3)]  # −1.1, −1.2, −1.3: p = 0.003
     table = sweep_table(soft + ahead + noisy + behind)
     rows = {line.split(" | ")[0]: line.split(" | ") for line in table.splitlines() if line.startswith("| -") or line.startswith("| 0")}
-    assert rows["| -6"][4] == "+2.5 ± 0.4 (3/3, t=10.6, p=0.009)" and rows["| -6"][5] == "holds"
+    assert rows["| -6"][4] == "+2.5 ± 0.4 [+1.5, +3.5] (3/3, t=10.6, p=0.009)" and rows["| -6"][5] == "holds"
     assert rows["| -2"][4].startswith("−") or rows["| -2"][4].startswith("-")
     assert rows["| -2"][5] == "reversed"
-    assert rows["| 0"][5] == "within noise"
+    # not significant, and its 95% interval [-0.1, +0.2] lies inside the ±1 point margin: level
+    assert "[-0.1, +0.2]" in rows["| 0"][4] and rows["| 0"][5] == "level"
     assert "Holm's correction across the swept lam values" in table
-    # p = 0.035 alone would hold; ranked second of three its Holm threshold is 0.05 / 2 = 0.025: within noise
+    # p = 0.035 alone would hold; ranked second of three its Holm threshold is 0.05 / 2 = 0.025: not
+    # significant, and its interval [+0.3, +2.7] reaches past the margin: undecided
     weak = [rec(-6.0, s, 0.70 + 0.01 * s + {1: 0.010, 2: 0.020, 3: 0.015}[s]) for s in (1, 2, 3)]  # +1.0, +2.0, +1.5
     rows = [line.split(" | ") for line in sweep_table(soft + weak + noisy + behind).splitlines() if line.startswith("| -6")]
-    assert "t=5.2, p=0.04" in rows[0][4] and rows[0][5] == "within noise"
+    assert "[+0.3, +2.7] (3/3, t=5.2, p=0.04)" in rows[0][4] and rows[0][5] == "undecided"
     alone = [line.split(" | ") for line in sweep_table(soft + weak).splitlines() if line.startswith("| -6")]
     assert alone[0][5] == "holds"
 

@@ -21,9 +21,12 @@ def t2():
 def test_verdict_is_a_two_sided_paired_t_test_at_5_percent(t2):
     assert t2.verdict([1.0, 1.2, 0.8]) == "holds"  # t = 8.7 > 4.30 (2 degrees of freedom)
     assert t2.verdict([-1.0, -1.2, -0.8]) == "reversed"
-    assert t2.verdict([1.0, -1.0, 0.5]) == "within noise"  # mean 0.17, standard error 0.60
-    # beyond two standard errors (the old rule's "holds") but t = 3.5 < 4.30: within noise
-    assert t2.verdict([1.0, 1.5, 0.5]) == "within noise"
+    # mean 0.17, standard error 0.60: not significant, and the 95% interval [-2.4, +2.8] reaches past ±1: undecided
+    assert t2.verdict([1.0, -1.0, 0.5]) == "undecided"
+    # beyond two standard errors (the old rule's "holds") but t = 3.5 < 4.30: not significant; interval [-0.2, +2.2]
+    assert t2.verdict([1.0, 1.5, 0.5]) == "undecided"
+    # not significant and the interval [-0.3, +0.3] inside ±1 point: level (parity shown, not merely no difference)
+    assert t2.verdict([0.1, -0.1, 0.1]) == "level"
     assert t2.verdict([2.0]) == "too few seeds" and t2.verdict([2.0, 2.1]) == "too few seeds"
 
 
@@ -43,11 +46,11 @@ def test_render_pairs_by_seed_and_pools_every_pair(t2):
             for line in text.splitlines() if "− softmax" in line}
     # sentube-auto: -1.0, -1.0, -0.5 points, paired by seed although the accuracies differ 10 points across seeds
     auto = rows[("sentube-auto", "SSAF − softmax")]
-    assert auto[2] == "70.3 → 72.4 (+2.1)" and auto[3] == "-0.8 ± 0.3 (0/3, t=-5.0, p=0.04)" and auto[4] == "reversed"
+    assert auto[2] == "70.3 → 72.4 (+2.1)" and auto[3] == "-0.8 ± 0.3 [-1.6, -0.1] (0/3, t=-5.0, p=0.04)" and auto[4] == "reversed"
     sem = rows[("semeval2013", "SSAF − softmax")]
-    assert sem[3].startswith("+2.0 ± 0.0 (2/2,") and sem[4] == "too few seeds"  # two seeds give no verdict
+    assert sem[3].startswith("+2.0 ± 0.0 [+2.0, +2.0] (2/2,") and sem[4] == "too few seeds"  # two seeds give no verdict
     pooled = next(v for k, v in rows.items() if k[0].startswith("all 2 sets pooled (5 pairs)"))
-    assert pooled[3].startswith("+0.3 ± 1.6 (2/5,") and pooled[4] == "within noise"
+    assert pooled[3].startswith("+0.3 ± 1.6 [-1.6, +2.2] (2/5,") and pooled[4] == "undecided"
     assert "Holm's correction" in text and "paired t-test" in text
 
 
@@ -61,12 +64,13 @@ def test_entmax_section_pairs_each_map_with_softmax_and_ssaf_and_pools_sets(t2):
     rows = {tuple(c.strip() for c in line.split("|")[1:3]): [c.strip() for c in line.split("|")[1:-1]]
             for line in t2.render(recs, {}).split("## The entmax family")[1].splitlines() if line.startswith("| ")}
     auto, sem = rows[("sentube-auto", "entmax15")], rows[("semeval2013", "entmax15")]
-    assert auto[4] == "5.00 of 30.0" and auto[5].startswith("-2.0 ± 0.0 (0/3,") and auto[6] == "reversed"
-    assert auto[7].startswith("-1.0 ± 0.0 (0/3,")
-    assert sem[5].startswith("-1.0 ± 0.0 (0/3,") and sem[7].startswith("+0.0 ± 0.0 (0/3,")
+    assert auto[4] == "5.00 of 30.0" and auto[5].startswith("-2.0 ± 0.0 [-2.0, -2.0] (0/3,") and auto[6] == "reversed"
+    assert auto[7].startswith("-1.0 ± 0.0 [-1.0, -1.0] (0/3,")
+    assert sem[5].startswith("-1.0 ± 0.0 [-1.0, -1.0] (0/3,") and sem[7].startswith("+0.0 ± 0.0 [+0.0, +0.0] (0/3,")
+    assert sem[8] == "level"  # the same accuracy on every seed: an interval of width 0 at 0
     pooled = rows[("all 2 sets pooled", "entmax15")]
-    assert pooled[2] == "6 pairs" and pooled[5].startswith("-1.5 ± 0.5 (0/6, t=-6.7,") and pooled[6] == "reversed"
-    assert pooled[7].startswith("-0.5 ± 0.5 (0/6,")
+    assert pooled[2] == "6 pairs" and pooled[5].startswith("-1.5 ± 0.5 [-2.1, -0.9] (0/6, t=-6.7,") and pooled[6] == "reversed"
+    assert pooled[7].startswith("-0.5 ± 0.5 [-1.1, +0.1] (0/6,") and pooled[8] == "undecided"
     assert not any(k[0].startswith("all") and k[1] == "entmax15+alpha-warmup" for k in rows)
 
 
@@ -103,14 +107,14 @@ def test_sesame_identity_sigmas_borrow_softmax_only_where_checked_and_selection_
     held += [_srec(f"blur-context-{x:g}", s, 0.5 + (0.1 if x == 0.3 else 0), heldout=0.7 if x == 0.3 else 0.5, sigma=x, blur="context",
                    sha="s" if x < 0.2 else "y") for s in (1, 2) for x in (0.01, 0.1, 0.3, 0.5)]
     md = sesame.render(recs, held)
-    assert "| rte (accuracy) | blur-context-0.1 | 0.000, 1.000, 0.000 | 1 (+2,3,4 = softmax's) | 59.0 ± 2.6 | +0.0 ± 0.0 (0/4, t=—, p=1.00) |" in md
+    assert "| rte (accuracy) | blur-context-0.1 | 0.000, 1.000, 0.000 | 1 (+2,3,4 = softmax's) | 59.0 ± 2.6 | +0.0 ± 0.0 [+0.0, +0.0] (0/4, t=—, p=1.00) | level |" in md
     # the kernel from the sigma, rounded once (0.10651 is 0.107; the record's 4-digit 0.1065 printed 0.106)
     assert "| rte (accuracy) | blur-context-0.5 | 0.107, 0.787, 0.107 | 1,2,3,4 |" in md
     paper = next(line for line in md.splitlines() if "paper: best sigma" in line and "| context |" in line)
     # per seed the best of {softmax's run twice (0.01, 0.1), 0.55, 0.61}: seed 3's softmax run (0.62) wins at sigma 0.01
-    assert "| 1: 0.5, 2: 0.5, 3: 0.01, 4: 0.5 | 61.2 ± 0.5 | +2.2 ± 2.2 (3/4, t=2.0, p=0.14) | within noise |" in paper
+    assert "| 1: 0.5, 2: 0.5, 3: 0.01, 4: 0.5 | 61.2 ± 0.5 | +2.2 ± 2.2 [-1.3, +5.8] (3/4, t=2.0, p=0.14) | undecided |" in paper
     clean = next(line for line in md.splitlines() if "clean: sigma (and epoch) by a held-out" in line and "| context |" in line)
-    assert "| 1: 0.3, 2: 0.3 | 60.0 ± 0.0 | +10.0 ± 0.0 (2/2, " in clean and "| too few seeds |" in clean
+    assert "| 1: 0.3, 2: 0.3 | 60.0 ± 0.0 | +10.0 ± 0.0 [+10.0, +10.0] (2/2, " in clean and "| too few seeds |" in clean
     assert "held-out 10% of train" in clean
     # the grid holds 3 distinct models per seed (softmax's run twice, 0.3, 0.5): selection alone is the best of 3
     # softmax seeds minus their mean, over the 4 choices of 3 of (60, 58, 62, 56): (2 + 2 + 2.67 + 3.33) / 4 = 2.5
@@ -129,7 +133,7 @@ def test_sesame_paper_protocol_lets_softmax_stand_in_for_identity_sigmas_only_wh
              for s, d in ((1, 0.61), (2, 0.57), (3, 0.61)) for x in (0.3, 0.5)]
     paper = next(ln for ln in sesame.render(recs).splitlines() if "paper: best sigma" in ln and "| value |" in ln)
     # seeds 1: 0.3 (61 > 60), 2: softmax's run (58 > 57) as sigma 0.01, 3: softmax's run (62 > 61)
-    assert "(0.01 and 0.1 not run: softmax's runs stand in) | 1,2,3 | 1: 0.3, 2: 0.01, 3: 0.01 | 60.3 ± 2.1 | +0.3 ± 0.6 (1/3, t=1.0, p=0.42) |" in paper
+    assert "(0.01 and 0.1 not run: softmax's runs stand in) | 1,2,3 | 1: 0.3, 2: 0.01, 3: 0.01 | 60.3 ± 2.1 | +0.3 ± 0.6 [-1.1, +1.8] (1/3, t=1.0, p=0.42) | undecided |" in paper
     assert "| blur-value-0.01 |" not in sesame.render(recs)  # the stand-ins choose; they are not rows of the table
     # one identity run of the task (a check seed): by_cell's rule decides, and nothing stands in
     recs.append(_srec("blur-value-0.01", 1, 0.60, sigma=0.01, blur="value"))
@@ -212,7 +216,7 @@ def test_sesame_table3_pooling_lr_runs_the_se_columns_and_pairs_them_with_the_pa
             for v, d in (("softmax", 0.55), ("SE", 0.56), ("SE|plr0.001", 0.60)) for s in (1, 2, 3)]
     md = sesame.render_table3(recs)
     row = next(line for line in md.splitlines() if line.startswith("| weighted | SE | 0.001 |"))
-    assert "| 62.0 ± 1.0 (3) | +5.0 ± 0.0 (3/3, t=∞, p=<0.001), holds | +4.0 ± 0.0 (3/3, t=∞, p=<0.001), holds |" in row
+    assert "| 62.0 ± 1.0 (3) | +5.0 ± 0.0 [+5.0, +5.0] (3/3, t=∞, p=<0.001), holds | +4.0 ± 0.0 [+4.0, +4.0] (3/3, t=∞, p=<0.001), holds |" in row
     assert sesame.in_figure4(recs[-1]) and not sesame.in_figure4(recs[0])
 
 
@@ -221,7 +225,7 @@ def test_sesame_table3_and_hans_pair_by_seed(sesame):
                  blur_sigma=0.5 if "blur" in v else None) for v in ("softmax", "SE", "blur", "SE+blur") for s in (1, 2, 3)]
     md = sesame.render_table3(recs)
     row = next(line for line in md.splitlines() if line.startswith("| last |"))
-    assert "| +2.0 ± 0.0 (3/3, t=∞, p=<0.001), holds |" in row and "| +0.0 ± 0.0 (0/3, t=—, p=1.00), within noise |" in row
+    assert "| +2.0 ± 0.0 [+2.0, +2.0] (3/3, t=∞, p=<0.001), holds |" in row and "| +0.0 ± 0.0 [+0.0, +0.0] (0/3, t=—, p=1.00), level |" in row
     assert "Blur sigma: 0.5" in md and "Holm's correction across every paired cell" in md
 
     def hans(seed, name, lex_non):
@@ -236,14 +240,15 @@ def test_sesame_table3_and_hans_pair_by_seed(sesame):
     # a seed without its test part (an older record) leaves the column empty rather than averaging the others
     recs[0] = {k: v for k, v in recs[0].items() if k != "test_metric"}
     assert "| softmax | 1,2,3 | 70.0 ± 0.0 | — | 50.0 ± 0.0 |" in sesame.render_hans(recs)
-    # +5, +10, +15 points: beyond two standard errors, but t = 3.5 < 4.30 (2 degrees of freedom)
-    assert ("SesameBERT − softmax (paired, seeds ahead, t, p): +10.0 ± 5.0 (3/3, t=3.5, p=0.07): **within noise**; "
+    # +5, +10, +15 points: beyond two standard errors, but t = 3.5 < 4.30 (2 degrees of freedom); the interval
+    # [-2.4, +22.4] rules out no gain and no parity: undecided
+    assert ("SesameBERT − softmax (paired, seeds ahead, t, p): +10.0 ± 5.0 [-2.4, +22.4] (3/3, t=3.5, p=0.07): **undecided**; "
             "2.0x softmax's accuracy") in md
     recs[3:] = [hans(s, "SesameBERT", 0.20 + 0.01 * s) for s in (1, 2, 3)]  # +11, +12, +13: t = 12 / (1 / sqrt 3)
-    assert "+12.0 ± 1.0 (3/3, t=20.8, p=0.002): **holds**" in sesame.render_hans(recs)
+    assert "+12.0 ± 1.0 [+9.5, +14.5] (3/3, t=20.8, p=0.002): **holds**" in sesame.render_hans(recs)
     # beside it, the same pairs on lexical-overlap entailment and on all of HANS (here unchanged: 0.9 and 0.5 everywhere)
-    assert ("The same pairs on lexical-overlap entailment: +0.0 ± 0.0 (0/3, t=—, p=1.00), within noise; "
-            "on all of HANS: +0.0 ± 0.0 (0/3, t=—, p=1.00), within noise") in sesame.render_hans(recs)
+    assert ("The same pairs on lexical-overlap entailment: +0.0 ± 0.0 [+0.0, +0.0] (0/3, t=—, p=1.00), level; "
+            "on all of HANS: +0.0 ± 0.0 [+0.0, +0.0] (0/3, t=—, p=1.00), level") in sesame.render_hans(recs)
 
 
 def test_faithfulness_table_lists_models_that_are_not_table2s_to_the_bit():
@@ -280,8 +285,8 @@ def test_faithfulness_table_pairs_by_seed_under_holm_and_reports_tie_shares():
     recs += [rec("SSAF", s, 0.06 + 0.04 * s) for s in (1, 2, 3)]
     md = mod.render(recs)
     row = lambda m: next(ln for ln in md.splitlines() if ln.startswith(f"| sst2-ptb | {m} − softmax") and "| attention |" in ln)  # noqa: E731
-    assert "| +11.0 ± 1.0 (3/3, t=19.1, p=0.003) | holds |" in row("entmax15")
-    assert "| +4.0 ± 4.0 (2/3, t=1.7, p=0.23) | within noise |" in row("SSAF")
+    assert "| +11.0 ± 1.0 [+8.5, +13.5] (3/3, t=19.1, p=0.003) | holds |" in row("entmax15")
+    assert "| +4.0 ± 4.0 [-5.9, +13.9] (2/3, t=1.7, p=0.23) | undecided |" in row("SSAF")
     assert "Holm's correction across the methods compared with one baseline on one set" in md
     # tie shares: only the records made with random tie order have them; the older ones are flagged as positional
     ties = md.split("## Top-k slots decided by ties")[1].split("Kendall")[0]
@@ -313,7 +318,7 @@ def test_faithfulness_table_marks_positional_pairs_and_lists_the_verdicts_that_m
     md = mod.render(new, old)
     moved = md.split("## Did a verdict move without positional ties?")[1].split("##")[0]
     assert "| sst2-ptb | entmax15 | attention | comprehensiveness | same | +11.0 (t=19.1) holds | +11.0 (t=19.1) holds | same |" in moved
-    assert ("| sst2-ptb | SSAF | attention | comprehensiveness | same | +4.0 (t=6.9) holds | +0.7 (t=0.4) within noise "
+    assert ("| sst2-ptb | SSAF | attention | comprehensiveness | same | +4.0 (t=6.9) holds | +0.7 (t=0.4) undecided "
             "| **moved** |") in moved
     # a model trained again (its test metric differs) is named: a move there is not the ties' alone
     for r in new[6:]:

@@ -180,6 +180,11 @@ class WordClassifier:
         return self.tok(word_lists, is_split_into_words=True, truncation=True, max_length=self.max_length,
                         padding=True, return_tensors="pt").to(self.device)
 
+    def is_cut(self, words: list[str]) -> bool:
+        """Whether ``words`` take more than ``max_length`` tokens ([CLS] and [SEP] included): :meth:`encode` cuts the
+        rest off, so the model reads the text in part and the words past the cut score 0 in every explanation."""
+        return len(self.tok(words, is_split_into_words=True, truncation=False, verbose=False)["input_ids"]) > self.max_length
+
     def probs(self, word_lists: list[list[str]]) -> np.ndarray:
         out = []
         for i in range(0, len(word_lists), self.batch_size):
@@ -243,7 +248,8 @@ def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales
     """Every measure of every explanation over ``texts`` (``rationales``: per text, per word, whether it carries the
     label; gives plausibility). Means over the examples; per-example values are not kept. Tied words are ordered at
     random, the erasure measures averaged over ``tie_draws`` seeded draws; ``tie_share`` per explanation: the share of
-    its top-k slots that ties decided."""
+    its top-k slots that ties decided. ``max_length``: the tokens the model read of each text; ``texts_cut``: how many
+    texts were longer and read in part (:meth:`WordClassifier.is_cut`)."""
     rng = np.random.default_rng(seed)
     tie_rng = np.random.default_rng([seed, 38])  # its own stream: the random ranking stays what it was
     tied = {e: [0, 0] for e in EXPLANATIONS}
@@ -251,12 +257,13 @@ def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales
     suff = {e: [] for e in EXPLANATIONS}
     taus = {(a, g): [] for a in ATTENTION_EXPLANATIONS for g in GRADIENT_EXPLANATIONS}
     ap = {e: [] for e in EXPLANATIONS}
-    used = 0
+    used = cut = 0
     for i, text in enumerate(tqdm(list(texts), desc="explaining", unit="text", disable=not progress)):
         words = text.split()
         if not words:
             continue
         used += 1
+        cut += clf.is_cut(words)
         target, scores = clf.explain(words, rng)
         m = erasure_measures(clf.probs, words, target, scores, percents, rng=tie_rng, tie_draws=tie_draws)
         for e in EXPLANATIONS:
@@ -276,7 +283,7 @@ def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales
     if not used:
         raise ValueError("no example with words to explain")
     report = {"examples": used, "percents": list(percents), "tie_draws": tie_draws, "attention_layer": attention_layer(clf.model),
-              "explanations": {}}
+              "max_length": clf.max_length, "texts_cut": cut, "explanations": {}}
     for e in EXPLANATIONS:
         c, s = np.asarray(comp[e]), np.asarray(suff[e])
         row = {"comprehensiveness": c.mean(0).tolist(), "sufficiency": s.mean(0).tolist(),

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from pathlib import Path
 
 from attnkit.analysis.explain import AttentionMaps
+from attnkit.runfiles import write_text_atomic
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>
@@ -123,8 +125,14 @@ def write_html(maps: AttentionMaps, path: str | Path, title: str = "attnkit atte
         dense = [l for l in range(len(maps.weights)) if l not in maps.sparse_layers]
         meta += (f" · sparse map in layer{'s' * (len(maps.sparse_layers) > 1)} {', '.join(map(str, maps.sparse_layers))}; "
                  f"softmax in {', '.join(map(str, dense)) or 'none'}")
-    page = (_PAGE.replace("__TITLE__", html.escape(title)).replace("__META__", meta)
-            .replace("__DATA__", json.dumps(data).replace("</", "<\\/")))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
+    fields = {"__TITLE__": html.escape(title), "__META__": meta, "__DATA__": script_json(data)}
+    page = re.sub("__(?:TITLE|META|DATA)__", lambda m: fields[m.group(0)], _PAGE)  # one pass: a field's text is never read as a field
+    write_text_atomic(path, page)
     return path
+
+
+def script_json(data) -> str:
+    """``data`` as JSON to embed in a ``<script>`` element: ``<``, ``>`` and ``&`` (which JSON has only inside its
+    strings) written as ``\\u003c``, ``\\u003e``, ``\\u0026``, so that no token (``</script>``, ``<!--``) can end
+    the element or change how the browser reads it; ``JSON.parse`` gives the text back unchanged."""
+    return json.dumps(data).replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
@@ -12,7 +11,7 @@ from attnkit.errors import DataFormatError, UserError
 from attnkit.models.build import check_text_room, is_qa_model, load_model, load_tokenizer
 from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.tasks.readers import is_blank
-from attnkit.runfiles import MODEL_DIR, RUN_INFO, unfinished_run
+from attnkit.runfiles import MODEL_DIR, RUN_INFO, path_problem, read_json, unfinished_run
 from attnkit.tasks.metrics import predictions_of, task_metrics
 
 
@@ -98,18 +97,20 @@ def evaluate_split(model, tokenizer, dataset, *, batch_size: int = 64, max_lengt
 
 def read_text_file(path: str | Path) -> list[str]:
     """One text per line (UTF-8, BOM and U+FEFF removed, blank lines at the end ignored); an empty line before the
-    end is refused, naming it."""
+    end is refused, naming it. Lines end at ``\\n`` alone (a ``\\r`` before it is dropped): U+2028, NEL and form feeds
+    inside a line stay in its text, so the predictions line up with the file's lines."""
     p = Path(path)
     if p.is_dir():
         raise FileNotFoundError(f"input file {p} is a folder, not a file")
     if not p.is_file():
-        raise FileNotFoundError(f"input file {p} does not exist")
+        raise FileNotFoundError(f"input file {p} {path_problem(p) or 'is not a regular file'}")
+    data = p.read_bytes()  # not read_text: its universal newlines would end a line at a lone \r too
     try:
-        raw = p.read_text(encoding="utf-8-sig")
+        raw = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        line = p.read_bytes()[: e.start].count(b"\n") + 1
+        line = data[: e.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)].count(b"\n") + 1  # e.start: after the BOM
         raise ValueError(f"{p}, line {line}: not valid UTF-8 text ({e.reason})") from None
-    lines = [ln.replace("\ufeff", "").strip() for ln in raw.splitlines()]
+    lines = [ln.removesuffix("\r").replace("\ufeff", "").strip() for ln in raw.split("\n")]
     while lines and not lines[-1]:  # blank lines at the end of the file
         lines.pop()
     for i, ln in enumerate(lines, 1):
@@ -146,7 +147,7 @@ def model_dir(path: str | Path) -> Path:
 def run_info(d: Path) -> dict:
     """What ``attnkit train`` recorded beside a model (task, labels, max length, lemmatisation, ...)."""
     run = d / RUN_INFO
-    return json.loads(run.read_text()) if run.is_file() else {}
+    return read_json(run, "what training recorded beside a model") if run.is_file() else {}
 
 
 def load_for_inference(path: str | Path, qa_ok: bool = False):

@@ -45,7 +45,7 @@ import math
 import torch
 
 from .kernels import kernel_applies, triton_applies, triton_kernels  # relative: this file also runs as a checkpoint's remote code
-from .maps import rowwise
+from .maps import batch_first, check_dense, check_dim, plain, rowwise
 
 __all__ = ["entmax15", "entmax_bisect", "check_alpha", "bisect_steps"]
 
@@ -107,26 +107,34 @@ def _entmax15_forward(z: torch.Tensor) -> torch.Tensor:
 
 
 class _Entmax15Function(torch.autograd.Function):
+    """1.5-entmax along the last dim; closed-form backward; under ``torch.func.vmap`` the batch runs as more rows."""
+
     @staticmethod
-    def forward(ctx, z: torch.Tensor):
+    def forward(z: torch.Tensor):
         if kernel_applies(z):
-            p = torch.ops.attnkit.entmax_forward(z, None)
-        elif triton_applies(z):
-            p = triton_kernels().entmax_forward(z, None)
-        else:
-            p = _entmax15_forward(z)
-        ctx.save_for_backward(p)
-        return p
+            return torch.ops.attnkit.entmax_forward(z, None)
+        if triton_applies(z) and plain(z):
+            return triton_kernels().entmax_forward(z, None)
+        return _entmax15_forward(z)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         (p,) = ctx.saved_tensors
-        if not torch.is_grad_enabled():  # a plain backward: the kernels (the torch form below is the double backward's)
-            if kernel_applies(p):
+        if not torch.is_grad_enabled() and plain(g):  # a plain backward: the kernels (the torch form below is the
+            if kernel_applies(p):  # double backward's, and that of torch.func's transforms)
                 return torch.ops.attnkit.entmax_backward(p, g, None)[0]
             if triton_applies(p):
                 return triton_kernels().entmax_backward(p, g, None)[0]
         return _grad_scores(p, g, _power_on_support(p, 0.5))
+
+    @staticmethod
+    def vmap(info, in_dims, z):
+        (z,) = batch_first(info, in_dims, z)
+        return _Entmax15Function.apply(z), 0
 
 
 def entmax15(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -169,40 +177,55 @@ def _entmax_bisect_forward(z: torch.Tensor, alpha: torch.Tensor, n_iter: int) ->
     return _finish(p, z, pinf, inf_rows)
 
 
+def _dp_dalpha(p: torch.Tensor, q: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """dp_i / dalpha of alpha-entmax, in float64: ``(p - q~) / (alpha - 1)^2 - (p log p - q~ H) / (alpha - 1)``, 0 where
+    alpha = 1 (q~ = q / sum(q), H = sum p log p)."""
+    p64, q64, a64 = p.double(), q.double(), alpha.double()
+    d = a64 - 1
+    safe_d = torch.where(d > 0, d, torch.ones_like(d))
+    on = p64 > 0
+    safe_p = torch.where(on, p64, torch.ones((), dtype=torch.float64, device=p.device))  # log 1 = 0: no inf * 0
+    plogp = torch.where(on, safe_p * torch.log(safe_p), torch.zeros((), dtype=torch.float64, device=p.device))
+    ent = plogp.sum(-1, keepdim=True)
+    qn = q64 / q64.sum(-1, keepdim=True).clamp(min=torch.finfo(torch.float64).tiny)
+    v = (p64 - qn) / safe_d**2 - (plogp - qn * ent) / safe_d
+    return torch.where(d > 0, v, torch.zeros((), dtype=torch.float64, device=p.device))
+
+
 class _EntmaxBisectFunction(torch.autograd.Function):
+    """alpha-entmax along the last dim (one alpha per row); closed-form backward, in the scores and in alpha; under
+    ``torch.func.vmap`` the batch runs as more rows."""
+
     @staticmethod
-    def forward(ctx, z: torch.Tensor, alpha: torch.Tensor, n_iter: int):
+    def forward(z: torch.Tensor, alpha: torch.Tensor, n_iter: int):
         if kernel_applies(z):
-            p = torch.ops.attnkit.entmax_forward(z, alpha)
-        elif triton_applies(z):
-            p = triton_kernels().entmax_forward(z, alpha)
-        else:
-            p = _entmax_bisect_forward(z, alpha, n_iter)
-        ctx.save_for_backward(p, alpha)
-        return p
+            return torch.ops.attnkit.entmax_forward(z, alpha)
+        if triton_applies(z) and plain(z) and plain(alpha):
+            return triton_kernels().entmax_forward(z, alpha)
+        return _entmax_bisect_forward(z, alpha, n_iter)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output, inputs[1])
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         p, alpha = ctx.saved_tensors
         bwd = torch.ops.attnkit.entmax_backward if kernel_applies(p) else triton_kernels().entmax_backward if triton_applies(p) else None
-        if bwd is not None and not torch.is_grad_enabled():  # the kernels give alpha's gradient per row from the same
-            grad_z, grad_alpha = bwd(p, g, alpha)  # pass; a double backward (grad enabled) takes the torch form below
-            return grad_z, (grad_alpha if ctx.needs_input_grad[1] else None), None
+        if bwd is not None and not torch.is_grad_enabled() and plain(g):  # the kernels give alpha's gradient per row
+            grad_z, grad_alpha = bwd(p, g, alpha)  # from the same pass; a double backward (grad enabled) and torch.func's
+            return grad_z, (grad_alpha if ctx.needs_input_grad[1] else None), None  # transforms take the torch form below
         q = _power_on_support(p, 2 - alpha)
         grad_z = _grad_scores(p, g, q)
         grad_alpha = None
         if ctx.needs_input_grad[1]:
-            p64, g64, q64, a64 = p.double(), g.double(), q.double(), alpha.double()
-            d = a64 - 1
-            safe_d = torch.where(d > 0, d, torch.ones_like(d))
-            on = p64 > 0
-            safe_p = torch.where(on, p64, torch.ones((), dtype=torch.float64, device=p.device))  # log 1 = 0: no inf * 0
-            plogp = torch.where(on, safe_p * torch.log(safe_p), torch.zeros((), dtype=torch.float64, device=p.device))
-            ent = plogp.sum(-1, keepdim=True)
-            qn = q64 / q64.sum(-1, keepdim=True).clamp(min=torch.finfo(torch.float64).tiny)
-            ga = (g64 * ((p64 - qn) / safe_d**2 - (plogp - qn * ent) / safe_d)).sum(-1, keepdim=True)
-            grad_alpha = torch.where(d > 0, ga, torch.zeros_like(ga)).to(alpha.dtype)
+            grad_alpha = (g.double() * _dp_dalpha(p, q, alpha)).sum(-1, keepdim=True).to(alpha.dtype)
         return grad_z, grad_alpha, None
+
+    @staticmethod
+    def vmap(info, in_dims, z, alpha, n_iter):
+        z, alpha = batch_first(info, in_dims[:2], z, alpha)
+        return _EntmaxBisectFunction.apply(z, alpha, n_iter), 0
 
 
 def check_alpha(alpha) -> float:
@@ -236,6 +259,8 @@ def entmax_bisect(scores: torch.Tensor, alpha=1.5, dim: int = -1, n_iter: int | 
     read them on the host): keep them in [1, 2], as ``1 + sigmoid(a)`` does. ``n_iter`` bisection steps (default: enough
     for the dtype) are followed by two Newton steps on the found support.
     """
+    check_dense(scores)
+    dim = check_dim(dim)
     if not isinstance(alpha, torch.Tensor):
         check_alpha(alpha)
     else:

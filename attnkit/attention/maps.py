@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 
 import torch
 
@@ -112,36 +113,83 @@ def _torch_forward(z: torch.Tensor, scale: float, topk: int) -> torch.Tensor:
     return p.masked_fill(torch.isnan(z).any(-1, keepdim=True), math.nan)  # as the kernel: a NaN makes its row NaN
 
 
+def _sparsemax_vjp(p: torch.Tensor, g: torch.Tensor, scale: float) -> torch.Tensor:
+    """scale * (g - mean of g on the support) on the support, 0 elsewhere: the Jacobian of sparsemax (symmetric) times ``g``."""
+    s = p > 0
+    gs = torch.where(s, g, torch.zeros((), dtype=g.dtype, device=g.device))
+    size = s.sum(-1, keepdim=True).clamp(min=1).to(g.dtype)
+    mean = gs.sum(-1, keepdim=True) / size
+    grad = torch.where(s, g - mean, torch.zeros((), dtype=g.dtype, device=g.device))
+    return grad * scale if scale != 1.0 else grad
+
+
+def plain(t: torch.Tensor) -> bool:
+    """Whether ``t`` is an ordinary tensor, not one of a ``torch.func`` transform (vmap's batched tensor, grad's
+    tracking one): those go to torch's own ops, which every transform knows, not to the kernels. (torch.compile
+    traces plain tensors: the question is not asked there.)"""
+    if torch.compiler.is_compiling():
+        return True
+    functorch = torch._C._functorch
+    return not (functorch.is_batchedtensor(t) or functorch.is_gradtrackingtensor(t))
+
+
+def batch_first(info, in_dims, *tensors) -> list:
+    """The tensors a ``vmap`` rule gets, each with vmap's batch dim first (one without it expanded to the batch), so
+    that their last dim stays the rows' and they run as one larger batch of rows."""
+    return [(t.movedim(d, 0) if d is not None else t.expand(info.batch_size, *t.shape)).contiguous()
+            for t, d in zip(tensors, in_dims)]
+
+
 class _SparsemaxFunction(torch.autograd.Function):
-    """p = sparsemax(scale * z) along the last dim; closed-form backward."""
+    """p = sparsemax(scale * z) along the last dim; closed-form backward; under ``torch.func.vmap`` the batch runs as
+    more rows (no forward-mode ``jvp``: torch.compile cannot trace a Function that defines one)."""
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, scale: float, topk: int):
+    def forward(z: torch.Tensor, scale: float, topk: int):
         if _kernel_for(z):
-            p = torch.ops.attnkit.sparsemax_forward(z, scale)
-        elif triton_applies(z):
-            p = triton_kernels().sparsemax_forward(z, scale)
-        else:
-            p = _torch_forward(z, scale, topk)
-        ctx.scale = scale
-        ctx.save_for_backward(p)
-        return p
+            return torch.ops.attnkit.sparsemax_forward(z, scale)
+        if triton_applies(z) and plain(z):
+            return triton_kernels().sparsemax_forward(z, scale)
+        return _torch_forward(z, scale, topk)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.scale = inputs[1]
+        ctx.save_for_backward(output)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         (p,) = ctx.saved_tensors
+        if not plain(g):  # under a torch.func transform (grad, jacrev): torch's ops, which every transform knows
+            return _sparsemax_vjp(p, g, ctx.scale), None, None
         if _kernel_for(p):
             return torch.ops.attnkit.sparsemax_backward(p, g, ctx.scale), None, None
-        if triton_applies(p) and not torch.is_grad_enabled():  # a double backward differentiates the torch form below
+        if triton_applies(p) and not torch.is_grad_enabled():  # a double backward differentiates the torch form
             return triton_kernels().sparsemax_backward(p, g, ctx.scale), None, None
-        s = p > 0
-        gs = torch.where(s, g, torch.zeros((), dtype=g.dtype, device=g.device))
-        size = s.sum(-1, keepdim=True).clamp(min=1).to(g.dtype)
-        mean = gs.sum(-1, keepdim=True) / size
-        grad = torch.where(s, g - mean, torch.zeros((), dtype=g.dtype, device=g.device))
-        if ctx.scale != 1.0:
-            grad = grad * ctx.scale
-        return grad, None, None
+        return _sparsemax_vjp(p, g, ctx.scale), None, None
+
+    @staticmethod
+    def vmap(info, in_dims, z, scale, topk):
+        (z,) = batch_first(info, in_dims[:1], z)
+        return _SparsemaxFunction.apply(z, scale, topk), 0
+
+
+def check_dense(scores) -> None:
+    """TypeError in one line for scores that are not a dense (strided) tensor: not a tensor, sparse, nested."""
+    if not isinstance(scores, torch.Tensor):
+        raise TypeError(f"scores must be a torch.Tensor, got {type(scores).__name__}")
+    if scores.is_nested or scores.layout != torch.strided:
+        kind = "a nested tensor" if scores.is_nested else f"a {str(scores.layout).removeprefix('torch.')} tensor"
+        raise TypeError(f"scores is {kind}: the sparse maps take dense (strided) tensors; pad the rows with -inf "
+                        "(their weight is then exactly 0) or call .to_dense() first")
+
+
+def check_dim(dim) -> int:
+    """``dim`` as an int: the maps normalise along one dimension (a tuple or a float is refused in one line)."""
+    try:
+        return operator.index(dim)
+    except TypeError:
+        raise TypeError(f"dim must be one int (the dimension whose entries sum to 1), got {dim!r}") from None
 
 
 def rowwise(fn, scores: torch.Tensor, dim: int, *, pass_dim: bool = False) -> torch.Tensor:
@@ -151,8 +199,8 @@ def rowwise(fn, scores: torch.Tensor, dim: int, *, pass_dim: bool = False) -> to
     input's dtype; an empty tensor gives an empty tensor (as softmax). ``pass_dim``: ``fn(work, dim)`` also gets
     ``dim`` made non-negative (for per-row arguments shaped like ``scores``).
     """
-    if not isinstance(scores, torch.Tensor):
-        raise TypeError(f"scores must be a torch.Tensor, got {type(scores).__name__}")
+    check_dense(scores)
+    dim = check_dim(dim)
     if not scores.is_floating_point():
         raise TypeError(f"scores must be a floating-point tensor, got dtype {scores.dtype}")
     if scores.dim() == 0:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import stat
 import sys
@@ -29,7 +30,7 @@ from attnkit.models.freeze import parse_groups
 from attnkit.models.pooling import head_of
 from attnkit.runfiles import (
     RUN_RECORD, WRITTEN_BY, check_not_input, check_output_file, check_side_file, folder_lock, is_main_process, make_way,
-    record_output,
+    output_batch, path_problem, read_json, record_output,
     write_json_atomic, write_text_atomic,
 )
 from attnkit.tasks import default_data_dir, is_qa_task, load_task
@@ -136,7 +137,7 @@ def mini_train_settings(a, default_attention: str = "sparsegen-lin", default_lr:
                 inherited["sparse_layers"] = stored.sparse_layers  # adapted with --sparse-layers: fine-tuned so too
         else:
             attention = "softmax" if mini else default_attention
-    is_mini_ckpt = ckpt is not None and json.loads((ckpt / "config.json").read_text()).get("model_type") == MINI_MODEL_TYPE
+    is_mini_ckpt = ckpt is not None and read_json(ckpt / "config.json", "a model's config").get("model_type") == MINI_MODEL_TYPE
     lr = a.lr if a.lr is not None else (DEFAULT_MINI_LR if (mini or is_mini_ckpt) else default_lr)
     out = {"model": model, "attention": attention, "lam": lam, "lr": lr, "freeze": ",".join(parse_groups(a.freeze)) or None}
     out.update({k: v for k, v in shape.items() if v is not None})
@@ -211,8 +212,9 @@ def cmd_train(a) -> int:
         pair = dev[i]["text_pair"] if "text_pair" in dev.column_names else None
         maps = attention_maps(model, tok, text, pair, cfg.max_length)
         layer = maps.weights.shape[0] - 1
-        png = plot_attention(maps, make_way(out / "attention.png"), layer=layer, head=0)
-        grid = plot_attention(maps, make_way(out / "attention_grid.png"))
+        with output_batch():  # both heatmaps or neither
+            png = plot_attention(maps, make_way(out / "attention.png"), layer=layer, head=0)
+            grid = plot_attention(maps, make_way(out / "attention_grid.png"))
         print(f"[attnkit] attention heatmap of a dev sentence written to {png} (all layers/heads: {grid})")
     return 0
 
@@ -246,7 +248,7 @@ def _protected(a) -> dict:
     d = model_dir(a.model)
     run = d.parent if d.name == MODEL_DIR else d
     try:  # the run's settings name the data it was trained on and the model it started from
-        settings = json.loads((run / "run_config.json").read_text()) if (run / "run_config.json").is_file() else {}
+        settings = read_json(run / "run_config.json", "the settings of a run") if (run / "run_config.json").is_file() else {}
     except ValueError:
         settings = {}
     trained_on, base = settings.get("data_dir"), settings.get("model")
@@ -306,7 +308,7 @@ def _input_file(path: str, option: str) -> Path:
     try:
         mode = p.stat().st_mode
     except FileNotFoundError:
-        raise UserError(f"{option} {p} does not exist") from None
+        raise UserError(f"{option} {p} {path_problem(p)}") from None
     except OSError as e:
         raise UserError(f"{option} {p} cannot be read: {e.strerror or e}") from None
     if stat.S_ISDIR(mode):
@@ -385,8 +387,9 @@ def _evaluate_hans(a, d: Path, model, tok) -> int:
     info = run_info(d)
     report = {"task": "hans", "file": str(path), "model": str(d), "model_trained_on": info.get("trained_on", info.get("task", "unknown")),
               "model_labels": label_names_of(model), **report, WRITTEN_BY: "attnkit evaluate"}
-    write_json_atomic(out, report)
-    plot = plot_hans(report, plot_path, title=f"HANS: {d.name} (trained on {report['model_trained_on']})"[:100])
+    with output_batch():  # the results and the chart, or neither
+        write_json_atomic(out, report)
+        plot = plot_hans(report, plot_path, title=f"HANS: {d.name} (trained on {report['model_trained_on']})"[:100])
     print(f"HANS accuracy {report['accuracy']:.4f} on {report['n']} pairs (model trained on {report['model_trained_on']})")
     for h, by in report["heuristic"].items():
         print(f"  {h:<16} " + "  ".join(f"{g} {v:.3f}" for g, v in by.items()))
@@ -416,9 +419,10 @@ def _evaluate_qa(a, d: Path, model, tok, task: str) -> int:
     metrics, preds = evaluate_qa(model, tok, splits[a.split], max_length=a.max_length, doc_stride=_qa_stride(d, a.max_length),
                                  batch_size=a.batch_size)
     metrics = {"task": task, "split": a.split, "model": str(d), "max_length": a.max_length, **metrics, WRITTEN_BY: "attnkit evaluate"}
-    write_json_atomic(out, metrics)
-    # SQuAD's answer file {id: text}; the marker is one more key, which SQuAD's evaluation script never looks up
-    write_json_atomic(answers, {**preds, WRITTEN_BY: "attnkit evaluate"})
+    with output_batch():  # the metrics and the answers, or neither
+        write_json_atomic(out, metrics)
+        # SQuAD's answer file {id: text}; the marker is one more key, which SQuAD's evaluation script never looks up
+        write_json_atomic(answers, {**preds, WRITTEN_BY: "attnkit evaluate"})
     print(f"exact_match {metrics['exact_match']:.2f}  f1 {metrics['f1']:.2f}  ({metrics['n']} questions)")
     print(f"[attnkit] metrics written to {out}; answers to {out.with_name(out.stem + '_predictions.json')}")
     return 0
@@ -428,7 +432,7 @@ def _read_qa_file(path: str) -> tuple[list[str], list[str]]:
     """JSON lines with "question" and "context" fields."""
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"input file {p} does not exist")
+        raise FileNotFoundError(f"input file {p} {path_problem(p) or 'is not a regular file'}")
     qs, cs = [], []
     for line, row in read_jsonl(p):
         if not isinstance(row.get("question"), str) or not isinstance(row.get("context"), str):
@@ -487,13 +491,7 @@ def _predict_split(a) -> int:
     preds = predictions_of(data.metric, logits)
     idx = list(ds["idx"]) if "idx" in ds.column_names else list(range(len(ds)))
     if submission:
-        try:
-            path = write_submission(data, a.split, preds, idx, out.parent)
-        except OSError as e:
-            raise UserError(f"cannot write {out}: {e.strerror or e}") from None
-        finally:
-            for tmp in out.parent.glob(f".{out.name}.tmp"):
-                tmp.unlink(missing_ok=True)
+        path = write_submission(data, a.split, preds, idx, out.parent)
         record_output(path, "attnkit predict")
         print(f"[attnkit] {len(preds)} predictions written to {path} (GLUE submission format)")
         return 0
@@ -554,11 +552,17 @@ def cmd_explain(a) -> int:
         raise UserError("the text to explain is empty")
     _, model, tok = load_for_inference(a.model, qa_ok=True)
     maps = attention_maps(model, tok, a.text, max_length=a.max_length)
-    try:
-        path = plot_attention(maps, a.output, layer=a.layer, head=a.head)
-    except ValueError as e:
-        raise UserError(str(e)) from None
     st = maps.stats()
+    with output_batch():  # the heatmap, --stats and --html together: if one cannot be written, none replaces its earlier file
+        try:
+            path = plot_attention(maps, a.output, layer=a.layer, head=a.head)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        if a.stats:
+            write_json_atomic(a.stats, {**st, WRITTEN_BY: "attnkit explain"})
+        page = write_html(maps, a.html, title=f'attnkit: {a.text[:60]}') if a.html else None
+        if page is not None:
+            record_output(page, "attnkit explain")  # made once the page is in place
 
     print(f"attention: {maps.attention}")
     print("span head: start/end logits per token" if _qa_model(model) else f"classifier reads: the {head_of(model.config).describe()}")
@@ -567,12 +571,8 @@ def cmd_explain(a) -> int:
     if a.layer is not None and a.head is not None:
         sizes = maps.support_sizes()[a.layer, a.head]
         print("support size per row: " + ", ".join(f"{t}={int(s)}" for t, s in zip(maps.tokens, sizes)))
-    if a.stats:
-        write_json_atomic(a.stats, {**st, WRITTEN_BY: "attnkit explain"})
     print(f"[attnkit] heatmap written to {path}")
-    if a.html:
-        page = write_html(maps, a.html, title=f'attnkit: {a.text[:60]}')
-        record_output(page, "attnkit explain")
+    if page is not None:
         print(f"[attnkit] interactive view written to {page}")
     return 0
 
@@ -588,8 +588,9 @@ def cmd_layer_weights(a) -> int:
     pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
     w = layer_weights(model, tok, list(ds["text"]), pairs, batch_size=a.batch_size, max_length=a.max_length)
     name = d.parent.name if d.name == MODEL_DIR else d.name
-    path = plot_layer_weights(w, a.output, title=f"{name}: {task} {a.split} ({len(ds)} texts)")
-    write_json_atomic(js, {**w, WRITTEN_BY: "attnkit layer-weights"})
+    with output_batch():  # the chart and its values, or neither
+        path = plot_layer_weights(w, a.output, title=f"{name}: {task} {a.split} ({len(ds)} texts)")
+        write_json_atomic(js, {**w, WRITTEN_BY: "attnkit layer-weights"})
     for k in ("se_mean", "mix"):
         if k in w:
             print(f"{k}: " + " ".join(f"L{i + 1}={x:.3f}" for i, x in enumerate(w[k])))
@@ -642,8 +643,10 @@ def cmd_adapt(a) -> int:
         print(f"[attnkit] the adapt run in {out} is already complete: nothing was changed (--no-resume runs it again)")
     r = m["adapted"]
     zs = r.get("zero_share") or []
+    loss = r.get("mlm_loss")  # null in metrics.json where it was not a number (its non_finite says so)
+    loss = f"{loss:.4f}" if isinstance(loss, (int, float)) and math.isfinite(loss) else "not a number (see metrics.json)"
     print(f"\n[attnkit] adapted {cfg.model} to {cfg.spec().describe()}: {r['steps']} MLM steps on {r['texts']['texts']:,} texts "
-          f"({r['seconds']:.0f}s); MLM loss {r['mlm_loss']:.4f}"
+          f"({r['seconds']:.0f}s); MLM loss {loss}"
           + (f"; {r['texts']['texts_used']:,} of them used (--max-train-samples)" if "texts_used" in r["texts"] else ""))
     if zs:
         print("[attnkit] attention weights exactly 0, per layer: " + " ".join(f"L{i}={z:.0%}" for i, z in enumerate(zs)))
@@ -675,8 +678,9 @@ def cmd_words(a) -> int:
                       "query tokens, averaged over layers and heads; ranked per predicted class by the mean over occurrences",
         "classes": ranking, WRITTEN_BY: "attnkit words",
     }
-    write_json_atomic(js, result)
-    png = plot_words(ranking, a.output, title=f"{task} {a.split}: most-attended words per predicted class ({result['attention']})")
+    with output_batch():  # the ranking and its chart, or neither
+        write_json_atomic(js, result)
+        png = plot_words(ranking, a.output, title=f"{task} {a.split}: most-attended words per predicted class ({result['attention']})")
     for name, r in ranking.items():
         top = ", ".join(f"{w['word']} {w['mean']:.2f}" for w in r["words"][:10])
         print(f"{name} ({r['predicted_sentences']} predicted): {top}")
@@ -710,9 +714,14 @@ def cmd_faithfulness(a) -> int:
     report = faithfulness_report(clf, texts, rationales=rationales, seed=a.seed)
     report = {"model": str(d), "task": task, "split": a.split, "attention": spec_of(model.config).describe(),
               "ig_steps": a.ig_steps, "seed": a.seed, **report, WRITTEN_BY: "attnkit faithfulness"}
-    write_json_atomic(out, report)
-    plot_faithfulness(report, plot, title=f"{task} {a.split}, {report['attention']}: {report['examples']} texts")
+    with output_batch():  # the measures and their curves, or neither
+        write_json_atomic(out, report)
+        plot_faithfulness(report, plot, title=f"{task} {a.split}, {report['attention']}: {report['examples']} texts")
     print(f"{report['examples']} texts of {task} {a.split}; attention: {report['attention']}")
+    if report["texts_cut"]:
+        print(f"[attnkit] notice: {report['texts_cut']} of the {report['examples']} texts are longer than --max-length "
+              f"{report['max_length']} tokens and were cut there: the model read them in part, and their words past the cut "
+              "score 0 in every explanation (a larger --max-length reads them whole; texts_cut in the output says how many)")
     lay = report.get("attention_layer")
     if lay:
         print(f"the attention explanation: the [CLS] row of layer {lay['layer']} ({lay['map']}), averaged over heads")

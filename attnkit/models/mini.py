@@ -53,6 +53,7 @@ from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, Seque
 from attnkit.attention.names import KINDS
 from attnkit.attention.spec import AttentionSpec, apply_spec, sparse_layer_set, spec_of
 from attnkit.attention.spec import register as register_attention
+from attnkit.models.modeling_attnkit import accept_in_pipelines
 
 MODEL_TYPE = "attnkit-mini"
 SCORE_SCALES = ("none", "sqrt")
@@ -372,6 +373,8 @@ def register() -> None:
     AutoModel.register(MiniBertConfig, MiniBertModel)
     AutoModelForMaskedLM.register(MiniBertConfig, MiniBertForMaskedLM)
     AutoModelForSequenceClassification.register(MiniBertConfig, MiniBertForSequenceClassification)
+    accept_in_pipelines(MODEL_TYPE, "masked-lm", MiniBertForMaskedLM.__name__)
+    accept_in_pipelines(MODEL_TYPE, "sequence-classification", MiniBertForSequenceClassification.__name__)
 
 
 register()

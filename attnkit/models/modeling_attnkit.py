@@ -184,6 +184,27 @@ def _base_class(config: AttnkitConfig, kind: str):
 
 
 _CONCRETE: dict = {}
+#: transformers' table of model class names per model type that its pipeline for each kind checks a model against
+_PIPELINE_NAMES = {"sequence-classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+                   "question-answering": "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
+                   "token-classification": "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
+                   "masked-lm": "MODEL_FOR_MASKED_LM_MAPPING_NAMES"}
+
+
+def accept_in_pipelines(model_type: str, kind: str, class_name: str) -> None:
+    """Add ``class_name`` to the model names that transformers' pipeline for ``kind`` (text-classification for
+    "sequence-classification", ...) accepts: it checks a model's class by name and logs "The model ... is not
+    supported" with hundreds of names for any other. Only that table of names changes; the Auto classes stay as
+    registered (its tables of names are read only for the model types transformers ships)."""
+    from transformers.models.auto import modeling_auto
+
+    names = getattr(modeling_auto, _PIPELINE_NAMES.get(kind, ""), None)
+    if names is None:
+        return
+    have = names.get(model_type, ())
+    have = have if isinstance(have, tuple) else (have,)
+    if class_name not in have:
+        names[model_type] = have + (class_name,)
 
 
 def concrete_class(config: AttnkitConfig, kind: str):
@@ -192,6 +213,7 @@ def concrete_class(config: AttnkitConfig, kind: str):
     key = (base, kind)
     if key not in _CONCRETE:
         _CONCRETE[key] = type(f"Attnkit{base.__name__}", (_AttnkitModelMixin, base), {"_attnkit_kind": kind, "__module__": __name__})
+        accept_in_pipelines(MODEL_TYPE, kind, _CONCRETE[key].__name__)
     return _CONCRETE[key]
 
 

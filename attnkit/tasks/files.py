@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from attnkit.errors import DataFormatError
+from attnkit.errors import DataFormatError, UserError
 from attnkit.tasks.readers import is_blank, label_index, read_table, require_file, to_splits
-from attnkit.tasks.registry import UNLABELLED, Example, TaskData, register_task
+from attnkit.tasks.registry import UNLABELLED, Example, TaskData, check_splits_differ, register_task
 
 _INT_LABEL = re.compile(r"[+-]?\d+")
 
@@ -120,6 +121,7 @@ def _load_generic(
         raise FileNotFoundError(f"task {fmt}: file {folder / f'train.{fmt}'} does not exist")
     if files["validation"] is None:
         raise FileNotFoundError(f"task {fmt}: neither {folder / f'dev.{fmt}'} nor {folder / f'validation.{fmt}'} exists")
+    _refuse_train_file_again(files)
     raw = {
         split: _read_generic_split(path, fmt, text_column, text_pair_column, label_column, labelled=split != "test")
         for split, path in files.items()
@@ -136,7 +138,21 @@ def _load_generic(
     }
     used = ", ".join(f"{split}={path.name}" for split, path in files.items() if path is not None)
     desc = f"{fmt} files in {folder} ({used}); text={text_column!r}, label={label_column!r}; labels sorted from train"
-    return TaskData(fmt, to_splits(splits, with_pair=text_pair_column is not None), names, desc)
+    split_data = to_splits(splits, with_pair=text_pair_column is not None)
+    check_splits_differ(split_data, lambda split: str(files[split]))  # a copy of train.csv as dev.csv: named by its files
+    return TaskData(fmt, split_data, names, desc)
+
+
+def _refuse_train_file_again(files: dict[str, Path | None]) -> None:
+    """The train file given again as the dev or test file (the same path, a link to it, a hard link) is refused, naming
+    both: the scores on that split would be scores on the training examples."""
+    train = files["train"]
+    for split in ("validation", "test"):
+        other = files[split]
+        if other is not None and os.path.samefile(train, other):
+            how = "a link to it" if other.is_symlink() or train.is_symlink() else "the same file"
+            raise UserError(f"{other} ({split} split) is {train} (train split) again ({how}): its scores would be scores on "
+                            "training examples; give the split a file of its own")
 
 
 GENERIC_OPTIONS_DOC = """

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from attnkit.errors import DataFormatError
+from attnkit.runfiles import path_problem, write_text_atomic
 from attnkit.tasks.readers import label_index, read_delimited, read_jsonl, require_dir, to_splits
 from attnkit.tasks.registry import SPLIT_STEMS, Example, TaskData, register_task
 
@@ -202,13 +203,12 @@ def load_mnli_devsplit(data_dir: Path | None) -> TaskData:
 
 
 def write_submission(task: TaskData, split: str, predictions: np.ndarray, idx: list[int], out_dir: str | Path) -> Path:
-    """``<out_dir>/<TASK>.tsv`` with ``index<TAB>prediction`` rows, in the GLUE server's format."""
+    """``<out_dir>/<TASK>.tsv`` with ``index<TAB>prediction`` rows, in the GLUE server's format (written atomically:
+    a failed write leaves an earlier file as it was and names the file)."""
     fname = (getattr(task, "submission", None) or {}).get(split)
     if fname is None:
         raise ValueError(f"task {task.name} has no GLUE submission file for split {split!r}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / fname
+    path = Path(out_dir) / fname
     gt = GLUE.get(task.name)
     lines = ["index\tprediction"]
     for i, p in zip(idx, predictions):
@@ -219,9 +219,7 @@ def write_submission(task: TaskData, split: str, predictions: np.ndarray, idx: l
         else:
             value = str(int(p))  # CoLA, SST-2, MRPC, QQP, WNLI: 0/1
         lines.append(f"{i}\t{value}")
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, "\n".join(lines) + "\n")
     return path
 
 
@@ -235,7 +233,7 @@ def read_hans(path: str | Path) -> dict[str, list]:
     """HANS rows (noparse or the original format with parse columns): text, text_pair, label, heuristic, subcase."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"HANS file {path} does not exist (expected {HANS_FILE} under the data folder)")
+        raise FileNotFoundError(f"HANS file {path} {path_problem(path) or 'is not a regular file'} (expected {HANS_FILE} under the data folder)")
     records = read_delimited(path, "\t", csv.QUOTE_NONE)
     line, header = next(records, (1, []))
     header = [h.strip() for h in header]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from attnkit.errors import DataFormatError
+from attnkit.runfiles import path_problem
 from attnkit.tasks.registry import Example
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ def require_dir(data_dir: Path | None, sub: str, task: str) -> Path:
         )
     path = Path(data_dir) / sub
     if not path.is_dir():
-        raise FileNotFoundError(f"task {task}: directory {path} does not exist")
+        raise FileNotFoundError(f"task {task}: directory {path} {path_problem(path, 'folder')}")
     return path
 
 
@@ -36,7 +37,7 @@ def require_file(path: Path, task: str) -> Path:
     if path.is_dir():
         raise FileNotFoundError(f"task {task}: {path} is a folder, not a file")
     if not path.is_file():
-        raise FileNotFoundError(f"task {task}: file {path} does not exist")
+        raise FileNotFoundError(f"task {task}: file {path} {path_problem(path) or 'is not a regular file'}")
     return path
 
 

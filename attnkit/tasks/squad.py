@@ -15,7 +15,6 @@ dataset is read from the Hugging Face hub (``rajpurkar/squad``; needs a connecti
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from attnkit.errors import DataFormatError
+from attnkit.runfiles import path_problem, read_json
 from attnkit.tasks.registry import default_data_dir
 
 log = logging.getLogger("attnkit")
@@ -63,13 +63,8 @@ def read_squad(path: str | os.PathLike) -> list[dict]:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"SQuAD file {path} does not exist")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8-sig"))
-    except json.JSONDecodeError as e:
-        raise DataFormatError(path, e.lineno, f"not valid JSON ({e.msg}, column {e.colno})") from None
-    except UnicodeDecodeError as e:
-        raise DataFormatError(path, None, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise FileNotFoundError(f"SQuAD file {path} {path_problem(path) or 'is not a regular file'}")
+    raw = read_json(path, "a SQuAD file", expect=None)
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
         raise DataFormatError(path, None, "expected a SQuAD file: a JSON object with a 'data' list of articles")
     rows: list[dict] = []

@@ -22,7 +22,6 @@ settings returned as it is, one with other settings refused.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import asdict, replace
@@ -37,11 +36,12 @@ from attnkit.attention import kernels
 from attnkit.attention.spec import AttentionSpec, attention_modules, spec_of
 from attnkit.errors import DataFormatError
 from attnkit.models.build import build_masked_lm, checkpoint_dir, encoder_of, load_tokenizer, save_checkpoint, set_attention
-from attnkit.runfiles import METRICS_FILE, MODEL_DIR, write_json_atomic
+from attnkit.runfiles import METRICS_FILE, MODEL_DIR, finite_record, path_problem, read_json, write_json_atomic
 from attnkit.tasks import load_task
 from attnkit.tasks.registry import default_data_dir
 from attnkit.training.config import ADAPT_ALPHA_START, ADAPT_LAM_FACTOR, AdaptConfig
-from attnkit.training.pretrain import mlm_collator
+from attnkit.training.masking import BatchSeededMasking, MaskingState
+from attnkit.training.pretrain import check_maskable, mlm_collator
 from attnkit.training.runs import (
     check_finite, check_precision, finish_run, finished_metrics, fit, prepare_output, recorded_checkpoints, run_folder,
     settings_differences, shared_arguments,
@@ -60,7 +60,7 @@ def read_text_file(path: str | Path) -> list[str]:
     """One text per line (UTF-8, a BOM allowed); blank lines skipped. DataFormatError naming file and line."""
     p = Path(path).expanduser()
     if not p.exists():
-        raise FileNotFoundError(f"--text-file {path} does not exist")
+        raise FileNotFoundError(f"--text-file {path} {path_problem(p)}")
     if not p.is_file():
         raise ValueError(f"--text-file {path} is not a regular file (a folder, FIFO or device): give a text file, one text per line")
     out = []
@@ -93,6 +93,8 @@ def adapt_texts(cfg: AdaptConfig) -> tuple[list[str], dict]:
         sources["tasks"][task] = len(got)
         texts += got
     for f in cfg.text_files:
+        if path_problem(f):
+            read_text_file(f)  # names what is wrong with it (a symlink loop cannot be resolved below)
         p = Path(f).expanduser().resolve()
         if data_root is not None and Path(data_root).resolve() in p.parents:
             raise ValueError(f"--text-file {f} lies in the data folder {data_root}: its dev or test texts must not be read; "
@@ -275,9 +277,9 @@ def check_checkpoints(cfg: AdaptConfig, out: Path) -> None:
         return
     saved = out / "run_config.json"
     try:
-        old = json.loads(saved.read_text())
-    except (OSError, ValueError):
-        raise ValueError(f"{out} holds checkpoints of a run whose settings are missing or unreadable ({saved}): nothing was "
+        old = read_json(saved, "the settings of an adapt run")
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{out} holds checkpoints of a run whose settings are missing or unreadable ({e}): nothing was "
                          "changed; add --no-resume to move it aside and start afresh there, or pick another --output-dir") from None
     diffs = settings_differences(old, asdict(cfg), _FREE, AdaptConfig.__dataclass_fields__)
     if diffs:
@@ -320,16 +322,22 @@ def _adapt(cfg: AdaptConfig, out: Path) -> dict:
         lambda b: tokenizer(b["text"], truncation=True, max_length=cfg.max_length, return_special_tokens_mask=True),
         batched=True, remove_columns=["text"], desc="tokenising",
     )
+    check_maskable(ds, tokenizer, cfg.mlm_probability, f"the texts to adapt on ({len(texts)}, duplicates dropped)")
     args = TrainingArguments(**shared_arguments(cfg, out), max_steps=cfg.max_steps, eval_strategy="no", save_strategy="steps",
                              save_steps=cfg.save_steps, save_total_limit=1, prediction_loss_only=True)
-    trainer = AdaptTrainer(model=model, masked=MaskedPositions(model), args=args, train_dataset=ds, data_collator=mlm_collator(tokenizer, cfg.mlm_probability),
-                           processing_class=tokenizer, callbacks=[AnnealCallback(cfg), HeadWarmupCallback(cfg)])
+    # masks drawn per batch, their place kept in each checkpoint: a resumed run masks as the uninterrupted one did
+    masking = BatchSeededMasking(mlm_collator(tokenizer, cfg.mlm_probability), cfg.seed, args.process_index)
+    masking_state = MaskingState(masking)
+    trainer = AdaptTrainer(model=model, masked=MaskedPositions(model), args=args, train_dataset=ds, data_collator=masking,
+                           processing_class=tokenizer, callbacks=[AnnealCallback(cfg), HeadWarmupCallback(cfg), masking_state])
     if start.is_sparse or cfg.spec().is_sparse:
         kernels.cpu_kernel()  # a first run compiles the CPU kernel here (and says so), not inside the first step's ETA
     prepare_output(cfg, out, keep=())  # everything before training worked: only now is an earlier run moved aside
     t0 = time.time()
     result = fit(trainer, cfg)
     seconds = time.time() - t0
+    if masking_state.note:  # resumed from a checkpoint that could not be resumed exactly: the metrics say so
+        result.metrics["masking_note"] = masking_state.note
     history = list(trainer.state.log_history)
     check_finite(trainer.model, cfg, history)
     set_attention(trainer.model, cfg.spec())
@@ -351,8 +359,9 @@ def _adapt(cfg: AdaptConfig, out: Path) -> dict:
         "texts": sources, "model": str(cfg.model), "new_weights": new_weights, "seconds": round(seconds, 1),
         "mlm_loss": mlm_loss, **zeros,
     }
-    metrics = {"adapted": record, "train": dict(result.metrics), "log_history": history,
-               "parameters": sum(p.numel() for p in trainer.model.parameters())}
+    metrics = finite_record({"adapted": record, "train": dict(result.metrics), "log_history": history,
+                             "parameters": sum(p.numel() for p in trainer.model.parameters())})  # strict JSON: null, and where
+    record = metrics["adapted"]  # as written into metrics.json, and into the model's run_info.json, which train copies
     if trainer.is_world_process_zero():
         encoder = encoder_of(trainer.model, model_path)
         model_dir = save_checkpoint(encoder, out / MODEL_DIR, tokenizer, extra={"adapted": record, "max_length": cfg.max_length})

@@ -184,14 +184,12 @@ class TrainConfig:
         if (self.alpha != 1.5 or self.learn_alpha) and self.attention != "entmax-alpha":
             raise ValueError(f"--alpha/--learn-alpha: need --attention entmax-alpha, not {self.attention}")
         try:
-            if self.sparse_layers is not None and self.attention in ("softmax",):
-                raise ValueError(f"--sparse-layers {self.sparse_layers}: needs a sparse --attention (softmax is softmax in every layer)")
             return AttentionSpec(self.attention, lam, blur=self.blur, blur_size=self.blur_size, blur_sigma=self.blur_sigma,
                                  learn_lam=self.learn_lam, alpha=self.alpha, learn_alpha=self.learn_alpha,
                                  sparse_layers=self.sparse_layers)
         except ValueError as e:
             msg = re.sub(r"^(\w+)=(.*?):", lambda m: f"{option_name(m.group(1))} {m.group(2).strip(chr(39))}:", str(e))  # blur_size=4: -> --blur-size 4:
-            msg = msg.replace("sparse_layers=", "--sparse-layers ")
+            msg = msg.replace("sparse_layers=", "--sparse-layers ").replace("a sparse attention", "a sparse --attention")
             msg = re.sub(r"^(learn_lam|learn_alpha) ", lambda m: f"{option_name(m.group(1))} ", msg)
             raise ValueError(f"--alpha {self.alpha}: {msg}" if "alpha" in msg and not msg.startswith(("--alpha", "--learn")) else msg) from None
 
@@ -272,8 +270,9 @@ class PretrainConfig:
         for name in ("layers", "heads", "dim", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)}")
-        if self.max_length < 2:
-            raise ValueError(f"--max-length {self.max_length}: expected a whole number of tokens of at least 2 (with [CLS] and [SEP])")
+        if not isinstance(self.max_length, int) or self.max_length < 3:  # 2 holds [CLS] and [SEP] alone: nothing to mask
+            raise ValueError(f"--max-length {self.max_length}: expected a whole number of tokens of at least 3 ([CLS], a "
+                             "token to mask, [SEP])")
         check_seed(self.seed)
         check_mini_shape(self.score_scale, self.head_mode)
         if self.head_mode == "split" and self.dim % self.heads:
@@ -336,14 +335,12 @@ class AdaptConfig:
     def spec(self) -> AttentionSpec:
         from attnkit.attention.spec import AttentionSpec  # torch: only when a run is set up, not for --help
 
-        if self.sparse_layers is not None and self.attention == "softmax":
-            raise ValueError(f"--sparse-layers {self.sparse_layers}: needs a sparse --attention (softmax is softmax in every layer)")
         try:
             return AttentionSpec(self.attention, self.lam if self.attention == "sparsegen-lin" else 0.0,
                                  alpha=self.alpha if self.attention == "entmax-alpha" else 1.5,
                                  sparse_layers=self.sparse_layers)
         except ValueError as e:
-            raise ValueError(str(e).replace("sparse_layers=", "--sparse-layers ")) from None
+            raise ValueError(str(e).replace("sparse_layers=", "--sparse-layers ").replace("a sparse attention", "a sparse --attention")) from None
 
     def validate(self) -> None:
         if self.attention not in ADAPT_ATTENTIONS:

@@ -8,7 +8,6 @@ writing ``metrics.json`` plus the best dev checkpoint (atomically) to ``<output>
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -23,7 +22,7 @@ from attnkit.attention import kernels
 from attnkit.attention.spec import LEARNED, AttentionSpec, learned_values, spec_of
 from attnkit.models.build import build_classifier, checkpoint_dir, load_model, load_tokenizer, save_checkpoint, set_attention
 from attnkit.models.freeze import freeze_parameters
-from attnkit.runfiles import RUN_INFO, write_json_atomic
+from attnkit.runfiles import RUN_INFO, finite_record, path_problem, read_json, write_json_atomic
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.tasks.lemmas import lemmatize_splits, lemmatizer
 from attnkit.tasks.metrics import MAIN_METRIC, predictions_of, task_metrics
@@ -149,7 +148,7 @@ def load_teacher(cfg: TrainConfig, data, tokenizer):
     """The ``--teacher`` model, checked to be a classifier of the task's labels that reads the same tokens."""
     path = str(checkpoint_dir(cfg.teacher) or cfg.teacher)
     if not Path(path).expanduser().exists():
-        raise FileNotFoundError(f"--teacher {cfg.teacher} does not exist (expected a run folder or model folder of a fine-tuned classifier)")
+        raise FileNotFoundError(f"--teacher {cfg.teacher} {path_problem(path, 'folder')} (expected a run folder or model folder of a fine-tuned classifier)")
     teacher = load_model(path)
     names = [teacher.config.id2label[i] for i in range(teacher.config.num_labels)] if teacher.config.id2label else []
     if data.metric == "regression" or list(map(str, names)) != list(map(str, data.label_names)):
@@ -342,7 +341,7 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
         )
         metrics["model_dir"] = str(model_dir)
         write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict(), "head_spec": head.to_dict()})
-        write_json_atomic(out / METRICS_FILE, metrics)
+        write_json_atomic(out / METRICS_FILE, finite_record(metrics))  # a NaN (grad_norm, a copied record): null, and where
         finish_run(cfg, out, history, MAIN_METRIC[data.metric], title=f"{cfg.task}: {spec.describe()}")
         for kind, values in learned.items():
             for ext in ("png", "svg"):
@@ -354,7 +353,7 @@ def _adapted_record(model_path) -> dict | None:
     """The ``adapted`` record of an encoder written by ``attnkit adapt`` (None for any other model)."""
     f = Path(str(model_path)).expanduser() / RUN_INFO
     try:
-        return json.loads(f.read_text()).get("adapted") if f.is_file() else None
+        return read_json(f, "what training recorded beside a model").get("adapted") if f.is_file() else None
     except (OSError, ValueError):
         return None
 
@@ -378,7 +377,7 @@ def model_lemmatize(cfg: TrainConfig) -> str | None:
     run = Path(str(cfg.model)).expanduser()
     for f in (run / RUN_INFO, run / MODEL_DIR / RUN_INFO):
         if f.is_file():
-            stored = json.loads(f.read_text()).get("lemmatize")
+            stored = read_json(f, "what training recorded beside a model").get("lemmatize")
             break
     if cfg.lemmatize and stored and cfg.lemmatize != stored:
         raise ValueError(f"--lemmatize {cfg.lemmatize}: the model {cfg.model} was trained on {stored} lemmas")

@@ -14,6 +14,7 @@ no MLM).
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import time
 from dataclasses import asdict
@@ -27,7 +28,7 @@ from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFas
 from attnkit.attention.spec import AttentionSpec
 from attnkit.models.build import save_checkpoint
 from attnkit.models.mini import MiniBertForMaskedLM, MiniBertModel, attention_parameter_count, make_config
-from attnkit.runfiles import write_json_atomic
+from attnkit.runfiles import finite_record, write_json_atomic
 from attnkit.training.runs import check_finite, finished_metrics, prepare_output, run_folder
 from attnkit.tasks import load_task
 from attnkit.tasks.lemmas import lemmatizer
@@ -157,11 +158,42 @@ def init_mini_checkpoint(train_texts, out_dir, *, kind="sa", layers=1, heads=1, 
 # ----------------------------------------------------------------------------- pre-training
 
 
+class EveryBatchMasks(DataCollatorForLanguageModeling):
+    """transformers' MLM collator, whose every batch masks at least one token: a batch whose draw chose none is drawn
+    again (from the same generator). Its loss would be 0 / 0: the Trainer logs such a step as loss 0 (or as the mean
+    of the steps before it) and an evaluation over such a batch as NaN. A draw that masks something is kept as it is."""
+
+    REDRAWS = 1000
+
+    def torch_call(self, examples):
+        for _ in range(self.REDRAWS):
+            batch = super().torch_call(examples)
+            if bool((batch["labels"] != -100).any()):
+                return batch
+        raise ValueError(f"a batch of {len(examples)} texts holds no token that can be masked (only special tokens such "
+                         "as [CLS], [SEP], [UNK]): nothing to learn from")
+
+
 def mlm_collator(tokenizer, mlm_probability: float = 0.15, seed: int | None = None):
-    """15% of the (non-special) tokens chosen; of those 80% -> [MASK], 10% -> random token, 10% kept."""
-    return DataCollatorForLanguageModeling(
+    """15% of the (non-special) tokens chosen; of those 80% -> [MASK], 10% -> random token, 10% kept; a batch that
+    would mask nothing is drawn again (:class:`EveryBatchMasks`)."""
+    return EveryBatchMasks(
         tokenizer, mlm=True, mlm_probability=mlm_probability, mask_replace_prob=0.8, random_replace_prob=0.1, seed=seed
     )
+
+
+def check_maskable(ds, tokenizer, mlm_probability: float, what: str) -> None:
+    """Refuse (ValueError, one line) texts too small to mask: fewer tokens that can be masked (not [CLS], [SEP], ...)
+    than one masked token per pass over them at ``mlm_probability``. ``ds``: the tokenised texts (``input_ids``)."""
+    special, need, n = set(tokenizer.all_special_ids), math.ceil(1 / mlm_probability), 0
+    for batch in ds.iter(batch_size=256):  # read as far as needed: a real corpus is done within its first texts
+        for ids in batch["input_ids"]:
+            n += sum(1 for i in ids if i not in special)
+            if n >= need:
+                return
+    raise ValueError(f"{what} hold only {n} token(s) that can be masked: at --mlm-probability "
+                     f"{mlm_probability:g} a pass over them masks {n * mlm_probability:.2g} on average, less than one, so "
+                     f"there is nothing to learn or to measure the MLM loss on: give more text (at least {need} tokens)")
 
 
 def pretrain(cfg: PretrainConfig) -> dict:
@@ -200,6 +232,7 @@ def _pretrain(cfg: PretrainConfig, out: Path) -> dict:
         lambda b: tok(b["text"], truncation=True, max_length=cfg.max_length), batched=True, remove_columns=["text"],
         desc="tokenising",
     )
+    check_maskable(ds, tok, cfg.mlm_probability, f"the training texts of task {cfg.task} ({len(texts)})")
     args = TrainingArguments(
         output_dir=str(out / "trainer"),
         num_train_epochs=cfg.epochs,
@@ -236,7 +269,7 @@ def _pretrain(cfg: PretrainConfig, out: Path) -> dict:
         "vocab_size": len(tok),
         "train_texts": len(texts),
         "mlm_loss": float(final["mlm_loss"]),
-        "train_loss": float(result.metrics.get("train_loss", float("nan"))),
+        "train_loss": result.metrics.get("train_loss"),  # None, not NaN, where the Trainer did not give it
         "loss_history": [
             {"epoch": h["epoch"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h
         ],
@@ -250,5 +283,5 @@ def _pretrain(cfg: PretrainConfig, out: Path) -> dict:
     metrics["model_dir"] = str(model_dir)
     shutil.rmtree(out / "trainer", ignore_errors=True)  # nothing kept there (save_strategy="no")
     write_json_atomic(out / "run_config.json", asdict(cfg))
-    write_json_atomic(out / "metrics.json", metrics)
+    write_json_atomic(out / "metrics.json", finite_record(metrics))
     return metrics

@@ -6,7 +6,6 @@ the Trainer's settings, and small helpers. Classification (:mod:`finetune`) and 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -25,10 +24,10 @@ from attnkit.analysis.explain import plot_curves
 from attnkit.attention.spec import LEARNED
 from attnkit.models.build import check_max_length, check_weights_file, resolve_model
 from attnkit.models.pooling import layer_weight_parameters
-from attnkit.errors import UserError
+from attnkit.errors import DataFormatError, UserError
 from attnkit.runfiles import (
     LOCK_FILE, REPLACED_PREFIX, RUN_RECORD, WRITTEN_BY, folder_is_as_written, folder_lock, is_main_process,
-    make_way, read_folder_manifest, replaced_folder, set_aside, write_folder_manifest, write_json_atomic,
+    make_way, path_problem, read_folder_manifest, read_json, replaced_folder, set_aside, write_folder_manifest, write_json_atomic,
 )
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig, option_name
 
@@ -84,9 +83,9 @@ def _checkpoint_damage(ckpt: Path) -> str | None:
     if not state.is_file():
         return "no trainer_state.json: it was not finished"
     try:
-        json.loads(state.read_text())
-    except (ValueError, UnicodeDecodeError) as e:
-        return f"trainer_state.json is garbled: {e}"
+        read_json(state, "the Trainer's state of a checkpoint")
+    except DataFormatError as e:
+        return f"trainer_state.json is garbled ({e})"
     try:
         check_weights_file(ckpt)
     except OSError as e:
@@ -123,17 +122,56 @@ def read_record(out: Path) -> dict | None:
     if not f.exists():
         return None
     try:
-        rec = json.loads(f.read_text(encoding="utf-8"))
-        if not isinstance(rec, dict) or not str(rec.get(WRITTEN_BY, "")).startswith("attnkit"):
+        rec = read_json(f, "attnkit's record of a run")
+        if not str(rec.get(WRITTEN_BY, "")).startswith("attnkit"):
             raise ValueError("not a record written by attnkit")
         ckpts, saving = rec.get("checkpoints", []), rec.get("saving")
         if not (isinstance(ckpts, list) and all(isinstance(c, str) for c in ckpts)) or not isinstance(saving, (str, type(None))):
             raise ValueError("its checkpoints are not a list of folder names")
     except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{f}, attnkit's record of the run in {out}, is unreadable ({e}): add --no-resume to move the run "
+        raise ValueError(f"{f}, attnkit's record of the run in {out}, is unreadable ({_why(e)}): add --no-resume to move the run "
                          f"aside (into {out}/{REPLACED_PREFIX}<date>/) and train afresh there, or pick another --output-dir") from None
     rec.setdefault("checkpoints", [])
     return rec
+
+
+#: the command that makes each kind of run (its record's "written_by"), by the type of its settings
+_COMMANDS = {"TrainConfig": "attnkit train", "AdaptConfig": "attnkit adapt", "PretrainConfig": "attnkit pretrain"}
+#: what each command's run folder holds, for messages
+_KINDS = {"attnkit train": ("a train run", "a fine-tuned model"), "attnkit adapt": ("an adapt run", "an encoder adapted by masked-LM"),
+          "attnkit pretrain": ("a pretrain run", "a MiniBERT pre-trained by masked-LM")}
+
+
+def command_of(cfg) -> str:
+    """The command whose run ``cfg`` configures ("attnkit train", "attnkit adapt", "attnkit pretrain")."""
+    return _COMMANDS.get(type(cfg).__name__, "attnkit train")
+
+
+def describe_run(out: Path) -> str:
+    """What the run folder ``out`` holds, naming the command that made it: "an adapt run (an encoder adapted by
+    masked-LM; made by `attnkit adapt`, finished)"; "an attnkit run" where its record names no command attnkit knows."""
+    rec = read_record(out)
+    made_by = str(rec.get(WRITTEN_BY)) if rec is not None else ""
+    if made_by not in _KINDS:
+        return "an attnkit run"
+    state = "finished" if rec.get("finished") or (Path(out) / METRICS_FILE).is_file() else "not finished"
+    kind, what = _KINDS[made_by]
+    return f"{kind} ({what}; made by `{made_by}`, {state})"
+
+
+def check_kind(cfg, out: Path) -> None:
+    """Refuse a run folder whose record says another command made it (an adapt run given to ``attnkit train``): its
+    settings are not this command's to compare, nor its metrics to return. Nothing is changed; with ``cfg.resume``
+    off the earlier run is moved aside when training starts, as any earlier run is."""
+    rec = read_record(out) if cfg.resume else None
+    made_by, now = (str(rec.get(WRITTEN_BY)) if rec is not None else None), command_of(cfg)
+    if made_by not in _KINDS or made_by == now:
+        return
+    raise ValueError(
+        f"--output-dir {out} holds {describe_run(out)}, not a run of `{now}`: nothing was changed; pick another "
+        f"--output-dir (to build on its model, name it with --model {out}), or add --no-resume to move that run aside "
+        f"(into {out}/{REPLACED_PREFIX}<date>/) and start afresh there"
+    )
 
 
 def write_record(out: Path, rec: dict) -> None:
@@ -245,9 +283,9 @@ _FINISHED_FREE = ("output_dir", "resume", "logging_steps", "eval_batch_size", "k
 
 def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not a readable JSON file ({e}): move the run folder aside or pick another --output-dir") from None
+        return read_json(path)
+    except DataFormatError as e:
+        raise ValueError(f"{e}: move the run folder aside or pick another --output-dir") from None
 
 
 def is_run_folder(out: Path) -> bool:
@@ -271,11 +309,12 @@ def run_folder(out: Path, option: str = "--output-dir"):
     and the folder was made here and holds nothing, it is removed again. A run that ends without an error is marked
     finished in its record."""
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"{option} {out} is a file, not a folder")
+    if path_problem(out, "folder") not in ("", "does not exist"):
+        raise ValueError(f"{option} {out} {path_problem(out, 'folder')}")
     if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()) and not is_run_folder(out):
         if _holds_sweep(out):
-            raise ValueError(f"{option} {out} holds an attnkit sweep, not a run: pick a new or empty folder")
+            raise ValueError(f"{option} {out} holds an attnkit sweep, not a run (made by `attnkit sweep`): nothing was changed; "
+                             "pick a new or empty folder (`attnkit sweep` with that --output-dir adds to the sweep)")
         raise ValueError(f"{option} {out} is not empty and holds no attnkit run (no {RUN_RECORD}, the record a run writes "
                          "there when it starts; a model/ or checkpoint-* folder is no proof): pick a new or empty folder")
     made = first_missing(out)
@@ -306,9 +345,10 @@ def read_sweep_records(path: Path) -> list[dict]:
     was damaged): it is neither read as records nor replaced."""
     way_out = "move it out of the folder, or pick another --output-dir"
     try:
-        recs = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not readable JSON ({type(e).__name__}): it is not an attnkit sweep's record; {way_out}") from None
+        recs = read_json(path, "an attnkit sweep's record", expect=None)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{e if isinstance(e, DataFormatError) else f'{path} cannot be read ({e})'}: it is not an attnkit "
+                         f"sweep's record; {way_out}") from None
     def is_record(r) -> bool:
         return (isinstance(r, dict) and all(k in r for k in SWEEP_RECORD_KEYS) and r.get("param", "lam") in SWEPT
                 and isinstance(r.get(r.get("param", "lam")), (int, float, str)) and isinstance(r["seed"], int))
@@ -395,6 +435,7 @@ def finished_metrics(cfg, out: Path | None = None, free: tuple = _FINISHED_FREE)
     out = Path(cfg.output_dir if out is None else out)
     if not cfg.resume:
         return None
+    check_kind(cfg, out)
     rec = read_record(out)
     if rec is None or not (rec.get("finished") or (out / METRICS_FILE).is_file()):
         return None
@@ -434,9 +475,9 @@ def damaged_parts(out: Path) -> list[str]:
             bad.append(f"{what} {f} {'is not a file' if f.exists() else 'are missing'}")
             continue
         try:
-            json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError) as e:
-            bad.append(f"{what} {f} are unreadable ({type(e).__name__})")
+            read_json(f, what.replace("its ", "a run's "))
+        except (OSError, ValueError) as e:
+            bad.append(f"{what} {f} are unreadable ({_why(e)})")
     model = out / MODEL_DIR
     if not model.is_dir():
         bad.append(f"its model {model}/ is missing")
@@ -446,14 +487,21 @@ def damaged_parts(out: Path) -> list[str]:
         bad.append(f"its model's {cfg} is missing")
     else:
         try:
-            json.loads(cfg.read_text(encoding="utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError) as e:
-            bad.append(f"its model's {cfg} is unreadable ({type(e).__name__})")
+            read_json(cfg, "a model's config")
+        except (OSError, ValueError) as e:
+            bad.append(f"its model's {cfg} is unreadable ({_why(e)})")
     try:
         check_weights_file(model)
     except OSError as e:
         bad.append(str(e).split(";")[0])
     return bad
+
+
+def _why(e: Exception) -> str:
+    """What is wrong with a file that could not be read, without its name (the message names it already)."""
+    if isinstance(e, DataFormatError):
+        return f"line {e.line}: {e.problem}" if e.line else e.problem
+    return (e.strerror if isinstance(e, OSError) else None) or str(e) or type(e).__name__
 
 
 def _differences(cfg, out: Path, free: tuple) -> list[str]:
@@ -569,8 +617,7 @@ def prepare_output(cfg, out: Path, keep: tuple = ("mini_init",)) -> None:
             log.warning("--no-resume: the earlier run in %s was moved aside to %s", out, aside)
     if is_main_process():
         rec = read_record(out) if cfg.resume else None
-        command = {"PretrainConfig": "attnkit pretrain", "AdaptConfig": "attnkit adapt"}.get(type(cfg).__name__, "attnkit train")
-        rec = start_record(out, command) if rec is None else rec | {"finished": False}
+        rec = start_record(out, command_of(cfg)) if rec is None else rec | {"finished": False}
         strangers = [p for p in _trainer_named(out) if p.name not in rec["checkpoints"]]
         if strangers:
             aside = replaced_folder(out)
@@ -809,8 +856,7 @@ def _finish_from(trainer, ckpt: Path, prior: float | None):
 
 def _state_of(ckpt: Path) -> dict:
     try:
-        d = json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))
-        return d if isinstance(d, dict) else {}
+        return read_json(ckpt / "trainer_state.json", "the Trainer's state of a checkpoint")
     except (OSError, ValueError):
         return {}
 
@@ -818,7 +864,7 @@ def _state_of(ckpt: Path) -> dict:
 def _loss_of(ckpt: Path) -> float | None:
     """The training loss summed over the steps up to checkpoint ``ckpt`` (LOSS_FILE), or None if it does not say."""
     try:
-        d = json.loads((ckpt / LOSS_FILE).read_text(encoding="utf-8"))
+        d = read_json(ckpt / LOSS_FILE, "the training loss of a checkpoint")
         return float(d["total_loss"])
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -10,7 +10,7 @@ import numpy as np
 from transformers import DataCollatorWithPadding, set_seed
 
 from attnkit.models.build import build_qa_model, load_tokenizer, save_checkpoint
-from attnkit.runfiles import write_json_atomic
+from attnkit.runfiles import finite_record, write_json_atomic
 from attnkit.tasks.squad import QA_TASKS, best_spans, featurize, load_squad, squad_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
 from attnkit.training.runs import AttnkitTrainer, best_checkpoint, check_finite, check_length, check_resume, check_warmups, finish_run, fit, prepare_output, strip_prefix, subsample, training_arguments
@@ -72,6 +72,6 @@ def train_qa(cfg: TrainConfig, out: Path, callbacks: list | None = None) -> dict
                                            "max_length": cfg.max_length, "doc_stride": stride, "precision": cfg.precision})
         metrics["model_dir"] = str(model_dir)
         write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict()})
-        write_json_atomic(out / METRICS_FILE, metrics)
+        write_json_atomic(out / METRICS_FILE, finite_record(metrics))
         finish_run(cfg, out, history, "f1", title=f"{cfg.task}: {spec.describe()}")
     return metrics

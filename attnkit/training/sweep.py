@@ -20,7 +20,6 @@ per seed, into the same folder). Written after every cell:
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import statistics
@@ -34,13 +33,14 @@ from transformers import AutoConfig
 
 from attnkit.analysis.explain import attention_maps, figure_path, pyplot, save_figure, view_sentence
 from attnkit.analysis.stats import Family, rule_text
+from attnkit.errors import DataFormatError
 from attnkit.models.build import MODEL_DIR, load_model, load_tokenizer, resolve_model
-from attnkit.runfiles import LOCK_FILE, folder_lock, make_way, record_output, write_json_atomic, write_text_atomic
+from attnkit.runfiles import LOCK_FILE, folder_lock, make_way, output_batch, path_problem, read_json, record_output, write_json_atomic, write_text_atomic
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.training.config import TrainConfig, check_seed, is_mini_alias, option_name
 from attnkit.training.finetune import train
 from attnkit.training.runs import (  # noqa: F401  (SWEPT, read_sweep_records: re-exported, the sweep's names)
-    SWEEP_RECORD_KEYS, SWEPT, first_missing, is_run_folder, read_sweep_records, same_paths, with_defaults,
+    SWEEP_RECORD_KEYS, SWEPT, describe_run, first_missing, is_run_folder, read_sweep_records, same_paths, with_defaults,
 )
 
 SUPPORT_TEXTS = 256  # dev texts the mean support is measured on
@@ -183,10 +183,11 @@ def run_sweep(base: TrainConfig, values: list[float], seeds: list[int], out_dir:
         except ValueError as e:
             raise ValueError(f"--{param}s {c.value:g}: {e}") from None
     check_view(base, view_layer, view_head)  # and a bad figure setting before anything is written
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--output-dir {out} is a file, not a folder")
+    if path_problem(out, "folder") not in ("", "does not exist"):
+        raise ValueError(f"--output-dir {out} {path_problem(out, 'folder')}")
     if is_run_folder(out):
-        raise ValueError(f"--output-dir {out} holds a training run, not a sweep: pick a new or empty folder")
+        raise ValueError(f"--output-dir {out} holds {describe_run(out)}, not a sweep of `attnkit sweep`: nothing was "
+                         "changed; pick a new or empty folder (a sweep trains its cells in folders of its own)")
     if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()) and not _is_sweep_folder(out):
         raise ValueError(f"--output-dir {out} is not empty and holds no attnkit sweep (sweep.json or cell folders such as "
                          f"{cells[0].name}/): pick a new or empty folder")
@@ -214,10 +215,10 @@ def _is_sweep_folder(out: Path) -> bool:
 def _read_cell(path: Path) -> dict:
     """A finished cell's record (its sweep_cell.json); ValueError naming the file for one attnkit did not write."""
     try:
-        rec = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not readable JSON ({type(e).__name__}): not the record of a finished sweep cell; move "
-                         "it out of the cell's folder to train the cell again") from None
+        rec = read_json(path, "the record of a finished sweep cell", expect=None)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{e if isinstance(e, DataFormatError) else f'{path} cannot be read ({e})'}: move it out of the "
+                         "cell's folder to train the cell again") from None
     if not (isinstance(rec, dict) and all(k in rec for k in SWEEP_RECORD_KEYS)):
         raise ValueError(f"{path} is not the record of a finished sweep cell (it lacks {', '.join(SWEEP_RECORD_KEYS)}): move it "
                          "out of the cell's folder to train the cell again")
@@ -274,14 +275,15 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
 
 
 def _write_reports(base: TrainConfig, records: list[dict], out: Path) -> None:
-    """sweep.json, sweep.md and sweep.{png,svg} of the records so far."""
+    """sweep.json, sweep.md and sweep.{png,svg} of the records so far: all four replaced together, or none."""
     param = swept(records[0])[0]
     title = f"{base.task}: {SWEPT[param]} against {param}"
-    write_json_atomic(out / "sweep.json", records)
-    write_text_atomic(make_way(out / "sweep.md"), sweep_table(records, title=title))  # a sweep.md of the user's: moved aside
-    record_output(out / "sweep.md", "attnkit sweep")  # markdown carries no mark: the folder's ledger says it is attnkit's
-    for ext in ("png", "svg"):
-        plot_sweep(records, make_way(out / f"sweep.{ext}"), title=title)
+    with output_batch():
+        write_json_atomic(out / "sweep.json", records)
+        write_text_atomic(make_way(out / "sweep.md"), sweep_table(records, title=title))  # a sweep.md of the user's: moved aside
+        record_output(out / "sweep.md", "attnkit sweep")  # markdown carries no mark: the folder's ledger says it is attnkit's
+        for ext in ("png", "svg"):
+            plot_sweep(records, make_way(out / f"sweep.{ext}"), title=title)
 
 
 def _by_lam(records: list[dict], field: str) -> tuple[list[float], list[float], list[float]]:
@@ -310,7 +312,7 @@ def sweep_table(records: list[dict], title: str = "") -> str:
     fam = Family()
     lines = [f"# {title}" if title else "# attnkit sweep", "",
              f"{metric} in % (mean ± std over seeds); paired: test minus softmax's on the same seed, in points (mean ± std of",
-             f"the differences, seeds above softmax of all, t, p). {rule_text(family=f'the swept {param} values')}", "",
+             f"the differences [95% CI], seeds above softmax of all, t, p). {rule_text(family=f'the swept {param} values')}", "",
              f"| {param} | seeds | dev | test | paired test − softmax | verdict | mean support |",
              "|---|---|---|---|---|---|---|"]
     for lam in ["softmax"] + sorted({swept(r)[1] for r in records if swept(r)[1] != "softmax"}):

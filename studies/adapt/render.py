@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from studies import figures  # noqa: E402
-from studies.stats import format_paired, paired_test, rule_text, verdicts_by_family  # noqa: E402
+from studies.stats import OWN_FAMILY_TEXT, family_key, format_paired, paired_test, rule_text, verdicts_by_family  # noqa: E402
 
 TASK_NAMES = {"sst2-ptb": "SST-2", "sentube-auto": "SenTube-A", "sst5-phrases": "SST-1", "semeval2013": "SemEval-2013"}
 ORDER = ("softmax", "entmax15", "entmax15-last", "adapted-softmax", "adapted-entmax15", "adapted-entmax15+distill")
@@ -91,14 +91,15 @@ def accuracy_table(recs: list[dict]) -> str:
     cells = by_cell(recs)
     tasks = [t for t in TASK_NAMES if any(k[0] == t for k in cells)]
     lines = ["## Accuracy (test, best-dev checkpoint), Table 2's budget", "",
-             rule_text(family="the methods of one set against plain softmax"), "",
+             rule_text(family=f"the methods of one set against plain softmax ({OWN_FAMILY_TEXT})"), "",
              "| set | method | seeds | test accuracy | − softmax | − adapted softmax | non-zeros / row | zeros in sparse layers |",
              "|---|---|---|---|---|---|---|---|"]
     for task in tasks:
         methods = [m for m in ORDER if (task, m) in cells]
         diffs = [paired(cells, task, m, "softmax", lambda r: r["test_accuracy"]) for m in methods]
         scaled = [[100 * d for d in ds] for ds in diffs]
-        tests = verdicts_by_family([paired_test(d) for d in scaled], [None if m == "softmax" else task for m in methods])
+        tests = verdicts_by_family([paired_test(d) for d in scaled],
+                                   [None if m == "softmax" else family_key((task,), m) for m in methods])
         for m, t in zip(methods, tests):
             rs = cells[(task, m)]
             second = ""
@@ -119,7 +120,7 @@ def faithfulness_table(recs: list[dict]) -> str:
              "against SST's sentiment words (SST-2 only). Differences in points, paired by seed against plain softmax (and, for "
              "the adapted 1.5-entmax rows, against adapted softmax: the same continued pre-training); sufficiency "
              "is a loss (lower is better), so its difference is softmax minus the method (positive = better).",
-             rule_text(family="the methods of one set and measure"), "",
+             rule_text(family=f"the methods of one set and measure ({OWN_FAMILY_TEXT})"), "",
              "| set | method | seeds | " + " | ".join(f"{name} | − softmax | − adapted softmax" for _, name, _ in FAITH) + " | IG comprehensiveness |",
              "|---|---|---|" + "---|---|---|" * len(FAITH) + "---|"]
     for task in ("sst2-ptb", "sentube-auto"):
@@ -135,7 +136,8 @@ def faithfulness_table(recs: list[dict]) -> str:
             ds = [[100 * sign * d for d in paired(cells, task, m, "softmax", val)] for m in methods]
             second = [paired_test([100 * sign * d for d in paired(cells, task, m, SECOND[m], val)]) if m in SECOND else None
                       for m in methods]
-            cols.append((val, verdicts_by_family([paired_test(d) for d in ds], [None if m == "softmax" else (task, key) for m in methods]),
+            cols.append((val, verdicts_by_family([paired_test(d) for d in ds],
+                                                 [None if m == "softmax" else family_key((task, key), m) for m in methods]),
                          second))
         for i, m in enumerate(methods):
             rs = [r for r in cells[(task, m)].values() if "faithfulness" in r]

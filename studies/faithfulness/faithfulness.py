@@ -53,14 +53,15 @@ BASELINE = {"MiniSSA": "MiniSA", "MiniNTA": "MiniSA"}
 
 
 #: comparisons that answer another study's question, each its own Holm family (so that adding one does not change the
-#: correction of the maps' family): 1.5-entmax in the last layer only is issue 37's recipe (studies/adapt)
-OWN_FAMILY = {"entmax15-last"}
+#: correction of the maps' family): 1.5-entmax in the last layer only is issue 37's recipe (studies/adapt); the one rule
+#: of every study table (studies.stats.OWN_FAMILY)
+OWN_FAMILY = ssaf_table2.OWN_FAMILY
 
 
 def family(task: str, base: str, ranking: str, measure: str, method: str) -> tuple:
     """The Holm family of one comparison: the maps compared with one baseline on one set, for each ranking and measure;
     a method of :data:`OWN_FAMILY` alone."""
-    return (task, base, ranking, measure) + ((method,) if method in OWN_FAMILY else ())
+    return ssaf_table2.family_key((task, base, ranking, measure), method)
 
 
 def baseline(method: str) -> str | None:
@@ -323,6 +324,7 @@ def render(recs: list[dict], before: list[dict] | None = None) -> str:
              "table), words removed (ERASER), k = 1, 5, 10, 20, 50% of the words. Comprehensiveness AOPC (higher: the ranking",
              "found what the model uses) and sufficiency AOPC (lower: those words alone keep the prediction), in points of",
              "probability (× 100), mean ± std over seeds; plausibility: average precision (× 100) against SST's word labels.",
+             f"Measured on (from the records): {ssaf_table2.run_settings(recs)}.",
              *tie_note(recs),
              "", "| task | method | seeds | texts | ranking | comprehensiveness AOPC | sufficiency AOPC | plausibility AP |",
              "|---|---|---|---|---|---|---|---|"]
@@ -336,10 +338,10 @@ def render(recs: list[dict], before: list[dict] | None = None) -> str:
                          f"| {_ms([x.get('plausibility_auprc') for x in rows])} |")
     lines += ["", "## Sparse attention against softmax's, paired by seed", "",
               "The attention ranking of a sparse map minus softmax's attention ranking (MiniBERT: MiniSSA and MiniNTA minus",
-              "MiniSA), same task and seed, in points: mean ± std of the differences (seeds better, t, p) and the verdict. Better",
+              "MiniSA), same task and seed, in points: mean ± std of the differences [95% CI] (seeds better, t, p) and the verdict. Better",
               "is higher comprehensiveness, lower sufficiency, higher plausibility.",
               ssaf_table2.rule_text(family="the methods compared with one baseline on one set, for each ranking and measure "
-                                             "(1.5-entmax in the last layer only, the recipe of studies/adapt, is a family of its own)"),
+                                             f"({ssaf_table2.OWN_FAMILY_TEXT})"),
               "MiniBERT's classifier averages the attention",
               "outputs over the tokens rather than reading [CLS], so its `received` ranking is the one its prediction uses.", "",
               "| task | method − baseline | ranking | comprehensiveness | verdict | sufficiency (baseline − method) | verdict | plausibility | verdict |",

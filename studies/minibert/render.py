@@ -16,7 +16,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from studies.stats import format_paired, paired_test, rule_text, verdicts_by_family  # noqa: E402
+from studies.stats import MARGIN, format_paired, paired_test, rule_text, verdicts_by_family  # noqa: E402
 
 README = HERE / "README.md"
 TABLE = HERE / "results" / "minibert_study.md"
@@ -60,9 +60,11 @@ def _field(r: dict, field: str) -> float:
 
 
 def paired(a: dict[int, dict], b: dict[int, dict], field: str = "test", scale: float = 100.0):
-    """Test of a − b over the seeds both cells have."""
+    """Test of a − b over the seeds both cells have (a margin of 1 point where the field is in points, × 100;
+    none for the raw shape measures)."""
     seeds = sorted(set(a) & set(b))
-    return paired_test([scale * (_field(a[s], field) - _field(b[s], field)) for s in seeds]), seeds
+    margin = MARGIN if scale == 100.0 else None
+    return paired_test([scale * (_field(a[s], field) - _field(b[s], field)) for s in seeds], margin=margin), seeds
 
 
 def budget_line(records) -> str:
@@ -197,7 +199,7 @@ def figure2_verdicts(C, tasks) -> list[str]:
                 continue
             diffs = [r["faithfulness"]["received"]["aopc_comprehensiveness"] - r["faithfulness"]["random"]["aopc_comprehensiveness"]
                      for _, r in sorted(faith.items())]
-            t = paired_test(diffs)
+            t = paired_test(diffs, margin=None)  # raw AOPC (0-1): no margin in points
             lines.append(f"| {TASK_NAMES[task]} | {fig2_name(kind, att)}: received attention more faithful than random "
                          f"(AOPC comp. received − random) | {format_paired(t, digits=3, verdict=False, won=True)} | {t.verdict} |")
     return lines

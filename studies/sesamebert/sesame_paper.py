@@ -316,11 +316,19 @@ def render_hans(recs: list[dict], precision: str = "fp32") -> str:
             own, ref = (statistics.mean(lex("non-entailment")(c[s]) for s in both) for c in (cell, soft))
             ratio = f"{own / ref:.1f}x softmax's accuracy" if ref > 0 else "softmax's accuracy is 0"
             ent, overall = paired(lex("entailment")), paired(lambda r: r["hans_accuracy"])
+            # MNLI accuracy, the same pairs: on the validation part (it chose each run's epoch) and on the test part
+            # (untouched by the choice; older records lack it: only the seeds both have)
+            val = paired(lambda r: r["dev_metric"])
+            held = [s for s in both if cell[s].get("test_metric") is not None and soft[s].get("test_metric") is not None]
+            test = [100 * (cell[s]["test_metric"] - soft[s]["test_metric"]) for s in held]
             claims += ["", f"The paper's claim, lexical-overlap non-entailment, {name} − softmax (paired, seeds ahead, t, p): "
                            f"{fam.add(d, 'claim', ': **')}**; {ratio} (the paper: "
                            f"SesameBERT almost 3x BERT-base's). The same pairs on lexical-overlap entailment: {fam.add(ent, None, ', ')}; "
                            f"on all of HANS: {fam.add(overall, None, ', ')} (a model that says non-entailment more often gains on the one "
-                           "and loses on the other without resisting the heuristic)."]
+                           "and loses on the other without resisting the heuristic). "
+                           f"MNLI accuracy, {name} − softmax, the same pairs: on the dev split's validation part (which chose the "
+                           f"epoch) {fam.add(val, None, ', ')}; on its test part (untouched by the choice) "
+                           f"{fam.add(test, None, ', ')}."]
     if claims:
         lines += ["", ssaf_table2.rule_text(family="the models' claims (lexical-overlap non-entailment against softmax); "
                                             "the entailment and overall differences stand alone"), *claims]
@@ -561,7 +569,7 @@ def render(recs: list[dict], held_recs: list[dict] | None = None, precision: str
              "softmax attention, classifier on the last layer; dev metric (× 100) of the best epoch, mean ± std over seeds",
              "(the epoch is chosen by the task's GLUE metric: MRPC's by F1, reported by accuracy as the paper does; each record",
              "keeps every dev metric);",
-             "paired: minus softmax on the same seed, in points: mean ± std (seeds won, t, p) and the verdict.",
+             "paired: minus softmax on the same seed, in points: mean ± std [95% CI] (seeds won, t, p) and the verdict.",
              ssaf_table2.rule_text(family="the blurs of one task (both places, every sigma whose kernel is not the identity); "
                                    "the identity sigmas, softmax's own model, stand alone"),
              "Kernel: the 3-wide blur weights in float32. At",

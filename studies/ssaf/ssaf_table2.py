@@ -42,8 +42,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from studies.stats import (  # noqa: E402,F401  (the shared record, pairing and verdict code; sesame_paper and faithfulness use it through here too)
-    Family, add_record, format_paired, locked, mean_sd as _ms, paired, paired_test, provenance, read_records, rule_text, verdict,
-    verdicts_by_family, weights_sha256, write_records,
+    OWN_FAMILY, OWN_FAMILY_TEXT, Family, add_record, family_key, format_paired, locked, mean_sd as _ms, paired, paired_test,
+    provenance, read_records, rule_text, run_settings, verdict, verdicts_by_family, weights_sha256, write_records,
 )
 #: Table 2's sets in its order; each runs at the paper's lam and epochs (config.PAPER_LAM, PAPER_EPOCHS: METHODS.md §1).
 #: sst2-ptb: GLUE's sst2 has no test labels, the same sentences from the SST trees have them
@@ -168,7 +168,7 @@ def run_cell(task: str, method: str, seed: int, a) -> dict:
         "train_subset": subset, "warmup_ratio": cfg.warmup_ratio, "from_scratch": cfg.from_scratch, "group_by_length": True,
         "torch_threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None,
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(),
+        "machine": machine(), "precision": cfg.precision,
     }
     if "lam_learned" in m:
         rec["lam_learned"] = m["lam_learned"]
@@ -222,7 +222,7 @@ def machine() -> str:
 
 #: the header line of every table here that reads a family of comparisons
 FAMILY_RULE = rule_text(family="the methods compared with one baseline on one set within a section (the pooled rows "
-                        "and SSAF(Np) − Np stand alone)")
+                        f"and SSAF(Np) − Np stand alone; {OWN_FAMILY_TEXT})")
 
 
 def sparse_nonzeros(r: dict) -> float:
@@ -264,7 +264,8 @@ def entmax_section(by: dict, tasks: list[str], fam: Family) -> list[str]:
                 f"| {t} | {meth}{alpha} | {','.join(map(str, sorted(cell)))} | {_ms([100 * r['test_accuracy'] for r in rs])} "
                 f"| {statistics.mean(nz):.2f} of {statistics.mean(length):.1f}{where} |" if nz else f"| {t} | {meth}{alpha} | {','.join(map(str, sorted(cell)))} | {_ms([100 * r['test_accuracy'] for r in rs])} | — |"
             )
-            rows[-1] += f" {fam.add(vs_soft, ('entmax − softmax', t))} | {fam.add(vs_ssaf, ('entmax − SSAF', t))} |"
+            rows[-1] += (f" {fam.add(vs_soft, family_key(('entmax − softmax', t), meth))} "
+                         f"| {fam.add(vs_ssaf, family_key(('entmax − SSAF', t), meth))} |")
     if not rows:
         return []
     for meth, (vs_soft, vs_ssaf, sets) in pooled.items():  # every (set, seed) pair as one sample, as SSAF's pooled row
@@ -273,8 +274,9 @@ def entmax_section(by: dict, tasks: list[str], fam: Family) -> list[str]:
     return ["", "## The entmax family against softmax and SSAF (issue 24)", "",
             "Test accuracy in % (mean ± std over seeds); the mean non-zero weights per attention row of the trained model on",
             "the first 256 dev texts (every layer, head and real query token) against the mean tokens per text (softmax's",
-            "rows are dense: every real token); paired differences on the same seeds in points (seeds won, t, p), with the",
-            "verdict of the paired test above, Holm's correction across the entmax methods on one set against one baseline.", "",
+            "rows are dense: every real token); paired differences on the same seeds in points: mean ± std [95% CI] (seeds won,",
+            "t, p), with the verdict of the paired test above, Holm's correction across the entmax methods on one set against",
+            f"one baseline ({OWN_FAMILY_TEXT}; the pooled rows stand alone).", "",
             "| task | method | seeds | test | non-zeros per row (dev) | − softmax | verdict | − SSAF | verdict |",
             "|---|---|---|---|---|---|---|---|---|", *rows]
 
@@ -295,7 +297,7 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
         "subset of its phrases drawn with the run's seed, size in the table; SST-2: `sst2-ptb`, the binary sentences of",
         "the SST trees, whose test set is labelled unlike GLUE's), Adam (AdamW, weight",
         "decay 0) lr 2e-5, batch 16, the paper's epochs, max length 128, length-grouped batches, test accuracy of the",
-        "best-dev checkpoint, one torch thread per run on a 2-core x86_64 machine. Accuracy in %, mean ± std over seeds.",
+        f"best-dev checkpoint. Trained on (from the records): {run_settings(recs)}. Accuracy in %, mean ± std over seeds.",
         "Remedies: SSAF+learned-lam (lam per layer and head, learned at the weights' lr), SSAF+learned-lam-fast (the same,",
         f"lam on its own lr {LAM_LR:g}), SSAF+lam-warmup (lam 4x denser at first, the target after 10% of the steps).",
         "Np / SSAF(Np): the same architecture from random weights, at the epochs and lr in the table with 10% warm-up.",
@@ -324,11 +326,11 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
         "## Paired differences and verdicts",
         "",
         "Test accuracy of a method minus softmax's on the same seed (same data order and head initialisation), in points,",
-        "against the paper's claim that SSAF beats softmax: mean ± std of the differences (seeds won, t, p) and the verdict.",
+        "against the paper's claim that SSAF beats softmax: mean ± std of the differences [95% CI] (seeds won, t, p) and the verdict.",
         FAMILY_RULE,
         "The pooled row is a simple pool: every (set, seed) pair of the sets above as one sample, each pair weighing the same.",
         "",
-        "| task | method | paper (BERT-base, METHODS.md): softmax → SSAF | paired diff (test): mean ± std (seeds won, t, p) | verdict |",
+        "| task | method | paper (BERT-base, METHODS.md): softmax → SSAF | paired diff (test): mean ± std [95% CI] (seeds won, t, p) | verdict |",
         "|---|---|---|---|---|",
     ]
     for t in tasks:
@@ -372,7 +374,7 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
         lines += ["", "## Remedies against plain SSAF", "",
                   "Does a remedy close the gap? Test accuracy of the remedy minus plain SSAF's on the same seed, in points;",
                   "Holm's correction across the remedies on one set.", "",
-                  "| task | remedy | paired diff (test): mean ± std (seeds better, t, p) | verdict | seeds |", "|---|---|---|---|---|", *remedy_rows]
+                  "| task | remedy | paired diff (test): mean ± std [95% CI] (seeds better, t, p) | verdict | seeds |", "|---|---|---|---|---|", *remedy_rows]
     lines += entmax_section(by, tasks, fam)
     if trunc:
         lines += ["", "Share of training texts longer than 128 tokens (truncated): "

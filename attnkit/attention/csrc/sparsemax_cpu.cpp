@@ -371,10 +371,14 @@ inline void entmax15_block(const T* __restrict z, T* __restrict out, int64_t n) 
     const T* __restrict zr = z + i * n;
     T* __restrict o = out + i * n;
     const A mi = m[i], ti = tau[i];
+    // An entry at the threshold (a tie with tau, as in [0, 0, 0, 0, -1]) is left a rounding error above it by the
+    // reassociated sums (v ~ 1e-16, p ~ 1e-32): v within EXACT_TOL of zero is zero. This moves p by < 1e-29, far
+    // below the forward's own rounding, and keeps p = 0 exactly where the exact map has it.
+    constexpr A EXACT_TOL = 16 * std::numeric_limits<A>::epsilon();
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) {
       const A v = (A(zr[j]) - mi) * 0.5 - ti;
-      o[j] = v > A(0) ? T(v * v) : T(0);
+      o[j] = v > EXACT_TOL ? T(v * v) : T(0);
     }
   }
 }
