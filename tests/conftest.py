@@ -146,3 +146,17 @@ def one_line_error(capsys, *needles) -> str:
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder`` (hidden ones and temporaries included) with its bytes."""
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def the_error(err: str, *needles) -> str:
+    """The one error line on stderr (progress bars around it aside), holding every needle; no traceback anywhere, and
+    no temporary file named in it."""
+    import re
+
+    assert "Traceback" not in err, err
+    lines = [m.group(0) for m in re.finditer(r"attnkit [\w-]+: error: [^\r\n]*", err)]
+    assert len(lines) == 1, err[-3000:]
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    assert ".tmp-" not in lines[0], lines[0]
+    return lines[0]

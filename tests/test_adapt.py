@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from attnkit.cli import main
+from conftest import one_line_error
 
 pytestmark = pytest.mark.slow
 
@@ -30,16 +31,6 @@ def train_args(model, data, out, *extra):
     return ["train", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
             "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--no-heatmap", "--max-steps", "2",
             "--eval-steps", "2", *extra]
-
-
-def one_line_error(capsys, *needles):
-    """The command's error: one line (progress bars of the steps before it aside) holding every needle."""
-    err = capsys.readouterr().err
-    lines = [l for l in err.replace("\r", "\n").splitlines() if l.startswith("attnkit ")]
-    assert len(lines) == 1 and " error: " in lines[0], err
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ read-only folder) leaves every earlier output as it was, byte for byte, and says
 
 import errno
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,23 +12,12 @@ import pytest
 from attnkit.cli import main
 from attnkit.errors import UserError
 from attnkit.runfiles import atomic_path, output_batch, write_text_atomic
-from conftest import snapshot
+from conftest import snapshot, the_error
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 LONG = " ".join(["the film was good but the plot was dull and the actor was not very fun"] * 4)  # ~60 tokens
-
-
-def the_error(err: str, *needles) -> str:
-    """The one error line, holding every needle, naming no temporary file; no traceback."""
-    assert "Traceback" not in err, err
-    lines = [m.group(0) for m in re.finditer(r"attnkit [\w-]+: error: [^\r\n]*", err)]
-    assert len(lines) == 1, err[-3000:]
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
-    assert ".tmp" not in lines[0], lines[0]
-    return lines[0]
 
 
 def half_then_fail(monkeypatch, code: int) -> None:

@@ -5,7 +5,6 @@ cleanly. Each test writes the user's files first and checks them byte for byte a
 import errno
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 
 from attnkit.cli import main
 from attnkit.runfiles import FOLDER_MANIFEST, LOCK_FILE, RUN_RECORD, folder_lock, written_by_attnkit
+from conftest import the_error
 
 pytestmark = pytest.mark.slow
 
@@ -29,16 +29,6 @@ def args(model, data, out, *extra):
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder`` (hidden ones included) with its bytes."""
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and p.name != LOCK_FILE}
-
-
-def the_error(err: str, *needles) -> str:
-    """The one error line on stderr (progress bars around it aside), holding every needle; no traceback anywhere."""
-    assert "Traceback" not in err, err
-    lines = [m.group(0) for m in re.finditer(r"attnkit [\w-]+: error: [^\r\n]*", err)]
-    assert len(lines) == 1, err[-3000:]
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
-    return lines[0]
 
 
 def error_line(capsys, *needles) -> str:
