@@ -160,3 +160,15 @@ def the_error(err: str, *needles) -> str:
         assert n in lines[0], (n, lines[0])
     assert ".tmp-" not in lines[0], lines[0]
     return lines[0]
+
+
+def write_tiny_rte(folder: Path) -> Path:
+    """A tiny GLUE RTE folder under ``folder`` (16 train, 4 dev, 3 unlabelled test pairs); returns ``folder``."""
+    d = folder / "glue" / "RTE"
+    d.mkdir(parents=True)
+    rows = [("a good film", "the film is good", "entailment"), ("a bad film", "the film is good", "not_entailment")]
+    for name, n in (("train.tsv", 16), ("dev.tsv", 4)):
+        (d / name).write_text("index\tsentence1\tsentence2\tlabel\n" + "".join(
+            f"{i}\t{rows[i % 2][0]}\t{rows[i % 2][1]}\t{rows[i % 2][2]}\n" for i in range(n)))
+    (d / "test.tsv").write_text("index\tsentence1\tsentence2\n" + "".join(f"{i}\t{rows[i % 2][0]}\t{rows[i % 2][1]}\n" for i in range(3)))
+    return folder

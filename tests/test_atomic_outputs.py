@@ -12,7 +12,7 @@ import pytest
 from attnkit.cli import main
 from attnkit.errors import UserError
 from attnkit.runfiles import atomic_path, output_batch, write_text_atomic
-from conftest import snapshot, the_error
+from conftest import snapshot, the_error, write_tiny_rte
 
 pytestmark = pytest.mark.slow
 
@@ -125,13 +125,7 @@ def test_predict_that_cannot_write_its_json_lines_keeps_the_earlier_file(run, tm
 
 
 def test_a_glue_submission_that_cannot_be_written_keeps_the_earlier_file(tiny_bert, tmp_path, capsys, monkeypatch):
-    d = tmp_path / "glue" / "RTE"
-    d.mkdir(parents=True)
-    rows = [("a good film", "the film is good", "entailment"), ("a bad film", "the film is good", "not_entailment")]
-    for name, n in (("train.tsv", 16), ("dev.tsv", 4)):
-        (d / name).write_text("index\tsentence1\tsentence2\tlabel\n" + "".join(
-            f"{i}\t{rows[i % 2][0]}\t{rows[i % 2][1]}\t{rows[i % 2][2]}\n" for i in range(n)))
-    (d / "test.tsv").write_text("index\tsentence1\tsentence2\n" + "".join(f"{i}\t{rows[i % 2][0]}\t{rows[i % 2][1]}\n" for i in range(3)))
+    write_tiny_rte(tmp_path)
     run = tmp_path / "run"
     assert main(["train", "--task", "rte", "--data-dir", str(tmp_path), "--model", str(tiny_bert), "--output-dir", str(run),
                  "--batch-size", "8", "--max-length", "16", "--no-heatmap", "--max-steps", "1"]) == 0

@@ -14,7 +14,7 @@ import pytest
 
 from attnkit.cli import main
 from attnkit.runfiles import FOLDER_MANIFEST, LOCK_FILE, RUN_RECORD, folder_lock, written_by_attnkit
-from conftest import the_error
+from conftest import the_error, write_tiny_rte
 
 pytestmark = pytest.mark.slow
 
@@ -235,20 +235,9 @@ def test_a_run_is_known_by_its_record_only(tmp_path):
 # ----------------------------------------------------------------------------- 3. outputs
 
 
-def _rte(folder: Path) -> Path:
-    d = folder / "glue" / "RTE"
-    d.mkdir(parents=True)
-    rows = [("a good film", "the film is good", "entailment"), ("a bad film", "the film is good", "not_entailment")]
-    for name, n in (("train.tsv", 16), ("dev.tsv", 4)):
-        (d / name).write_text("index\tsentence1\tsentence2\tlabel\n" + "".join(
-            f"{i}\t{rows[i % 2][0]}\t{rows[i % 2][1]}\t{rows[i % 2][2]}\n" for i in range(n)))
-    (d / "test.tsv").write_text("index\tsentence1\tsentence2\n" + "".join(f"{i}\t{rows[i % 2][0]}\t{rows[i % 2][1]}\n" for i in range(3)))
-    return folder
-
-
 @pytest.fixture(scope="module")
 def rte_run(tiny_bert, tmp_path_factory):
-    root = _rte(tmp_path_factory.mktemp("rel2_rte"))
+    root = write_tiny_rte(tmp_path_factory.mktemp("rel2_rte"))
     out = root / "run"
     assert main(["train", "--task", "rte", "--data-dir", str(root), "--model", str(tiny_bert), "--output-dir", str(out),
                  "--batch-size", "8", "--max-length", "16", "--no-heatmap", "--max-steps", "1"]) == 0
