@@ -243,7 +243,7 @@ def test_a_garbled_json_file_of_a_run_is_named(train_run, tiny_bert, data, tmp_p
 
 
 def test_a_garbled_sweep_record_is_named(tmp_path):
-    from attnkit.training.runs import read_sweep_records
+    from attnkit.training.sweep_record import read_sweep_records
     from attnkit.training.sweep import _read_cell
 
     f = tmp_path / "sweep.json"

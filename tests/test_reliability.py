@@ -550,7 +550,7 @@ def test_a_warmup_counts_the_steps_of_every_process(monkeypatch):
     """Under torchrun each step takes a batch on every process: 100 texts at batch 10 are 10 steps alone, 3 on 4
     processes, so a 5-step warm-up fits the first run and outlasts the second."""
     from attnkit.training.config import TrainConfig
-    from attnkit.training.runs import check_warmups
+    from attnkit.training.trainer import check_warmups
 
     cfg = TrainConfig(batch_size=10, epochs=1, warmup_ratio=5)
     monkeypatch.setenv("WORLD_SIZE", "1")

@@ -221,7 +221,7 @@ def test_an_unreadable_record_is_named_and_no_resume_moves_the_run_aside(finishe
 
 
 def test_a_run_is_known_by_its_record_only(tmp_path):
-    from attnkit.training.runs import is_run_folder
+    from attnkit.training.run_folder import is_run_folder
 
     (tmp_path / "model").mkdir()
     (tmp_path / "checkpoint-2").mkdir()
@@ -408,7 +408,7 @@ def test_the_cli_error_handling_covers_quieting_the_libraries(finished, capsys, 
 
 
 def test_a_resumed_run_reports_the_whole_runs_train_loss(tiny_bert, data, tmp_path, capsys, monkeypatch, reference):
-    from attnkit.training import runs
+    from attnkit.training import trainer as runs
 
     real = runs.RunRecorder.on_save
 

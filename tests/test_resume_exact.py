@@ -62,7 +62,7 @@ def adapted(tiny_bert, data, tmp_path_factory):
 
 def stop_after_checkpoint(monkeypatch, step: int, how) -> None:
     """``how()`` (Ctrl-C, a kill) once checkpoint-``step`` is written and recorded."""
-    from attnkit.training import runs
+    from attnkit.training import trainer as runs
 
     real = runs.RunRecorder.on_save
 
@@ -101,7 +101,7 @@ def _adapt_in_subprocess(tiny_bert, data, out, kill_at: int | None = None) -> su
     """`attnkit adapt` in a fresh process (one torch thread, whatever the test process has set), SIGKILLed right after
     checkpoint ``kill_at`` is saved where given."""
     code = ("import os, signal, sys\n"
-            "from attnkit.training import runs\n"
+            "from attnkit.training import trainer as runs\n"
             "real = runs.RunRecorder.on_save\n"
             "def on_save(self, args, state, control, **kw):\n"
             "    real(self, args, state, control, **kw)\n"

@@ -208,7 +208,7 @@ def test_threads_option(tiny_bert, data, tmp_path, capsys, monkeypatch):
 
 
 def test_a_figure_that_cannot_be_drawn_does_not_fail_a_finished_run(tmp_path, monkeypatch, caplog):
-    import attnkit.training.runs as runs
+    import attnkit.training.trainer as runs
     from attnkit.training.config import TrainConfig
 
     def broken(*a, **k):

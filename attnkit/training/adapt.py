@@ -42,10 +42,9 @@ from attnkit.tasks.registry import default_data_dir
 from attnkit.training.config import ADAPT_ALPHA_START, ADAPT_LAM_FACTOR, AdaptConfig
 from attnkit.training.masking import BatchSeededMasking, MaskingState
 from attnkit.training.pretrain import check_maskable, mlm_collator
-from attnkit.training.runs import (
-    check_finite, check_precision, finish_run, finished_metrics, fit, prepare_output, recorded_checkpoints, run_folder,
-    settings_differences, shared_arguments,
-)
+from attnkit.training.trainer import check_finite, check_precision, finish_run, fit, shared_arguments
+from attnkit.training.run_folder import finished_metrics, prepare_output, run_folder, settings_differences
+from attnkit.training.checkpoints import recorded_checkpoints
 
 log = logging.getLogger("attnkit")
 

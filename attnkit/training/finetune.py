@@ -28,10 +28,8 @@ from attnkit.tasks.lemmas import lemmatize_splits, lemmatizer
 from attnkit.tasks.metrics import MAIN_METRIC, predictions_of, task_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
 from attnkit.training.pretrain import init_mini_checkpoint
-from attnkit.training.runs import (
-    AttnkitTrainer, best_checkpoint, check_finite, check_length, check_precision, check_resume, finish_run, finished_metrics, fit, prepare_output, run_folder, strip_prefix,
-    subsample, training_arguments, check_warmups,
-)
+from attnkit.training.trainer import AttnkitTrainer, best_checkpoint, check_finite, check_length, check_precision, finish_run, fit, strip_prefix, subsample, training_arguments, check_warmups
+from attnkit.training.run_folder import check_resume, finished_metrics, prepare_output, run_folder
 from attnkit.training.span_qa import train_qa
 
 log = logging.getLogger("attnkit")
@@ -207,7 +205,7 @@ def train(cfg: TrainConfig) -> dict:
     """Fine-tune, keep the best dev checkpoint, evaluate it; returns the metrics dict.
 
     The run folder is locked for the run; a finished run there with the same settings is returned as it is, one with
-    other settings is refused (``--no-resume`` moves it aside once training starts), see :mod:`attnkit.training.runs`."""
+    other settings is refused (``--no-resume`` moves it aside once training starts), see :mod:`attnkit.training.run_folder`."""
     qa = is_qa_task(cfg.task)
     if qa:
         if cfg.lemmatize:

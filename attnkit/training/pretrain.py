@@ -29,7 +29,8 @@ from attnkit.attention.spec import AttentionSpec
 from attnkit.models.build import save_checkpoint
 from attnkit.models.mini import MiniBertForMaskedLM, MiniBertModel, attention_parameter_count, make_config
 from attnkit.runfiles import finite_record, write_json_atomic
-from attnkit.training.runs import check_finite, finished_metrics, prepare_output, run_folder
+from attnkit.training.trainer import check_finite
+from attnkit.training.run_folder import finished_metrics, prepare_output, run_folder
 from attnkit.tasks import load_task
 from attnkit.tasks.lemmas import lemmatizer
 from attnkit.training.config import DEFAULT_VOCAB, MAX_POSITIONS, SPECIALS, PretrainConfig

@@ -1,5 +1,5 @@
 """Fine-tuning a span-QA model (SQuAD v1.1) on the Trainer: the same run folder, resume and settings as
-classification (:mod:`attnkit.training.runs`), with SQuAD's features and EM/F1 (:mod:`attnkit.tasks.squad`)."""
+classification (:mod:`attnkit.training.run_folder`, :mod:`attnkit.training.trainer`), with SQuAD's features and EM/F1 (:mod:`attnkit.tasks.squad`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from attnkit.models.build import build_qa_model, load_tokenizer, save_checkpoint
 from attnkit.runfiles import finite_record, write_json_atomic
 from attnkit.tasks.squad import QA_TASKS, best_spans, featurize, load_squad, squad_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
-from attnkit.training.runs import AttnkitTrainer, best_checkpoint, check_finite, check_length, check_resume, check_warmups, finish_run, fit, prepare_output, strip_prefix, subsample, training_arguments
+from attnkit.training.trainer import AttnkitTrainer, best_checkpoint, check_finite, check_length, check_warmups, finish_run, fit, strip_prefix, subsample, training_arguments
+from attnkit.training.run_folder import check_resume, prepare_output
 
 
 def train_qa(cfg: TrainConfig, out: Path, callbacks: list | None = None) -> dict:

@@ -39,9 +39,9 @@ from attnkit.runfiles import LOCK_FILE, folder_lock, make_way, output_batch, pat
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.training.config import TrainConfig, check_seed, is_mini_alias, option_name
 from attnkit.training.finetune import train
-from attnkit.training.runs import (  # noqa: F401  (SWEPT, read_sweep_records: re-exported, the sweep's names)
-    SWEEP_RECORD_KEYS, SWEPT, describe_run, first_missing, is_run_folder, read_sweep_records, same_paths, with_defaults,
-)
+from attnkit.training.run_folder import first_missing, is_run_folder, same_paths, with_defaults
+from attnkit.training.run_record import describe_run
+from attnkit.training.sweep_record import SWEEP_RECORD_KEYS, SWEPT, read_sweep_records  # noqa: F401  (SWEPT, read_sweep_records: the sweep's names)
 
 SUPPORT_TEXTS = 256  # dev texts the mean support is measured on
 

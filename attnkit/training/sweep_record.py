@@ -1,0 +1,34 @@
+"""The records `attnkit sweep` keeps in sweep.json: what it varies and the keys of each cell.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnkit.errors import DataFormatError
+from attnkit.runfiles import (
+    read_json,
+)
+
+#: what attnkit sweep varies, and the normaliser each value belongs to
+SWEPT = {"lam": "sparsegen-lin", "alpha": "entmax-alpha"}
+
+#: the keys every cell record of a sweep.json holds
+SWEEP_RECORD_KEYS = ("seed", "metric", "dev", "test", "mean_support", "run_dir")
+
+def read_sweep_records(path: Path) -> list[dict]:
+    """The cell records of a sweep.json attnkit wrote; ValueError naming the file for one it did not write (or that
+    was damaged): it is neither read as records nor replaced."""
+    way_out = "move it out of the folder, or pick another --output-dir"
+    try:
+        recs = read_json(path, "an attnkit sweep's record", expect=None)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{e if isinstance(e, DataFormatError) else f'{path} cannot be read ({e})'}: it is not an attnkit "
+                         f"sweep's record; {way_out}") from None
+    def is_record(r) -> bool:
+        return (isinstance(r, dict) and all(k in r for k in SWEEP_RECORD_KEYS) and r.get("param", "lam") in SWEPT
+                and isinstance(r.get(r.get("param", "lam")), (int, float, str)) and isinstance(r["seed"], int))
+    if not isinstance(recs, list) or not all(is_record(r) for r in recs):
+        raise ValueError(f"{path} does not hold attnkit sweep records (a list of cells, each with its {', '.join(SWEEP_RECORD_KEYS)}): "
+                         f"attnkit did not write it; {way_out}")
+    return recs
