@@ -42,7 +42,7 @@ FIGURE_CREATOR = "attnkit"
 #: attnkit's record of a run, written into its run folder when the run starts: only a folder that holds one is a run
 #: (never a folder that merely has a model/ or checkpoint-* inside); it lists the checkpoints the run wrote
 RUN_RECORD = ".attnkit-run.json"
-#: what :func:`attnkit.models.build.save_checkpoint` wrote into a model folder (every file, its size and time): the
+#: what :func:`attnkit.models.checkpoint.save_checkpoint` wrote into a model folder (every file, its size and time): the
 #: folder is replaced only while it holds exactly that, else it is moved aside whole
 FOLDER_MANIFEST = ".attnkit-files.json"
 #: the outputs attnkit wrote into a folder in formats that cannot carry a mark of their own (TSV, JSON lines, HTML)

@@ -139,7 +139,7 @@ def bench_models(lengths, rounds, batch: int = 16, shapes: dict | None = None) -
     from transformers import BertConfig, BertForSequenceClassification
 
     from attnkit.attention.spec import AttentionSpec
-    from attnkit.models.build import sparsify
+    from attnkit.models.sparsify import sparsify
 
     rows = []
     for shape, kw in (shapes or SHAPES).items():

@@ -21,7 +21,8 @@ from attnkit.attention import kernels
 from attnkit.attention.maps import sparsegen_lin
 from attnkit.attention.spec import NORMALISERS, AttentionSpec
 from attnkit.tasks import load_task
-from attnkit.models.build import build_classifier, load_tokenizer
+from attnkit.models.build import build_classifier
+from attnkit.models.checkpoint import load_tokenizer
 
 
 def reference_sparsegen(z: torch.Tensor, lam: float) -> torch.Tensor:

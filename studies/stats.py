@@ -177,7 +177,7 @@ def weights_sha256(model_dir: str | Path) -> str:
     to the bit, whatever file format or shard layout saved it. For the records of models a later step reuses."""
     import hashlib
 
-    from attnkit.models.build import load_model
+    from attnkit.models.checkpoint import load_model
 
     h = hashlib.sha256()
     for k, v in sorted(load_model(model_dir).state_dict().items()):

@@ -426,7 +426,7 @@ def _outputs(model, tok, texts=SENTS):
 @pytest.mark.parametrize("layers,sparse", [("1", {1}), ("last", {1}), ("0", {0}), ("all", {0, 1})])
 def test_only_the_named_layers_are_sparse(tiny_bert, layers, sparse):
     from attnkit.attention.spec import AttentionSpec
-    from attnkit.models.build import load_tokenizer
+    from attnkit.models.checkpoint import load_tokenizer
 
     tok = load_tokenizer(tiny_bert)
     model = _sharp_classifier(tiny_bert, AttentionSpec("sparsemax", sparse_layers=layers))
@@ -447,7 +447,7 @@ def test_sparse_layers_saved_and_reloaded(tiny_bert, tmp_path):
     from transformers import AutoModelForSequenceClassification
 
     from attnkit.attention.spec import AttentionSpec, spec_of
-    from attnkit.models.build import load_model, load_tokenizer, save_checkpoint
+    from attnkit.models.checkpoint import load_model, load_tokenizer, save_checkpoint
 
     tok = load_tokenizer(tiny_bert)
     model = _sharp_classifier(tiny_bert, AttentionSpec("entmax15", sparse_layers="last"))
@@ -499,7 +499,8 @@ def test_sparsify_takes_sparse_layers(tiny_bert, family, tmp_path):
     from transformers import AutoModelForSequenceClassification, DistilBertConfig, DistilBertForSequenceClassification
 
     from attnkit.attention.spec import spec_of
-    from attnkit.models.build import load_tokenizer, save_checkpoint, sparsify
+    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
+    from attnkit.models.sparsify import sparsify
 
     tok = load_tokenizer(tiny_bert)
     torch.manual_seed(0)
@@ -584,7 +585,7 @@ def test_explain_and_the_html_view_say_which_layers_are_sparse(sparse_run, tmp_p
     titles = []
     monkeypatch.setattr(explain, "save_figure", lambda fig, path: titles.append(
         [ax.get_title() for ax in fig.axes] + [fig._suptitle.get_text() if fig._suptitle else ""]) or path)
-    from attnkit.models.build import load_model, load_tokenizer
+    from attnkit.models.checkpoint import load_model, load_tokenizer
 
     maps = explain.attention_maps(load_model(t / "model"), load_tokenizer(t / "model"), "a great movie")
     assert maps.sparse_layers == [1] and maps.layer_map(0) == " (softmax)" and maps.layer_map(1) == " (sparse)"

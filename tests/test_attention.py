@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from attnkit.attention.spec import AttentionSpec, attnkit_attention_forward, spec_of
-from attnkit.models.build import build_classifier, load_classifier, load_tokenizer, save_checkpoint
+from attnkit.models.build import build_classifier
+from attnkit.models.checkpoint import load_classifier, load_tokenizer, save_checkpoint
 
 SENTS = ["a great movie and a really good story", "bad", "it was not fun but the actor was superb"]
 
@@ -225,7 +226,7 @@ def test_exact_on_real_minilm_scores(lam):
 
 def test_hub_names_go_to_transformers(monkeypatch):
     """A hub name is passed to transformers untouched; offline it fails with transformers' own message."""
-    from attnkit.models.build import resolve_model
+    from attnkit.models.resolve import resolve_model
 
     assert resolve_model("bert-base-uncased") == "bert-base-uncased"
     assert resolve_model("FacebookAI/roberta-base") == "FacebookAI/roberta-base"

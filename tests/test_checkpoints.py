@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from attnkit.attention.spec import AttentionSpec, apply_spec
-from attnkit.models.build import build_classifier, build_qa_model, load_model, load_tokenizer, save_checkpoint
+from attnkit.models.build import build_classifier, build_qa_model
+from attnkit.models.checkpoint import load_model, load_tokenizer, save_checkpoint
 from attnkit.models.modeling_attnkit import CODE_FILES
 from attnkit.models.pooling import HeadSpec
 
@@ -121,15 +122,29 @@ def test_resaving_with_plain_save_pretrained_keeps_the_guard(tiny_bert, tmp_path
     assert "refused" in _run(code, tmp_path / "resaved", tmp_path, block_attnkit=True)
 
 
-def test_import_attnkit_registers_everything(tiny_bert, tmp_path):
+@pytest.mark.parametrize("how", ["attnkit.register()", "import attnkit.models", "transformers first"])
+def test_registration_is_explicit_and_each_way_registers_everything(tiny_bert, tmp_path, how):
+    """``attnkit.register()``, ``import attnkit.models``, or ``import attnkit`` after transformers: each registers the
+    model type, so the Auto classes load attnkit's checkpoints as attnkit models."""
     _, d = _save(tiny_bert, tmp_path, "plain")
+    first = {"attnkit.register()": "import attnkit\nimport transformers\nattnkit.register()\n",
+             "import attnkit.models": "import transformers\nimport attnkit.models\n",
+             "transformers first": "import transformers\nimport attnkit\n"}[how]
     code = (
-        "import attnkit\n"
-        "from transformers import AutoModelForSequenceClassification as A\n"
+        first + "from transformers import AutoModelForSequenceClassification as A\n"
         "m = A.from_pretrained(sys.argv[1])\n"
         "print(type(m).__name__, m.config._attn_implementation)\n"
     )
     assert _run(code, d, tmp_path).split() == ["AttnkitBertForSequenceClassification", "attnkit"]
+
+
+def test_import_attnkit_alone_registers_nothing_and_loads_no_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, attnkit\nprint(sorted(m for m in ('torch', 'transformers', 'attnkit.models') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr[-2000:]
 
 
 def test_span_qa_model_round_trip(tiny_bert, tmp_path):

@@ -262,7 +262,8 @@ def test_the_pipeline_takes_an_attnkit_model_without_a_not_supported_log(tiny_be
     from transformers import pipeline
 
     from attnkit.attention.spec import AttentionSpec
-    from attnkit.models.build import build_classifier, load_tokenizer, save_checkpoint
+    from attnkit.models.build import build_classifier
+    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
 
     model = build_classifier(tiny_bert, 2, AttentionSpec("sparsemax"), label_names=["negative", "positive"]).eval()
     tok = load_tokenizer(str(tiny_bert))

@@ -10,7 +10,8 @@ from conftest import logits_of
 from attnkit.attention.entmax import entmax_bisect
 from attnkit.attention.spec import ALPHA_PARAM, AttentionSpec, learned_values, spec_of
 from attnkit.cli import main
-from attnkit.models.build import build_classifier, load_model, load_tokenizer
+from attnkit.models.build import build_classifier
+from attnkit.models.checkpoint import load_model, load_tokenizer
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from attnkit.analysis.faithfulness import (
     kendall_tau, ranking, tied_slots, top_count,
 )
 from attnkit.cli import main
-from attnkit.models.build import load_tokenizer
+from attnkit.models.checkpoint import load_tokenizer
 
 P_GOOD = float(torch.softmax(torch.tensor([0.0, 3.0]), -1)[1])  # p(positive) of a text holding "good"
 

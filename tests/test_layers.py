@@ -2,8 +2,10 @@
 
 Layers, bottom to top (a module may import its own layer and the ones below):
     errors, runfiles  <  attention  <  models  <  tasks  <  analysis  <  training  <  cli
-Every ``import`` counts, at module level or inside a function. Imports inside functions are only the few by
-which a light module (read by ``attnkit --help`` and ``attnkit tasks``, no torch) loads a torch-backed one when used.
+Every import counts: ``import`` statements at module level or inside a function, and imports by name
+(``importlib.import_module("attnkit...")``, ``__import__``). The root package is read too: it may import any layer (it
+is the public face), only inside functions, and nothing may import it back. Imports inside functions are only the few
+by which a light module (read by ``attnkit --help`` and ``attnkit tasks``, no torch) loads a torch-backed one when used.
 """
 
 from __future__ import annotations
@@ -53,7 +55,11 @@ def imports(name: str, mods: dict[str, Path] = MODULES) -> list[tuple[str, str |
             inside.update(id(n) for n in ast.walk(fn) if n is not fn)
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call) and _imports_by_name(node):
+            target = node.args[0].value
+            if target.split(".")[0] == "attnkit":
+                found.append((target, None, node.lineno, id(node) in inside))
+        elif isinstance(node, ast.Import):
             for a in node.names:
                 if a.name.split(".")[0] == "attnkit":
                     found.append((a.name, None, node.lineno, id(node) in inside))
@@ -68,6 +74,14 @@ def imports(name: str, mods: dict[str, Path] = MODULES) -> list[tuple[str, str |
                 else:
                     found.append((target, a.name, node.lineno, id(node) in inside))
     return found
+
+
+def _imports_by_name(node: ast.Call) -> bool:
+    """``importlib.import_module("x")``, ``import_module("x")`` or ``__import__("x")`` with a constant name."""
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+    return (name in ("import_module", "__import__") and bool(node.args) and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str))
 
 
 def graph(mods: dict[str, Path] = MODULES) -> dict[str, set[str]]:
@@ -130,6 +144,11 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def test_nothing_imports_the_root_package_back():
+    back = [f"{m}:{line}" for m in MODULES if m != "attnkit" for t, _, line, _ in imports(m) if t == "attnkit"]
+    assert not back, "modules importing the root package (it imports them):\n" + "\n".join(back)
+
+
 def test_no_import_cycle():
     assert not cycles(graph()), f"import cycles: {cycles(graph())}"
 
@@ -137,6 +156,7 @@ def test_no_import_cycle():
 #: the only imports inside functions: a light module (what `--help` and `attnkit tasks` read) loading a torch-backed
 #: one when it is used (module -> what it may import inside a function)
 LAZY = {
+    "attnkit": {"attnkit.attention.maps", "attnkit.attention.entmax", "attnkit.models.sparsify", "attnkit.models"},
     "attnkit.cli.main": {"attnkit.cli.commands"},
     "attnkit.training.config": {"attnkit.attention.spec", "attnkit.models.pooling"},
 }
@@ -177,8 +197,10 @@ def test_the_checker_finds_a_cycle_made_by_a_function_level_import(tmp_path):
     (pkg / "low" / "__init__.py").write_text("")
     (pkg / "low" / "a.py").write_text("from .b import _helper\n")
     (pkg / "low" / "b.py").write_text("def _helper():\n    from attnkit.low import a\n    return a\n")
+    (pkg / "low" / "c.py").write_text("import importlib\nB = importlib.import_module('attnkit.low.b')\n")
     mods = modules(pkg)
-    assert set(mods) == {"attnkit", "attnkit.low", "attnkit.low.a", "attnkit.low.b"}
+    assert set(mods) == {"attnkit", "attnkit.low", "attnkit.low.a", "attnkit.low.b", "attnkit.low.c"}
+    assert imports("attnkit.low.c", mods) == [("attnkit.low.b", None, 2, False)]
     assert imports("attnkit.low.a", mods) == [("attnkit.low.b", "_helper", 1, False)]
     assert imports("attnkit.low.b", mods) == [("attnkit.low.a", None, 2, True)]
     assert cycles(graph(mods)) == [["attnkit.low.a", "attnkit.low.b"]]

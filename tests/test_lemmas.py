@@ -19,7 +19,7 @@ def test_unknown_language_names_the_setting():
 
 
 def test_lemmatizing_tokenizer_lemmatises_strings_lists_and_pairs(tiny_bert):
-    from attnkit.models.build import load_tokenizer
+    from attnkit.models.checkpoint import load_tokenizer
 
     tok = load_tokenizer(tiny_bert)
     lt = LemmatizingTokenizer(tok, "en")

@@ -20,7 +20,8 @@ from attnkit.models.mini import (
     attention_parameter_count,
     make_config,
 )
-from attnkit.models.build import build_classifier, load_classifier, load_tokenizer, save_checkpoint
+from attnkit.models.build import build_classifier
+from attnkit.models.checkpoint import load_classifier, load_tokenizer, save_checkpoint
 from attnkit.training.config import DEFAULT_MINI_LR
 from attnkit.training.pretrain import mlm_collator, train_tokenizer
 
@@ -583,7 +584,7 @@ def test_minibert_through_auto_classes_and_pipeline_matches_predict(pipeline, ca
     assert main(["predict", "--model", str(ft), *texts]) == 0
     ours = [json.loads(l) for l in capsys.readouterr().out.strip().splitlines()]
     auto = AutoModelForSequenceClassification.from_pretrained(ft / "model").eval()
-    from attnkit.models.build import load_tokenizer
+    from attnkit.models.checkpoint import load_tokenizer
 
     tok = load_tokenizer(ft / "model")
     with torch.no_grad():

@@ -13,9 +13,9 @@ from safetensors.torch import load_file, save_file
 
 from attnkit.attention.spec import AttentionSpec
 from attnkit.cli import main
-from attnkit.models.build import (
-    ModelFolderError, build_classifier, build_qa_model, check_model_folder, check_se_ratio, load_model, load_tokenizer, save_checkpoint,
-)
+from attnkit.models.checks import ModelFolderError, check_model_folder
+from attnkit.models.build import build_classifier, build_qa_model, check_se_ratio
+from attnkit.models.checkpoint import load_model, load_tokenizer, save_checkpoint
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

@@ -27,7 +27,8 @@ def saved_classifier(tiny_bert, tmp_path_factory) -> Path:
     import torch
 
     from attnkit.attention.spec import AttentionSpec
-    from attnkit.models.build import build_classifier, load_tokenizer, save_checkpoint
+    from attnkit.models.build import build_classifier
+    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
 
     out = tmp_path_factory.mktemp("nsr_model") / "model"
     torch.manual_seed(0)
@@ -66,7 +67,7 @@ def test_predict_file_gives_one_prediction_per_line(saved_classifier, tmp_path):
 
 
 def test_every_batch_masks_a_token(tiny_bert):
-    from attnkit.models.build import load_tokenizer
+    from attnkit.models.checkpoint import load_tokenizer
     from attnkit.training.pretrain import mlm_collator
 
     tok = load_tokenizer(str(tiny_bert))

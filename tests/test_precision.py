@@ -26,7 +26,7 @@ def data(tmp_path_factory):
 
 @pytest.mark.parametrize("attention", ["softmax", "entmax15"])
 def test_bf16_trains_under_autocast_keeps_float32_weights_and_is_recorded(tiny_bert, data, tmp_path, attention):
-    from attnkit.models.build import load_model
+    from attnkit.models.checkpoint import load_model
 
     runs = {}
     for prec in ("fp32", "bf16"):

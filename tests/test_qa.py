@@ -88,7 +88,7 @@ def test_reader_reads_and_checks(tmp_path):
 
 
 def test_windows_label_the_answer_tokens(tiny_bert):
-    from attnkit.models.build import load_tokenizer
+    from attnkit.models.checkpoint import load_tokenizer
 
     tok = load_tokenizer(tiny_bert)
     data = squad_json(20, "w", seed=3, lo=40, hi=80)
@@ -134,7 +134,7 @@ def test_best_span_decoding_rules():
 def test_cli_train_evaluate_predict_squad(tiny_bert, tiny_squad, tmp_path, capsys):
     from attnkit.cli import main
     from attnkit.attention.spec import spec_of
-    from attnkit.models.build import load_model
+    from attnkit.models.checkpoint import load_model
 
     out = tmp_path / "run"
     rc = main(["train", "--task", "squad", "--data-dir", str(tiny_squad), "--model", str(tiny_bert), "--max-steps", "4",
@@ -220,7 +220,7 @@ def test_real_squad_dev_file():
 
 
 def test_long_questions_are_cut_so_windows_keep_context(tiny_bert):
-    from attnkit.models.build import load_tokenizer
+    from attnkit.models.checkpoint import load_tokenizer
 
     tok = load_tokenizer(tiny_bert)
     question = "x y z " * 40  # 120 one-letter tokens: longer than a whole window
@@ -235,7 +235,7 @@ def test_span_qa_runs_the_attention_warmups_and_checks_their_length(tiny_bert, t
     import attnkit.training.finetune as finetune
     from attnkit.attention.spec import spec_of
     from attnkit.cli import main
-    from attnkit.models.build import load_model
+    from attnkit.models.checkpoint import load_model
 
     mixes = []
     real = finetune.set_attention

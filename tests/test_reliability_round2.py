@@ -144,7 +144,7 @@ def test_the_tidy_up_and_a_longer_run_keep_what_the_user_put_in_a_run(tiny_bert,
 def test_a_model_folder_is_replaced_only_as_attnkit_wrote_it(tiny_bert, tmp_path):
     """save_checkpoint: an earlier model folder that holds exactly what its manifest lists is replaced; one with a file
     added or edited is moved aside whole; one without a manifest (not attnkit's) too."""
-    from attnkit.models.build import load_tokenizer, save_checkpoint
+    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
     from transformers import AutoModel
 
     model, tok = AutoModel.from_pretrained(tiny_bert), load_tokenizer(str(tiny_bert))
@@ -349,7 +349,7 @@ def test_a_full_disk_under_ulimit_is_one_line_and_a_rerun_finishes(tiny_bert, da
 
 @pytest.mark.parametrize("code,why", [(errno.EFBIG, "File too large"), (errno.EROFS, "Read-only file system")])
 def test_a_final_save_that_fails_leaves_no_temporary_folder(tiny_bert, data, tmp_path, capsys, monkeypatch, reference, code, why):
-    import attnkit.models.build as build
+    import attnkit.models.checkpoint as build
 
     real = build._write_checkpoint
 
@@ -373,7 +373,7 @@ def test_a_final_save_killed_half_way_is_tidied_by_the_rerun(tiny_bert, data, tm
     out = tmp_path / "r"
     code = (
         "import os, signal, sys\n"
-        "import attnkit.models.build as build\n"
+        "import attnkit.models.checkpoint as build\n"
         "real = build._write_checkpoint\n"
         "def killed(model, tmp, *a, **k):\n"
         "    real(model, tmp, *a, **k)\n"

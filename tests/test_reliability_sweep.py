@@ -66,7 +66,8 @@ def saved_classifier(tiny_bert, tmp_path_factory) -> Path:
     import torch
 
     from attnkit.attention.spec import AttentionSpec
-    from attnkit.models.build import build_classifier, load_tokenizer, save_checkpoint
+    from attnkit.models.build import build_classifier
+    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
 
     out = tmp_path_factory.mktemp("sweep_model") / "model"
     torch.manual_seed(0)

@@ -8,7 +8,8 @@ from conftest import logits_of
 
 from attnkit.attention.spec import LAM_PARAM, AttentionSpec, learned_lam
 from attnkit.attention.maps import sparsegen_lin
-from attnkit.models.build import build_classifier, load_classifier, load_tokenizer, save_checkpoint
+from attnkit.models.build import build_classifier
+from attnkit.models.checkpoint import load_classifier, load_tokenizer, save_checkpoint
 from attnkit.training.finetune import LAM_WARMUP_FACTOR, TrainConfig, train, warmup_lam
 
 SENTS = ["a great movie and a really good story", "bad", "it was not fun but the actor was superb"]

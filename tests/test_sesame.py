@@ -158,7 +158,7 @@ def test_an_identity_blur_is_named_so_and_the_train_command_says_it_does_not_blu
 def test_every_strategy_with_and_without_se(tiny_bert, tmp_path, pooling, se):
     from transformers import AutoTokenizer
 
-    from attnkit.models.build import load_classifier, save_checkpoint
+    from attnkit.models.checkpoint import load_classifier, save_checkpoint
 
     tok = AutoTokenizer.from_pretrained(tiny_bert)
     head = HeadSpec(pooling, se=se, se_ratio=2)

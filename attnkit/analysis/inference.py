@@ -8,7 +8,8 @@ from typing import Sequence
 import numpy as np
 
 from attnkit.errors import DataFormatError, UserError
-from attnkit.models.build import check_text_room, is_qa_model, load_model, load_tokenizer
+from attnkit.models.resolve import check_text_room, is_qa_model
+from attnkit.models.checkpoint import load_model, load_tokenizer
 from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.tasks.readers import is_blank
 from attnkit.runfiles import MODEL_DIR, RUN_INFO, path_problem, read_json, unfinished_run

@@ -217,17 +217,22 @@ def concrete_class(config: AttnkitConfig, kind: str):
     return _CONCRETE[key]
 
 
-def _check_folder(path, subfolder=None) -> None:
-    """attnkit's check of a local model folder before it loads (config against weights, the attention block, finite
-    weights: ``attnkit.models.build.check_model_folder``). A checkpoint's remote copy of this file (trust_remote_code,
-    no attnkit needed) loads as transformers does."""
-    if not __name__.startswith("attnkit."):
-        return
-    import importlib
+#: attnkit's check of a local model folder before it loads (config against weights, the attention block, finite
+#: weights), set by :mod:`attnkit.models.checks`. A checkpoint's remote copy of this file (trust_remote_code, no attnkit
+#: needed) has none and loads as transformers does.
+_folder_check = None
 
+
+def set_folder_check(check) -> None:
+    """Have the Auto classes run ``check(folder)`` on a local model folder before it loads."""
+    global _folder_check
+    _folder_check = check
+
+
+def _check_folder(path, subfolder=None) -> None:
     folder = Path(str(path)) / subfolder if subfolder else Path(str(path))
-    if folder.is_dir():  # imported by name: transformers' scan of a remote code file's imports must not ask for attnkit
-        importlib.import_module("attnkit.models.build").check_model_folder(folder)
+    if _folder_check is not None and folder.is_dir():
+        _folder_check(folder)
 
 
 def _dispatcher(name: str, kind: str):

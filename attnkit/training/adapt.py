@@ -35,7 +35,9 @@ from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from attnkit.attention import kernels
 from attnkit.attention.spec import AttentionSpec, attention_modules, spec_of
 from attnkit.errors import DataFormatError
-from attnkit.models.build import build_masked_lm, checkpoint_dir, encoder_of, load_tokenizer, save_checkpoint, set_attention
+from attnkit.models.build import build_masked_lm, encoder_of
+from attnkit.models.resolve import checkpoint_dir
+from attnkit.models.checkpoint import load_tokenizer, save_checkpoint, set_attention
 from attnkit.runfiles import METRICS_FILE, MODEL_DIR, finite_record, path_problem, read_json, write_json_atomic
 from attnkit.tasks import load_task
 from attnkit.tasks.registry import default_data_dir

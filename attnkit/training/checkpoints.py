@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from attnkit.errors import DataFormatError
-from attnkit.models.build import check_weights_file
+from attnkit.models.checks import check_weights_file
 from attnkit.runfiles import (
     folder_is_as_written,
     read_folder_manifest,

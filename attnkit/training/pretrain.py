@@ -26,7 +26,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast, Trainer, TrainingArguments, set_seed
 
 from attnkit.attention.spec import AttentionSpec
-from attnkit.models.build import save_checkpoint
+from attnkit.models.checkpoint import save_checkpoint
 from attnkit.models.mini import MiniBertForMaskedLM, MiniBertModel, attention_parameter_count, make_config
 from attnkit.runfiles import finite_record, write_json_atomic
 from attnkit.training.trainer import check_finite

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from attnkit.errors import DataFormatError
-from attnkit.models.build import check_weights_file
+from attnkit.models.checks import check_weights_file
 from attnkit.runfiles import (
     LOCK_FILE,
     REPLACED_PREFIX,

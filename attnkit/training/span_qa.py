@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 from transformers import DataCollatorWithPadding, set_seed
 
-from attnkit.models.build import build_qa_model, load_tokenizer, save_checkpoint
+from attnkit.models.build import build_qa_model
+from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
 from attnkit.runfiles import finite_record, write_json_atomic
 from attnkit.tasks.squad import QA_TASKS, best_spans, featurize, load_squad, squad_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig

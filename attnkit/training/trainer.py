@@ -17,7 +17,7 @@ from transformers.trainer_utils import TrainOutput
 from attnkit.analysis.explain import plot_curves
 from attnkit.attention.spec import LEARNED
 from attnkit.errors import UserError
-from attnkit.models.build import check_max_length, resolve_model
+from attnkit.models.resolve import check_max_length, resolve_model
 from attnkit.models.pooling import layer_weight_parameters
 from attnkit.runfiles import (
     WRITTEN_BY,

@@ -149,7 +149,7 @@ def attention_shape(model_dir: str, task: str, data_dir, lemmatize: str | None, 
     query tokens; every layer and head pooled); with ``keep_example`` also one sentence's matrix (first layer/head)."""
     import torch
 
-    from attnkit.models.build import load_classifier, load_tokenizer
+    from attnkit.models.checkpoint import load_classifier, load_tokenizer
     from attnkit.tasks import load_task
     from attnkit.tasks.lemmas import lemmatizer
 
@@ -198,7 +198,7 @@ def faithfulness(model_dir: str, task: str, a, out_json: Path) -> dict:
     refuses a lemma model, whose user's words are not what it reads)."""
     if not out_json.is_file():
         from attnkit.analysis.faithfulness import WordClassifier, faithfulness_report
-        from attnkit.models.build import load_classifier, load_tokenizer
+        from attnkit.models.checkpoint import load_classifier, load_tokenizer
         from attnkit.runfiles import write_json_atomic
         from attnkit.tasks import load_task
         from attnkit.tasks.lemmas import lemmatizer

@@ -155,7 +155,7 @@ def initial_se_weights(cfg) -> list[float]:
     generator in between; this does the same (``tests/test_sesame.py`` checks it against a run that cannot move its weights)."""
     from transformers import set_seed
 
-    from attnkit.models.build import load_tokenizer
+    from attnkit.models.checkpoint import load_tokenizer
     from attnkit.tasks import load_task
     from attnkit.training.finetune import initial_classifier
 

@@ -33,7 +33,8 @@ import torch
 from attnkit.analysis.explain import pyplot, save_figure
 from attnkit.attention.maps import sparsegen_lin
 from attnkit.attention.spec import AttentionSpec
-from attnkit.models.build import build_classifier, load_model, load_tokenizer
+from attnkit.models.build import build_classifier
+from attnkit.models.checkpoint import load_model, load_tokenizer
 from attnkit.tasks import load_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

@@ -99,7 +99,7 @@ def method_settings(method: str, task: str, a) -> dict:
 
 def truncated_share(task: str, data_dir: str | None, max_length: int) -> float:
     from attnkit.tasks import load_task
-    from attnkit.models.build import load_tokenizer
+    from attnkit.models.checkpoint import load_tokenizer
 
     texts = list(load_task(task, data_dir).splits["train"]["text"])
     ids = load_tokenizer("minilm")(texts, truncation=False)["input_ids"]
@@ -195,7 +195,7 @@ def run_cell(task: str, method: str, seed: int, a) -> dict:
 def dev_support(run_dir: Path, task: str, data_dir: str | None, max_length: int) -> dict:
     """Mean non-zeros per attention row (every layer and head, real tokens) of the run's saved model on the first
     SUPPORT_TEXTS dev texts: accuracy and sparsity side by side."""
-    from attnkit.models.build import load_model, load_tokenizer
+    from attnkit.models.checkpoint import load_model, load_tokenizer
     from attnkit.tasks import load_task
     from attnkit.training.sweep import mean_support
 

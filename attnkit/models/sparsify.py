@@ -1,0 +1,130 @@
+"""``sparsify``: attnkit's attention in a model already built, for any architecture whose attention goes through
+transformers' attention interface, or a refusal naming what it cannot honour.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import textwrap
+
+from transformers.models.auto import modeling_auto
+
+from attnkit.attention.spec import (
+    AttentionSpec,
+    add_head_parameters,
+    attnkit_attention_forward,
+    keyword_refusal,
+    sparse_layer_set,
+)
+from attnkit.models.build import attnkit_config, finish_model
+from attnkit.models.checkpoint import set_attention
+from attnkit.models.modeling_attnkit import (
+    AttnkitConfig,
+    concrete_class,
+    register,
+)
+
+#: what sparsify takes: (kind, transformers' Auto mapping name)
+_SPARSIFY_KINDS = (
+    ("model", "MODEL_MAPPING"),
+    ("sequence-classification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING"),
+    ("token-classification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING"),
+    ("question-answering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING"),
+    ("masked-lm", "MODEL_FOR_MASKED_LM_MAPPING"),
+)
+
+@functools.lru_cache(maxsize=None)
+def _attention_call_keywords(cls) -> tuple[str, ...]:
+    """The keywords (with a value other than None) that ``cls.forward`` passes to the attention function it takes from
+    transformers' registry (``attention_interface(...)``), read from its code; () where there is no such call or no code."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
+    except (OSError, TypeError, SyntaxError):
+        return ()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "attention_interface":
+            found += [k.arg for k in node.keywords
+                      if k.arg is not None and not (isinstance(k.value, ast.Constant) and k.value.value is None)]
+    return tuple(dict.fromkeys(found))
+
+def _refuse_attention_keywords(model) -> None:
+    """ValueError naming the first keyword some attention layer of ``model`` passes to its attention function that
+    attnkit's attention would refuse at the first forward (a relative position bias, a sparse-attention indexer, ...)."""
+    own = set(inspect.signature(attnkit_attention_forward).parameters)
+    for cls in dict.fromkeys(type(m) for m in model.modules()):
+        for name in _attention_call_keywords(cls):
+            why = None if name in own else keyword_refusal(name)
+            if why is not None:
+                raise ValueError(f"{cls.__name__} passes its attention function {name} ({why}), which attnkit's "
+                                 f"attention cannot honour: sparsify would not run {type(model).__name__} as the model would")
+
+def _sparsify_settings(attention: str, lam: float | None, alpha: float | None) -> tuple[float, float]:
+    """``(lam, alpha)`` for ``attention``: -4 and 1.5 where not given; a lam other than 0 with an attention that has
+    none, or an alpha other than 1.5 with one that is not entmax-alpha, is refused (it would be ignored), as the CLI
+    refuses --lam/--alpha there."""
+    name = AttentionSpec(attention).attention
+    if lam is not None and name != "sparsegen-lin" and lam != AttentionSpec.lam:
+        raise ValueError(f"sparsify(attention={attention!r}, lam={lam!r}): only sparsegen-lin has a lam; "
+                         f"leave lam out, or use attention='sparsegen-lin'")
+    if alpha is not None and name != "entmax-alpha" and alpha != AttentionSpec.alpha:
+        raise ValueError(f"sparsify(attention={attention!r}, alpha={alpha!r}): only entmax-alpha has an alpha "
+                         f"({name} has {'1.5' if name == 'entmax15' else 'none'}); leave alpha out, or use attention='entmax-alpha'")
+    return (-4.0 if lam is None else lam), (AttentionSpec.alpha if alpha is None else alpha)
+
+def sparsify(model, attention: str = "sparsegen-lin", lam: float | None = None, *, blur: str = "none", blur_size: int = 3,
+             blur_sigma: float = 0.3, learn_lam: bool = False, alpha: float | None = None, learn_alpha: bool = False,
+             sparse_layers: str | None = None):
+    """Switch a loaded transformers model to attnkit's attention, in place, and return it.
+
+    Works for a bare encoder and for its sequence classification, token classification, question answering and
+    masked-LM models, for every architecture whose attention goes through transformers' attention registry
+    (``AttentionInterface``). The model becomes attnkit's class for its kind (same weights, same parameter names)
+    with an :class:`AttnkitConfig`, so ``save_pretrained`` writes a self-describing checkpoint that reloads
+    with the same attention. Raises ValueError for an architecture with its own attention code (DeBERTa-v2, MPNet, ...)
+    or whose attention layers pass their attention function something it cannot honour (a relative position bias, the
+    keys a sparse-attention indexer picked: ``ATTENTION_KEYWORDS`` in ``attnkit.attention.spec``). Decoders run too:
+    grouped-query attention, soft-capping (Gemma-2), sliding windows, attention sinks (gpt-oss).
+    ``lam`` (default -4) is sparsegen-lin's and ``alpha`` (default 1.5) entmax-alpha's: given with another attention,
+    they are refused, not ignored.
+    """
+    register()
+    if not hasattr(model, "config"):  # a torch module but not a transformers model: AttributeError 'config' before
+        raise TypeError(f"sparsify takes a loaded transformers model (with a .config), got {type(model).__name__}")
+    lam, alpha = _sparsify_settings(attention, lam, alpha)
+    spec = AttentionSpec(attention, lam, blur=blur, blur_size=blur_size, blur_sigma=blur_sigma, learn_lam=learn_lam,
+                         alpha=alpha, learn_alpha=learn_alpha, sparse_layers=sparse_layers)
+    if spec.sparse_layers is not None and getattr(model.config, "num_hidden_layers", None):
+        sparse_layer_set(spec.sparse_layers, model.config.num_hidden_layers)  # a layer it lacks: refused before any change
+    name = type(model).__name__
+    if isinstance(model.config, AttnkitConfig):  # already attnkit's: change the attention
+        set_attention(model, spec)
+        return finish_model(model, spec)
+    if not getattr(model, "_supports_attention_backend", False):
+        raise ValueError(
+            f"{name} computes its attention in its own code, not through transformers' attention registry "
+            "(AttentionInterface), so attnkit cannot replace its softmax"
+        )
+    _refuse_attention_keywords(model)
+    base_cfg = type(model.config)
+    kind = next((k for k, m in _SPARSIFY_KINDS if getattr(modeling_auto, m).get(base_cfg, None) is type(model)), None)
+    if kind is None:
+        raise ValueError(f"sparsify takes a bare encoder or a sequence classification, token classification, question "
+                         f"answering or masked-LM model; {name} is none of them")
+    old = model.config
+    config = attnkit_config(old, spec)
+    for m in model.modules():  # every module that holds the model's config gets the new one
+        if getattr(m, "config", None) is old:
+            m.config = config
+    model.__class__ = concrete_class(config, kind)
+    try:  # transformers 5 records attentions/hidden states by the model's class, registered in __init__
+        from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
+
+        _CAN_RECORD_REGISTRY[model] = model._can_record_outputs
+    except (ImportError, AttributeError):
+        pass
+    if spec.learned and not add_head_parameters(model):
+        raise ValueError(f"learn_{spec.learned}: no attention modules with num_attention_heads found in {name}")
+    return finish_model(model, spec)
