@@ -25,7 +25,8 @@ from attnkit.analysis.words import plot_words, rank_words, received_attention
 from attnkit.attention import kernels
 from attnkit.attention.spec import spec_of
 from attnkit.errors import DataFormatError, UserError
-from attnkit.models.build import MINI_MODEL_TYPE, check_se_ratio
+from attnkit.models.build import check_se_ratio
+from attnkit.models.mini import MODEL_TYPE as MINI_MODEL_TYPE
 from attnkit.models.resolve import check_max_length, check_text_room, checkpoint_dir, checkpoint_spec, is_qa_model, max_positions, resolve_model
 from attnkit.models.checks import check_model_folder
 from attnkit.models.checkpoint import load_tokenizer

@@ -34,10 +34,9 @@ from transformers import AutoConfig
 from attnkit.analysis.explain import attention_maps, figure_path, pyplot, save_figure, view_sentence
 from attnkit.analysis.stats import Family, rule_text
 from attnkit.errors import DataFormatError
-from attnkit.models.build import MODEL_DIR
 from attnkit.models.checkpoint import load_model, load_tokenizer
 from attnkit.models.resolve import resolve_model
-from attnkit.runfiles import LOCK_FILE, folder_lock, make_way, output_batch, path_problem, read_json, record_output, write_json_atomic, write_text_atomic
+from attnkit.runfiles import LOCK_FILE, MODEL_DIR, folder_lock, make_way, output_batch, path_problem, read_json, record_output, write_json_atomic, write_text_atomic
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.training.config import TrainConfig, check_seed, is_mini_alias, option_name
 from attnkit.training.finetune import train
