@@ -1,15 +1,17 @@
-"""The errors attnkit reports to a user as one line (the CLI prints them without a traceback)."""
+"""The errors attnkit reports to a user as one line (the CLI prints them without a traceback; any other exception is
+a bug and shows its traceback)."""
 
 from __future__ import annotations
 
 import os
 
 
-class UserError(Exception):
-    """An error in the user's input: printed as one line, no traceback."""
+class UserError(ValueError):
+    """attnkit's refusal of the user's input or settings: printed as one line, no traceback. A ValueError, so that
+    ``except ValueError`` in the user's code keeps catching attnkit's refusals."""
 
 
-class DataFormatError(ValueError):
+class DataFormatError(UserError):
     """Malformed input: the message names the file, the 1-based line and what was expected vs found."""
 
     def __init__(self, path: str | os.PathLike, line: int | None, problem: str):

@@ -231,7 +231,7 @@ def write_json_atomic(path: str | os.PathLike, obj) -> None:
         text = json.dumps(obj, indent=2, sort_keys=True, default=str, allow_nan=False)
     except ValueError:
         where = ", ".join(non_finite_places(obj)[:3])
-        raise ValueError(f"{path}: not written, it would hold a number that is not finite ({where}); JSON has no NaN "
+        raise UserError(f"{path}: not written, it would hold a number that is not finite ({where}); JSON has no NaN "
                          "or infinity") from None
     write_text_atomic(path, text + "\n")
 

@@ -87,7 +87,7 @@ def test_train_into_an_adapt_run_names_the_command_that_made_it(adapt_run, tiny_
 @pytest.mark.slow
 def test_train_into_an_adapt_run_with_matching_settings_is_refused_not_a_key_error(adapt_run, tiny_bert, data, tmp_path, capsys):
     """Every setting the two commands share made equal: the adapt run's metrics must not pass for a train run's."""
-    from attnkit.cli.commands import train_config
+    from attnkit.cli.settings import train_config
     from attnkit.cli.parser import build_parser
 
     out = tmp_path / "run"
@@ -351,3 +351,26 @@ def test_what_the_maps_cannot_take_is_refused_in_one_line(name):
         f(torch.nested.nested_tensor([torch.randn(2, 5), torch.randn(3, 5)]))
     meta = f(torch.empty(3, 5, device="meta"))
     assert meta.device.type == "meta" and meta.shape == (3, 5)
+
+
+@pytest.mark.parametrize("raised, code", [("UserError", 2), ("DataFormatError", 2), ("ValueError", 1), ("KeyError", 1)])
+def test_a_refusal_is_one_line_and_a_bug_shows_its_traceback(monkeypatch, capsys, raised, code):
+    """attnkit's refusals (UserError, DataFormatError) are printed in one line; any other exception is a bug: its
+    traceback and a line saying so, never dressed as the user's mistake."""
+    from attnkit import errors
+    from attnkit.cli import commands, main
+
+    def fail(a):
+        if raised == "DataFormatError":
+            raise errors.DataFormatError("texts.csv", 3, "expected 2 columns, found 1")
+        raise {"UserError": errors.UserError, "ValueError": ValueError, "KeyError": KeyError}[raised]("the message")
+
+    monkeypatch.setitem(commands.COMMANDS, "predict", fail)
+    assert main(["predict", "--model", "minilm", "a text"]) == code
+    err = capsys.readouterr().err
+    if code == 2:
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert err.startswith("attnkit predict: error: ")
+    else:
+        assert "Traceback (most recent call last)" in err and "internal error" in err.splitlines()[-1], err
+        assert "not a mistake in your input" in err

@@ -157,7 +157,7 @@ def test_no_import_cycle():
 #: one when it is used (module -> what it may import inside a function)
 LAZY = {
     "attnkit": {"attnkit.attention.maps", "attnkit.attention.entmax", "attnkit.models.sparsify", "attnkit.models"},
-    "attnkit.cli.main": {"attnkit.cli.commands"},
+    "attnkit.cli.main": {"attnkit.cli.commands", "attnkit.cli.outputs", "attnkit.cli.settings"},
     "attnkit.training.config": {"attnkit.attention.spec", "attnkit.models.pooling"},
 }
 #: modules that must import no torch, transformers or datasets (checked in a fresh interpreter)

@@ -290,7 +290,7 @@ def test_a_command_writing_into_a_run_folder_holds_its_lock_or_refuses(finished,
         error_line(capsys, "another attnkit process is writing", str(out))
     assert snapshot(out) == before
     # and while a command writes there, a training run on the folder is refused: the command holds the lock
-    from attnkit.cli import commands
+    from attnkit.cli import predict_commands as commands
 
     seen = []
     real = commands.write_json_atomic

@@ -49,7 +49,7 @@ def test_tsv_is_preferred_and_the_paper_settings_are_defaults(tmp_path):
     assert len(load_task("scitail", tmp_path).splits["train"]) == 2
     assert PAPER_LAM["scitail"] == -6.0 and PAPER_EPOCHS["scitail"] == 3
     assert TrainConfig(task="scitail").spec().lam == -6.0
-    from attnkit.cli.commands import train_config as _train_config
+    from attnkit.cli.settings import train_config as _train_config
     from attnkit.cli.parser import build_parser
 
     assert _train_config(build_parser().parse_args(["train", "--task", "scitail"])).epochs == 3

@@ -127,7 +127,8 @@ def test_tiny_sigma_blur_equals_no_blur(tiny_bert):
 
 def test_an_identity_blur_is_named_so_and_the_train_command_says_it_does_not_blur(tiny_bert, tmp_path, capsys, monkeypatch):
     from attnkit.attention.spec import blur_is_identity
-    from attnkit.cli import commands, main
+    from attnkit.cli import main
+    from attnkit.cli import train_commands as commands
 
     # width 3: sigma 0.01 is exactly [0, 1, 0], 0.1 has tails of 1.9e-22; 0.3 ([0.004, 0.992, 0.004]) already blurs
     assert blur_is_identity(3, 0.01) and blur_is_identity(3, 0.1) and blur_is_identity(7, 0.1)

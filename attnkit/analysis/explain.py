@@ -12,6 +12,7 @@ import torch
 
 from attnkit.analysis.inference import encoded_batches
 from attnkit.attention.spec import sparse_layer_set, spec_of
+from attnkit.errors import UserError
 from attnkit.models.pooling import head_of
 from attnkit.runfiles import FIGURE_CREATOR, atomic_path
 
@@ -84,7 +85,7 @@ def plot_attention(maps: AttentionMaps, path: str | Path, layer: int | None = No
     n_layers, n_heads, L, _ = maps.weights.shape
     for name, v, n in (("layer", layer, n_layers), ("head", head, n_heads)):
         if v is not None and not 0 <= v < n:
-            raise ValueError(f"{name} {v} out of range: the model has {n} {name}s (0..{n - 1})")
+            raise UserError(f"{name} {v} out of range: the model has {n} {name}s (0..{n - 1})")
     cells = [(l, h) for l in ([layer] if layer is not None else range(n_layers)) for h in ([head] if head is not None else range(n_heads))]
     cmap = plt.get_cmap("viridis").with_extremes(under="white")
     sizes = maps.support_sizes()
@@ -124,7 +125,7 @@ def check_layer_weights(model) -> None:
     """ValueError for a model with no learned layer weights (neither SE nor the ``weighted`` layer pooling)."""
     head = head_of(model.config)
     if not (head.se or head.pooling == "weighted"):
-        raise ValueError(
+        raise UserError(
             f"this model has no learned layer weights (layer pooling {head.pooling!r}, no SE); "
             "train with --se or --layer-pooling weighted"
         )
@@ -225,7 +226,7 @@ def figure_path(path: str | Path, what: str = "plot") -> Path:
     """``path`` as a Path, if it names a PNG or SVG file (checked before any drawing)."""
     path = Path(path)
     if path.suffix.lower() not in FIGURE_SUFFIXES:
-        raise ValueError(f"{what} file must end in .png or .svg, got {path.name!r}")
+        raise UserError(f"{what} file must end in .png or .svg, got {path.name!r}")
     return path
 
 

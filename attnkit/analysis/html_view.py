@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 from attnkit.analysis.explain import AttentionMaps
+from attnkit.errors import UserError
 from attnkit.runfiles import write_text_atomic
 
 _PAGE = """<!DOCTYPE html>
@@ -115,7 +116,7 @@ def write_html(maps: AttentionMaps, path: str | Path, title: str = "attnkit atte
     """Write the interactive page for ``maps`` to ``path`` (self-contained: no network needed)."""
     path = Path(path)
     if path.suffix.lower() not in (".html", ".htm"):
-        raise ValueError(f"--html {path.name}: the page file must end in .html")
+        raise UserError(f"--html {path.name}: the page file must end in .html")
     st = maps.stats()
     data = {"tokens": maps.tokens, "weights": [[[[round(float(w), 6) for w in row] for row in head] for head in layer] for layer in maps.weights],
             "sparse_layers": maps.sparse_layers}

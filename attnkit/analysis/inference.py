@@ -8,12 +8,18 @@ from typing import Sequence
 import numpy as np
 
 from attnkit.errors import DataFormatError, UserError
-from attnkit.models.resolve import check_text_room, is_qa_model
 from attnkit.models.checkpoint import load_model, load_tokenizer
+from attnkit.models.resolve import check_text_room, is_qa_model
+from attnkit.runfiles import (
+    MODEL_DIR,
+    RUN_INFO,
+    path_problem,
+    read_json,
+    unfinished_run,
+)
 from attnkit.tasks.lemmas import LemmatizingTokenizer
-from attnkit.tasks.readers import is_blank
-from attnkit.runfiles import MODEL_DIR, RUN_INFO, path_problem, read_json, unfinished_run
 from attnkit.tasks.metrics import predictions_of, task_metrics
+from attnkit.tasks.readers import is_blank
 
 
 def encoded_batches(
@@ -86,9 +92,9 @@ def evaluate_split(model, tokenizer, dataset, *, batch_size: int = 64, max_lengt
     if len(labels) == 0 or labels.min() < 0:
         missing = int((labels < 0).sum())
         if 0 < missing < len(labels):  # a test file labelled in part: "no gold labels" was not what it held
-            raise ValueError(f"{missing} of the {len(labels)} examples of this split have no gold label (an empty label "
+            raise UserError(f"{missing} of the {len(labels)} examples of this split have no gold label (an empty label "
                              "field): give every row its label to evaluate it, or use `attnkit predict`")
-        raise ValueError("this split has no gold labels; use `attnkit predict` instead")
+        raise UserError("this split has no gold labels; use `attnkit predict` instead")
     pairs = list(dataset["text_pair"]) if "text_pair" in dataset.column_names else None
     logits = predict_logits(model, tokenizer, list(dataset["text"]), pairs, batch_size=batch_size, max_length=max_length)
     metrics = task_metrics(kind, labels, predictions_of(kind, logits))
@@ -110,7 +116,7 @@ def read_text_file(path: str | Path) -> list[str]:
         raw = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data[: e.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)].count(b"\n") + 1  # e.start: after the BOM
-        raise ValueError(f"{p}, line {line}: not valid UTF-8 text ({e.reason})") from None
+        raise UserError(f"{p}, line {line}: not valid UTF-8 text ({e.reason})") from None
     lines = [ln.removesuffix("\r").replace("\ufeff", "").strip() for ln in raw.split("\n")]
     while lines and not lines[-1]:  # blank lines at the end of the file
         lines.pop()

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from attnkit.analysis.explain import figure_path, pyplot, save_figure
 from attnkit.analysis.inference import encoded_batches
+from attnkit.errors import UserError
 
 
 def received_attention(model, tokenizer, texts, *, batch_size: int = 64, max_length: int = 128, progress: bool = True):
@@ -32,7 +33,7 @@ def received_attention(model, tokenizer, texts, *, batch_size: int = 64, max_len
     import torch
 
     if not getattr(tokenizer, "is_fast", False):
-        raise ValueError("word ranking needs a fast tokenizer (word_ids and offsets)")
+        raise UserError("word ranking needs a fast tokenizer (word_ids and offsets)")
     out = []
     for s, inputs in encoded_batches(model, tokenizer, texts, batch_size=batch_size, max_length=max_length,
                                      progress=progress, desc="reading attention", return_offsets_mapping=True):
@@ -78,7 +79,7 @@ def rank_words(readings, label_names, *, top: int = 20, min_count: int = 3) -> d
         classes[name] = {"predicted_sentences": n_pred[c], "words": rows[:top]}
     if not any(r["words"] for r in classes.values()):  # a chart and a ranking of nothing would pass for a result
         most = max((n for per_class in acc.values() for _, n in per_class.values()), default=0)
-        raise ValueError(f"--min-count {min_count} leaves no word to rank: the most frequent word occurs {most} "
+        raise UserError(f"--min-count {min_count} leaves no word to rank: the most frequent word occurs {most} "
                          f"time{'s' if most != 1 else ''} under one predicted class; give a --min-count of at most "
                          f"{max(most, 1)} or more texts")
     return classes

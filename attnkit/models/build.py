@@ -18,6 +18,7 @@ from attnkit.attention.spec import (
     sparse_layer_set,
     spec_of,
 )
+from attnkit.errors import UserError
 from attnkit.models.checks import check_model_folder
 from attnkit.models.mini import (
     MODEL_TYPE as MINI_MODEL_TYPE,  # importing it registers MiniBERT with the Auto classes
@@ -60,7 +61,7 @@ def build_classifier(
     kwargs = {"num_labels": num_labels}
     if label_names:
         if len(label_names) != num_labels:
-            raise ValueError(f"{len(label_names)} label names given for {num_labels} labels")
+            raise UserError(f"{len(label_names)} label names given for {num_labels} labels")
         kwargs["id2label"] = dict(enumerate(label_names))
         kwargs["label2id"] = {n: i for i, n in enumerate(label_names)}
     if problem_type:
@@ -69,7 +70,7 @@ def build_classifier(
     if base.model_type == MINI_MODEL_TYPE:  # MiniBERT: a model type of its own already (unknown to plain transformers)
         apply_spec(base, spec)
         if not head.is_default:
-            raise ValueError("--layer-pooling/--se take a BERT-family encoder, not MiniBERT")
+            raise UserError("--layer-pooling/--se take a BERT-family encoder, not MiniBERT")
         if from_scratch:
             net = AutoModelForSequenceClassification.from_config(base, attn_implementation=ATTN_IMPLEMENTATION)
         else:
@@ -87,6 +88,7 @@ def build_classifier(
         net = AttnkitForSequenceClassification.from_pretrained(path, config=config, use_safetensors=True)
     return finish_model(net, spec)
 
+
 def check_se_ratio(head: HeadSpec, config=None, model: str | os.PathLike | None = DEFAULT_MODEL) -> None:
     """ValueError where ``head``'s SE ratio r is above the layers of ``model`` (``config``: its config, else read): the
     SE block squeezes the L layer outputs to L // r units, and r > L would leave none (the block then keeps one unit:
@@ -98,14 +100,16 @@ def check_se_ratio(head: HeadSpec, config=None, model: str | os.PathLike | None 
         config = _base_config(resolve_model(model))
     layers = getattr(config, "num_hidden_layers", None)
     if isinstance(layers, int) and head.se_ratio > layers:
-        raise ValueError(f"--se-ratio {head.se_ratio}: the SE block squeezes the {layers} layer outputs of {model} to "
+        raise UserError(f"--se-ratio {head.se_ratio}: the SE block squeezes the {layers} layer outputs of {model} to "
                          f"{layers} // r units, none at r above {layers}; expected an r from 1 to {layers}")
+
 
 def _base_config(path: str, **kwargs):
     try:
         return AutoConfig.from_pretrained(path, **kwargs)
     except OSError as e:  # hub name offline / unknown: transformers' message does not name the model
         raise OSError(f"could not load model {path!r}: {e}") from None
+
 
 def attnkit_config(base, spec: AttentionSpec, head: HeadSpec | None = None) -> AttnkitConfig:
     """An :class:`AttnkitConfig` of ``base``'s encoder with ``spec`` and ``head`` (earlier ones dropped)."""
@@ -118,6 +122,7 @@ def attnkit_config(base, spec: AttentionSpec, head: HeadSpec | None = None) -> A
         setattr(config, HEAD_KEY, head.to_dict())
     return config
 
+
 def finish_model(net, spec: AttentionSpec):
     """Store the spec in the built model's config; give a new model that learns lam or alpha per head its parameters;
     number its attention modules and check that ``--sparse-layers`` names layers it has."""
@@ -129,6 +134,7 @@ def finish_model(net, spec: AttentionSpec):
         add_head_parameters(net)  # idempotent: a reloaded model has them already, with its learned values
     return net
 
+
 def build_masked_lm(model: str | os.PathLike | None = DEFAULT_MODEL, spec: AttentionSpec | None = None):
     """A masked-LM model on ``model``'s encoder with ``spec``'s attention, for continued pre-training (``attnkit
     adapt``); returns ``(model, names of the weights drawn new)``. A checkpoint without an MLM head (all-MiniLM-L6-v2
@@ -138,13 +144,14 @@ def build_masked_lm(model: str | os.PathLike | None = DEFAULT_MODEL, spec: Atten
     path = resolve_model(model)
     base = _base_config(path)
     if base.model_type == MINI_MODEL_TYPE:
-        raise ValueError(f"{path} is a MiniBERT: continue its pre-training with `attnkit pretrain`, not `attnkit adapt`")
+        raise UserError(f"{path} is a MiniBERT: continue its pre-training with `attnkit pretrain`, not `attnkit adapt`")
     config = attnkit_config(base, spec)
     config.tie_word_embeddings = True
     check_model_folder(path)
     net, info = AttnkitForMaskedLM.from_pretrained(path, config=config, use_safetensors=True, output_loading_info=True)
     net.tie_weights()
     return finish_model(net, spec), sorted(info.get("missing_keys", ()))
+
 
 def encoder_of(masked_lm, model: str | os.PathLike | None = DEFAULT_MODEL):
     """The bare encoder (``AttnkitModel``) of a masked-LM model built by :func:`build_masked_lm` on ``model``: its
@@ -158,6 +165,7 @@ def encoder_of(masked_lm, model: str | os.PathLike | None = DEFAULT_MODEL):
     if left or unexpected:
         raise RuntimeError(f"the masked-LM encoder does not fit {path}'s encoder (missing {left[:3]}, unexpected {unexpected[:3]})")
     return finish_model(encoder, spec_of(masked_lm.config))
+
 
 def build_qa_model(model: str | os.PathLike | None = DEFAULT_MODEL, spec: AttentionSpec | None = None, *, from_scratch: bool = False):
     """An extractive QA model (start/end logits per token) on ``model``'s encoder with ``spec``'s attention."""

@@ -72,6 +72,7 @@ def load_tokenizer(name_or_path: str | os.PathLike | None):
                                "inputs as it was trained to; copy the tokenizer files of the model it was trained from")
     return tok
 
+
 def _from_pretrained(cls, path: str, *, head: str, **kwargs):
     """``cls.from_pretrained`` that refuses a checkpoint whose ``head`` weights are missing (random)."""
     if Path(path).is_dir():
@@ -85,6 +86,7 @@ def _from_pretrained(cls, path: str, *, head: str, **kwargs):
             f"it would give random outputs. Train one first: attnkit train --model {path} ..."
         )
     return net
+
 
 def load_model(path: str | os.PathLike):
     """Reload a model saved by attnkit: a span-QA model or a classifier, by its recorded architecture.
@@ -112,9 +114,11 @@ def load_model(path: str | os.PathLike):
         cls = AutoModelForSequenceClassification
     return finish_model(_from_pretrained(cls, path, head=head, config=config), spec)
 
+
 def load_classifier(path: str | os.PathLike):
     """Reload a classifier saved by attnkit (or any HF classifier) with its attention settings."""
     return load_model(path)
+
 
 def set_attention(model, spec: AttentionSpec) -> None:
     """Switch a loaded attnkit model to another attention (e.g. to compare maps on one checkpoint)."""
@@ -123,6 +127,7 @@ def set_attention(model, spec: AttentionSpec) -> None:
         cfg = getattr(sub, "config", None)
         if cfg is not None and cfg is not model.config:
             apply_spec(cfg, spec)
+
 
 def save_checkpoint(model, out_dir: str | os.PathLike, tokenizer=None, extra: dict | None = None) -> Path:
     """Write ``model`` (+ tokenizer) to ``out_dir`` atomically, as safetensors.
@@ -161,6 +166,7 @@ def save_checkpoint(model, out_dir: str | os.PathLike, tokenizer=None, extra: di
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return out
+
 
 def _write_checkpoint(model, tmp: Path, tokenizer=None, extra: dict | None = None) -> None:
     """The files of a saved model, written into the (new, empty) folder ``tmp``."""

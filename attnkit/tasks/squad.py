@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
-from attnkit.errors import DataFormatError
+from attnkit.errors import DataFormatError, UserError
 from attnkit.runfiles import path_problem, read_json
 from attnkit.tasks.registry import default_data_dir
 
@@ -161,11 +161,11 @@ def squad_metrics(predictions: dict[str, str], rows: Sequence[dict]) -> dict[str
 
 def _check_window(tokenizer, max_length: int, doc_stride: int) -> None:
     if max_length < 32:
-        raise ValueError(f"--max-length {max_length} is too short for question answering (need at least 32 tokens)")
+        raise UserError(f"--max-length {max_length} is too short for question answering (need at least 32 tokens)")
     if not 0 <= doc_stride < max_length // 2:
-        raise ValueError(f"doc_stride {doc_stride} must be in [0, {max_length // 2}) for --max-length {max_length}")
+        raise UserError(f"doc_stride {doc_stride} must be in [0, {max_length // 2}) for --max-length {max_length}")
     if not getattr(tokenizer, "is_fast", False):
-        raise ValueError("question answering needs a fast tokenizer (offset mappings); this checkpoint's tokenizer is not one")
+        raise UserError("question answering needs a fast tokenizer (offset mappings); this checkpoint's tokenizer is not one")
 
 
 def encode_windows(tokenizer, questions: Sequence[str], contexts: Sequence[str], max_length: int, doc_stride: int):
@@ -259,7 +259,7 @@ def predict_answers(model, tokenizer, questions: Sequence[str], contexts: Sequen
     import torch
 
     if len(questions) != len(contexts):
-        raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts")
+        raise UserError(f"{len(questions)} questions but {len(contexts)} contexts")
     stride = max_length // 3 if doc_stride is None else doc_stride
     _check_window(tokenizer, max_length, stride)
     enc = encode_windows(tokenizer, questions, contexts, max_length, stride)

@@ -60,6 +60,7 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
         rec["saving"] = None
         write_record(out, rec)
 
+
 def checkpoint_damage(ckpt: Path) -> str | None:
     """Why a Trainer checkpoint folder cannot be resumed from, or None if it can."""
     state = ckpt / "trainer_state.json"
@@ -96,9 +97,11 @@ def checkpoint_damage(ckpt: Path) -> str | None:
                 return f"{name} is damaged ({type(e).__name__})"
     return None
 
+
 def _step(name: str) -> int:
     tail = name.rsplit("-", 1)[-1]
     return int(tail) if tail.isdigit() else -1
+
 
 def recorded_checkpoints(out: Path, rec: dict | None = None) -> list[Path]:
     """The ``checkpoint-N`` folders the run in ``out`` wrote (its record lists them) that are there, oldest first."""
@@ -108,11 +111,13 @@ def recorded_checkpoints(out: Path, rec: dict | None = None) -> list[Path]:
     names = [n for n in rec.get("checkpoints", []) if isinstance(n, str) and _TRAINER_CHECKPOINT.fullmatch(n)]
     return sorted((out / n for n in names if (out / n).is_dir()), key=lambda p: _step(p.name))
 
+
 def trainer_named_checkpoints(out: Path) -> list[Path]:
     """Folders named as the Trainer names its checkpoints (``checkpoint-<digits>``): it would write into them."""
     return sorted((p for p in out.iterdir() if p.is_dir() and _TRAINER_CHECKPOINT.fullmatch(p.name)), key=lambda p: _step(p.name))
 
 _TRAINER_CHECKPOINT = re.compile(r"checkpoint-\d+")
+
 
 def remove_checkpoint(ckpt: Path) -> None:
     """Delete a checkpoint folder this run wrote, if it holds just what it wrote (its manifest says so); one with a
@@ -124,6 +129,7 @@ def remove_checkpoint(ckpt: Path) -> None:
         log.warning("%s held files this run did not write: moved aside whole to %s", ckpt, aside)
 
 _KILLED_SAVE = re.compile(r"\.(.+)\.(tmp|old)-[0-9a-f]{8}")
+
 
 def tidy_killed_saves(out: Path) -> None:
     """What a model save killed half-way left in ``out`` (see :func:`save_checkpoint`), where attnkit's manifest
@@ -145,11 +151,13 @@ def tidy_killed_saves(out: Path) -> None:
         else:
             set_aside(p)
 
+
 def trainer_state_of(ckpt: Path) -> dict:
     try:
         return read_json(ckpt / "trainer_state.json", "the Trainer's state of a checkpoint")
     except (OSError, ValueError):
         return {}
+
 
 def loss_of(ckpt: Path) -> float | None:
     """The training loss summed over the steps up to checkpoint ``ckpt`` (LOSS_FILE), or None if it does not say."""

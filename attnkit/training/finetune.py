@@ -20,19 +20,48 @@ from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
 from attnkit.analysis.explain import plot_learned_lam
 from attnkit.attention import kernels
 from attnkit.attention.spec import LEARNED, AttentionSpec, learned_values, spec_of
+from attnkit.errors import UserError
 from attnkit.models.build import build_classifier
-from attnkit.models.resolve import checkpoint_dir
-from attnkit.models.checkpoint import load_model, load_tokenizer, save_checkpoint, set_attention
+from attnkit.models.checkpoint import (
+    load_model,
+    load_tokenizer,
+    save_checkpoint,
+    set_attention,
+)
 from attnkit.models.freeze import freeze_parameters
-from attnkit.runfiles import RUN_INFO, finite_record, path_problem, read_json, write_json_atomic
+from attnkit.models.resolve import checkpoint_dir
+from attnkit.runfiles import (
+    RUN_INFO,
+    finite_record,
+    path_problem,
+    read_json,
+    write_json_atomic,
+)
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.tasks.lemmas import lemmatize_splits, lemmatizer
 from attnkit.tasks.metrics import MAIN_METRIC, predictions_of, task_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
 from attnkit.training.pretrain import init_mini_checkpoint
-from attnkit.training.trainer import AttnkitTrainer, best_checkpoint, check_finite, check_length, check_precision, finish_run, fit, strip_prefix, subsample, training_arguments, check_warmups
-from attnkit.training.run_folder import check_resume, finished_metrics, prepare_output, run_folder
+from attnkit.training.run_folder import (
+    check_resume,
+    finished_metrics,
+    prepare_output,
+    run_folder,
+)
 from attnkit.training.span_qa import train_qa
+from attnkit.training.trainer import (
+    AttnkitTrainer,
+    best_checkpoint,
+    check_finite,
+    check_length,
+    check_precision,
+    check_warmups,
+    finish_run,
+    fit,
+    strip_prefix,
+    subsample,
+    training_arguments,
+)
 
 log = logging.getLogger("attnkit")
 
@@ -152,11 +181,11 @@ def load_teacher(cfg: TrainConfig, data, tokenizer):
     teacher = load_model(path)
     names = [teacher.config.id2label[i] for i in range(teacher.config.num_labels)] if teacher.config.id2label else []
     if data.metric == "regression" or list(map(str, names)) != list(map(str, data.label_names)):
-        raise ValueError(f"--teacher {cfg.teacher}: its labels {names} are not task {cfg.task}'s {data.label_names}: "
+        raise UserError(f"--teacher {cfg.teacher}: its labels {names} are not task {cfg.task}'s {data.label_names}: "
                          "distil from a model fine-tuned on the same task")
     t_vocab = load_tokenizer(path).get_vocab()
     if t_vocab != tokenizer.get_vocab():
-        raise ValueError(f"--teacher {cfg.teacher}: its tokenizer differs from the student's ({cfg.model}): the teacher must "
+        raise UserError(f"--teacher {cfg.teacher}: its tokenizer differs from the student's ({cfg.model}): the teacher must "
                          "read the same token ids (fine-tune both from the same encoder)")
     return teacher, path
 
@@ -184,7 +213,7 @@ def hold_out(ds, fraction: float, seed: int):
     n = len(ds)
     k = round(n * fraction)
     if k < 1 or k >= n:
-        raise ValueError(f"--holdout {fraction:g}: {k} of the {n} training examples would be held out; "
+        raise UserError(f"--holdout {fraction:g}: {k} of the {n} training examples would be held out; "
                          "expected at least one held out and one left to train on")
     order = np.random.default_rng(seed).permutation(n)
     return ds.select(sorted(order[k:].tolist())), ds.select(sorted(order[:k].tolist()))
@@ -195,7 +224,7 @@ def _check_classes(cfg: TrainConfig, data, labels, what: str) -> None:
     seen = sorted(set(labels))
     if len(seen) < 2:
         names = [data.label_names[i] for i in seen if 0 <= i < len(data.label_names)]
-        raise ValueError(f"task {cfg.task}: the {what} holds one class only ({', '.join(map(repr, names)) or 'none'}"
+        raise UserError(f"task {cfg.task}: the {what} holds one class only ({', '.join(map(repr, names)) or 'none'}"
                          f"{' in ' + str(cfg.data_dir) if cfg.data_dir else ''}): a classifier needs examples of at least two classes")
 
 
@@ -211,13 +240,13 @@ def train(cfg: TrainConfig) -> dict:
     qa = is_qa_task(cfg.task)
     if qa:
         if cfg.lemmatize:
-            raise ValueError(f"task {cfg.task} (span QA) answers with spans of the original text: --lemmatize does not apply")
+            raise UserError(f"task {cfg.task} (span QA) answers with spans of the original text: --lemmatize does not apply")
         if cfg.holdout:
-            raise ValueError(f"task {cfg.task} (span QA): --holdout applies to classification tasks")
+            raise UserError(f"task {cfg.task} (span QA): --holdout applies to classification tasks")
         if not cfg.head().is_default or str(cfg.model).lower() in ("mini", "minibert") or cfg.freeze:
-            raise ValueError(f"task {cfg.task} (span QA) takes the model's own span head: no --layer-pooling/--se, --model mini or --freeze")
+            raise UserError(f"task {cfg.task} (span QA) takes the model's own span head: no --layer-pooling/--se, --model mini or --freeze")
         if cfg.teacher is not None:
-            raise ValueError(f"task {cfg.task} (span QA): --teacher distils a classifier's predictions; span QA has no distillation")
+            raise UserError(f"task {cfg.task} (span QA): --teacher distils a classifier's predictions; span QA has no distillation")
     cfg.validate()
     check_precision(cfg)
     with run_folder(Path(cfg.output_dir)) as out:
@@ -241,7 +270,7 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
         )
     empty = [name for name in ("train", "validation") if len(splits[name]) == 0]
     if empty:  # e.g. a file of headers or blank lines only, or SST-2 from trees whose sentences are all neutral
-        raise ValueError(f"task {cfg.task}: the {' and '.join(empty)} split{'s' * (len(empty) > 1)} "
+        raise UserError(f"task {cfg.task}: the {' and '.join(empty)} split{'s' * (len(empty) > 1)} "
                          f"{'have' if len(empty) > 1 else 'has'} no examples{' in ' + str(cfg.data_dir) if cfg.data_dir else ''}")
     if data.metric != "regression":
         _check_classes(cfg, data, splits["train"]["label"], "training split")
@@ -273,7 +302,7 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
     others = {k: subsample(v, cfg.max_eval_samples, cfg.seed) for k, v in enc.items() if k not in ("train", "validation") and _labelled(v)}
     if heldout is not None:
         if "heldout" in enc:
-            raise ValueError(f"task {cfg.task} has a split named 'heldout' already: --holdout would hide it")
+            raise UserError(f"task {cfg.task} has a split named 'heldout' already: --holdout would hide it")
         others["heldout"] = heldout
 
     model = initial_classifier(cfg, data, model_path)
@@ -380,7 +409,7 @@ def model_lemmatize(cfg: TrainConfig) -> str | None:
             stored = read_json(f, "what training recorded beside a model").get("lemmatize")
             break
     if cfg.lemmatize and stored and cfg.lemmatize != stored:
-        raise ValueError(f"--lemmatize {cfg.lemmatize}: the model {cfg.model} was trained on {stored} lemmas")
+        raise UserError(f"--lemmatize {cfg.lemmatize}: the model {cfg.model} was trained on {stored} lemmas")
     lang = cfg.lemmatize or stored
     if lang:
         lemmatizer(lang)  # an unknown language fails here, naming the setting

@@ -22,18 +22,42 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast, Trainer, TrainingArguments, set_seed
+from tokenizers import (
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+)
+from transformers import (
+    DataCollatorForLanguageModeling,
+    PreTrainedTokenizerFast,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
 
 from attnkit.attention.spec import AttentionSpec
+from attnkit.errors import UserError
 from attnkit.models.checkpoint import save_checkpoint
-from attnkit.models.mini import MiniBertForMaskedLM, MiniBertModel, attention_parameter_count, make_config
+from attnkit.models.mini import (
+    MiniBertForMaskedLM,
+    MiniBertModel,
+    attention_parameter_count,
+    make_config,
+)
 from attnkit.runfiles import finite_record, write_json_atomic
-from attnkit.training.trainer import check_finite
-from attnkit.training.run_folder import finished_metrics, prepare_output, run_folder
 from attnkit.tasks import load_task
 from attnkit.tasks.lemmas import lemmatizer
-from attnkit.training.config import DEFAULT_VOCAB, MAX_POSITIONS, SPECIALS, PretrainConfig
+from attnkit.training.config import (
+    DEFAULT_VOCAB,
+    MAX_POSITIONS,
+    SPECIALS,
+    PretrainConfig,
+)
+from attnkit.training.run_folder import finished_metrics, prepare_output, run_folder
+from attnkit.training.trainer import check_finite
 
 log = logging.getLogger("attnkit")
 
@@ -112,10 +136,10 @@ def train_tokenizer(texts, vocab_size: int = DEFAULT_VOCAB, max_length: int = MA
     Reload it with ``AutoTokenizer.from_pretrained(dir)`` after ``save_pretrained(dir)``.
     """
     if vocab_size < len(SPECIALS) + 1:
-        raise ValueError(f"--vocab-size {vocab_size}: must be larger than the {len(SPECIALS)} special tokens")
+        raise UserError(f"--vocab-size {vocab_size}: must be larger than the {len(SPECIALS)} special tokens")
     texts = [t for t in texts if t and t.strip()]
     if not texts:
-        raise ValueError("no training text to build the tokenizer from")
+        raise UserError("no training text to build the tokenizer from")
     normalizer = normalizers.BertNormalizer(lowercase=True, clean_text=True, handle_chinese_chars=True)
     pre = pre_tokenizers.BertPreTokenizer()
     word_counts: dict[str, int] = {}
@@ -171,7 +195,7 @@ class EveryBatchMasks(DataCollatorForLanguageModeling):
             batch = super().torch_call(examples)
             if bool((batch["labels"] != -100).any()):
                 return batch
-        raise ValueError(f"a batch of {len(examples)} texts holds no token that can be masked (only special tokens such "
+        raise UserError(f"a batch of {len(examples)} texts holds no token that can be masked (only special tokens such "
                          "as [CLS], [SEP], [UNK]): nothing to learn from")
 
 
@@ -192,7 +216,7 @@ def check_maskable(ds, tokenizer, mlm_probability: float, what: str) -> None:
             n += sum(1 for i in ids if i not in special)
             if n >= need:
                 return
-    raise ValueError(f"{what} hold only {n} token(s) that can be masked: at --mlm-probability "
+    raise UserError(f"{what} hold only {n} token(s) that can be masked: at --mlm-probability "
                      f"{mlm_probability:g} a pass over them masks {n * mlm_probability:.2g} on average, less than one, so "
                      f"there is nothing to learn or to measure the MLM loss on: give more text (at least {need} tokens)")
 
@@ -215,7 +239,7 @@ def _pretrain(cfg: PretrainConfig, out: Path) -> dict:
     set_seed(cfg.seed)
     data = load_task(cfg.task, cfg.data_dir)
     if "train" not in data.splits:
-        raise ValueError(f"task {cfg.task} has no train split (it has {', '.join(data.splits)})")
+        raise UserError(f"task {cfg.task} has no train split (it has {', '.join(data.splits)})")
     train = data.splits["train"]  # the ONLY text used here: dev/test are never read below
     if cfg.max_train_samples is not None and len(train) > cfg.max_train_samples:
         train = train.shuffle(seed=cfg.seed).select(range(cfg.max_train_samples))

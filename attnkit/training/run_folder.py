@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from attnkit.errors import DataFormatError
+from attnkit.errors import DataFormatError, UserError
 from attnkit.models.checks import check_weights_file
 from attnkit.runfiles import (
     LOCK_FILE,
@@ -52,11 +52,13 @@ _RESUME_FREE = ("output_dir", "resume", "logging_steps", "eval_batch_size", "kee
 #: settings that may differ from a finished run's for it to count as the same run (epochs and steps count here)
 _FINISHED_FREE = ("output_dir", "resume", "logging_steps", "eval_batch_size", "keep_checkpoints")
 
+
 def _read_json(path: Path) -> dict:
     try:
         return read_json(path)
     except DataFormatError as e:
-        raise ValueError(f"{e}: move the run folder aside or pick another --output-dir") from None
+        raise UserError(f"{e}: move the run folder aside or pick another --output-dir") from None
+
 
 def is_run_folder(out: Path) -> bool:
     """Whether ``out`` holds an attnkit run: attnkit's record of it (RUN_RECORD, written when the run starts), or
@@ -69,6 +71,7 @@ def is_run_folder(out: Path) -> bool:
     entries = [p for p in out.iterdir() if p.name != LOCK_FILE]
     return bool(entries) and all(p.is_dir() and p.name.startswith(REPLACED_PREFIX) and (p / RUN_RECORD).exists() for p in entries)
 
+
 @contextmanager
 def run_folder(out: Path, option: str = "--output-dir"):
     """Make (if missing) and lock the run folder ``out`` for one run (rank 0 of a multi-process run only).
@@ -79,12 +82,12 @@ def run_folder(out: Path, option: str = "--output-dir"):
     finished in its record."""
     out = Path(out)
     if path_problem(out, "folder") not in ("", "does not exist"):
-        raise ValueError(f"{option} {out} {path_problem(out, 'folder')}")
+        raise UserError(f"{option} {out} {path_problem(out, 'folder')}")
     if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()) and not is_run_folder(out):
         if _holds_sweep(out):
-            raise ValueError(f"{option} {out} holds an attnkit sweep, not a run (made by `attnkit sweep`): nothing was changed; "
+            raise UserError(f"{option} {out} holds an attnkit sweep, not a run (made by `attnkit sweep`): nothing was changed; "
                              "pick a new or empty folder (`attnkit sweep` with that --output-dir adds to the sweep)")
-        raise ValueError(f"{option} {out} is not empty and holds no attnkit run (no {RUN_RECORD}, the record a run writes "
+        raise UserError(f"{option} {out} is not empty and holds no attnkit run (no {RUN_RECORD}, the record a run writes "
                          "there when it starts; a model/ or checkpoint-* folder is no proof): pick a new or empty folder")
     made = first_missing(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -102,6 +105,7 @@ def run_folder(out: Path, option: str = "--output-dir"):
             shutil.rmtree(made, ignore_errors=True)  # the folders made here, holding nothing but the lock file
         raise
 
+
 def _holds_sweep(out: Path) -> bool:
     """Whether ``out`` holds a sweep.json of attnkit's (a hand-written one does not make a folder a sweep)."""
     if not (out / "sweep.json").is_file():
@@ -112,6 +116,7 @@ def _holds_sweep(out: Path) -> bool:
     except ValueError:
         return False
 
+
 def first_missing(path: Path) -> Path | None:
     """The outermost folder of ``path`` (itself included) that does not exist yet (None if ``path`` exists)."""
     if path.exists():
@@ -119,6 +124,7 @@ def first_missing(path: Path) -> Path | None:
     while not path.parent.exists():
         path = path.parent
     return path
+
 
 def with_defaults(saved: dict, fields) -> dict:
     """A recorded run's settings with the ones it predates filled in with their defaults: a setting added to attnkit
@@ -131,6 +137,7 @@ def with_defaults(saved: dict, fields) -> dict:
             out[k] = f.default
     return out
 
+
 def settings_differences(saved: dict, now: dict, free: tuple, fields) -> list[str]:
     """``"name: old there, new now"`` for every setting (of ``fields``, but for ``free``) that differs (one the
     record predates counts as its default)."""
@@ -138,6 +145,7 @@ def settings_differences(saved: dict, now: dict, free: tuple, fields) -> list[st
     old = same_paths({k: v for k, v in saved.items() if k not in free and k in fields})
     new = same_paths({k: v for k, v in now.items() if k not in free and k in fields})
     return [f"{option_name(k)}: {old.get(k)!r} there, {new[k]!r} now" for k in sorted(new) if k in old and old[k] != new[k]]
+
 
 def finished_metrics(cfg, out: Path | None = None, free: tuple = _FINISHED_FREE) -> dict | None:
     """The metrics of a finished run in ``out`` (default ``cfg.output_dir``) made with the same settings, or None if
@@ -163,7 +171,7 @@ def finished_metrics(cfg, out: Path | None = None, free: tuple = _FINISHED_FREE)
             log.warning("the run in %s is damaged (%s): resuming it from its last checkpoint", out, "; ".join(missing))
             return None
         diffs = _differences(cfg, out, free)
-        raise ValueError(
+        raise UserError(
             f"{out} holds a damaged run ({'; '.join(missing)}{'; other settings: ' + '; '.join(diffs) if diffs else ''}): "
             f"nothing was changed; add --no-resume to move it aside (into {out}/{REPLACED_PREFIX}<date>/) and train afresh "
             "there, or pick another --output-dir"
@@ -175,11 +183,12 @@ def finished_metrics(cfg, out: Path | None = None, free: tuple = _FINISHED_FREE)
         log.warning("continuing the finished run in %s from its last checkpoint (%s)", out, "; ".join(diffs))
         return None
     if diffs:
-        raise ValueError(
+        raise UserError(
             f"{out} holds a finished run with other settings ({'; '.join(diffs)}): pick another --output-dir, or add "
             f"--no-resume to move that run aside (into {out}/{REPLACED_PREFIX}<date>/) and train afresh there"
         )
     return _read_json(out / METRICS_FILE)
+
 
 def damaged_parts(out: Path) -> list[str]:
     """What of a finished run in ``out`` is missing or unreadable: its settings, metrics, model config or weights."""
@@ -211,6 +220,7 @@ def damaged_parts(out: Path) -> list[str]:
         bad.append(str(e).split(";")[0])
     return bad
 
+
 def _differences(cfg, out: Path, free: tuple) -> list[str]:
     """How ``cfg`` differs from the settings of the run in ``out`` as far as they can be read (its run_config.json,
     else the attention stored in its model or last checkpoint); [] where nothing can be read."""
@@ -225,6 +235,7 @@ def _differences(cfg, out: Path, free: tuple) -> list[str]:
         pass
     return []
 
+
 def same_paths(d: dict) -> dict:
     """``d`` with its data folder and model resolved: the same folder written two ways is the same setting."""
     d = dict(d)
@@ -232,6 +243,7 @@ def same_paths(d: dict) -> dict:
         if d.get(k) and Path(str(d[k])).expanduser().exists():
             d[k] = str(Path(str(d[k])).expanduser().resolve())
     return d
+
 
 def check_resume(cfg: TrainConfig, out: Path) -> None:
     """Stop before any work if ``out`` holds checkpoints of a run with other settings (unless ``cfg.resume`` is off),
@@ -247,16 +259,17 @@ def check_resume(cfg: TrainConfig, out: Path) -> None:
         diffs = settings_differences(_read_json(saved), asdict(cfg), _RESUME_FREE, TrainConfig.__dataclass_fields__)
     else:
         diffs = _spec_differences(cfg, ckpts[-1] / "config.json")
-        raise ValueError(
+        raise UserError(
             f"{out} holds checkpoints of a run whose settings are missing ({saved} is gone"
             f"{'; its attention differs: ' + '; '.join(diffs) if diffs else ''}): nothing was changed; add --no-resume to "
             f"move it aside (into {out}/{REPLACED_PREFIX}<date>/) and train afresh there, or pick another --output-dir"
         )
     if diffs:
-        raise ValueError(
+        raise UserError(
             f"{out} holds checkpoints of a run with other settings ({'; '.join(diffs)}): rerun with the same "
             "settings to resume it, add --no-resume to start afresh there, or pick another --output-dir"
         )
+
 
 def move_aside(out: Path, keep: tuple = ()) -> Path | None:
     """Move everything of an earlier run in ``out`` (all but hidden entries and ``keep``; its record and attnkit's
@@ -271,11 +284,13 @@ def move_aside(out: Path, keep: tuple = ()) -> Path | None:
         os.replace(p, aside / p.name)
     return aside
 
+
 def _spec_differences(cfg, config_file: Path) -> list[str]:
     """How the attention stored in a model's ``config.json`` differs from ``cfg``'s (for runs without run_config.json)."""
     stored = _read_json(config_file).get("attnkit") if config_file.is_file() else None
     now = cfg.spec().to_dict()
     return [] if stored is None else [f"{option_name(k)}: {stored.get(k)!r} there, {now[k]!r} now" for k in now if stored.get(k, now[k]) != now[k]]
+
 
 def prepare_output(cfg, out: Path, keep: tuple = ("mini_init",)) -> None:
     """Make a run folder ready once everything before training has worked (its settings were checked first):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from attnkit.errors import DataFormatError
+from attnkit.errors import DataFormatError, UserError
 from attnkit.runfiles import (
     REPLACED_PREFIX,
     RUN_RECORD,
@@ -27,12 +27,12 @@ def read_record(out: Path) -> dict | None:
     try:
         rec = read_json(f, "attnkit's record of a run")
         if not str(rec.get(WRITTEN_BY, "")).startswith("attnkit"):
-            raise ValueError("not a record written by attnkit")
+            raise UserError("not a record written by attnkit")
         ckpts, saving = rec.get("checkpoints", []), rec.get("saving")
         if not (isinstance(ckpts, list) and all(isinstance(c, str) for c in ckpts)) or not isinstance(saving, (str, type(None))):
-            raise ValueError("its checkpoints are not a list of folder names")
+            raise UserError("its checkpoints are not a list of folder names")
     except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{f}, attnkit's record of the run in {out}, is unreadable ({why_unreadable(e)}): add --no-resume to move the run "
+        raise UserError(f"{f}, attnkit's record of the run in {out}, is unreadable ({why_unreadable(e)}): add --no-resume to move the run "
                          f"aside (into {out}/{REPLACED_PREFIX}<date>/) and train afresh there, or pick another --output-dir") from None
     rec.setdefault("checkpoints", [])
     return rec
@@ -44,9 +44,11 @@ _COMMANDS = {"TrainConfig": "attnkit train", "AdaptConfig": "attnkit adapt", "Pr
 _KINDS = {"attnkit train": ("a train run", "a fine-tuned model"), "attnkit adapt": ("an adapt run", "an encoder adapted by masked-LM"),
           "attnkit pretrain": ("a pretrain run", "a MiniBERT pre-trained by masked-LM")}
 
+
 def command_of(cfg) -> str:
     """The command whose run ``cfg`` configures ("attnkit train", "attnkit adapt", "attnkit pretrain")."""
     return _COMMANDS.get(type(cfg).__name__, "attnkit train")
+
 
 def describe_run(out: Path) -> str:
     """What the run folder ``out`` holds, naming the command that made it: "an adapt run (an encoder adapted by
@@ -59,6 +61,7 @@ def describe_run(out: Path) -> str:
     kind, what = _KINDS[made_by]
     return f"{kind} ({what}; made by `{made_by}`, {state})"
 
+
 def check_kind(cfg, out: Path) -> None:
     """Refuse a run folder whose record says another command made it (an adapt run given to ``attnkit train``): its
     settings are not this command's to compare, nor its metrics to return. Nothing is changed; with ``cfg.resume``
@@ -67,16 +70,18 @@ def check_kind(cfg, out: Path) -> None:
     made_by, now = (str(rec.get(WRITTEN_BY)) if rec is not None else None), command_of(cfg)
     if made_by not in _KINDS or made_by == now:
         return
-    raise ValueError(
+    raise UserError(
         f"--output-dir {out} holds {describe_run(out)}, not a run of `{now}`: nothing was changed; pick another "
         f"--output-dir (to build on its model, name it with --model {out}), or add --no-resume to move that run aside "
         f"(into {out}/{REPLACED_PREFIX}<date>/) and start afresh there"
     )
 
+
 def write_record(out: Path, rec: dict) -> None:
     """Write the run's record (rank 0 of a multi-process run only)."""
     if is_main_process():
         write_json_atomic(Path(out) / RUN_RECORD, rec)
+
 
 def start_record(out: Path, command: str) -> dict:
     """A new record of a run of ``command`` ("attnkit train") in ``out``, written now, before the run writes anything."""
@@ -87,6 +92,7 @@ def start_record(out: Path, command: str) -> dict:
 
 #: beside a checkpoint's trainer state: the training loss summed over its steps (the mean of a resumed run needs it)
 LOSS_FILE = "attnkit_loss.json"
+
 
 def why_unreadable(e: Exception) -> str:
     """What is wrong with a file that could not be read, without its name (the message names it already)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnkit.errors import DataFormatError
+from attnkit.errors import DataFormatError, UserError
 from attnkit.runfiles import (
     read_json,
 )
@@ -16,6 +16,7 @@ SWEPT = {"lam": "sparsegen-lin", "alpha": "entmax-alpha"}
 #: the keys every cell record of a sweep.json holds
 SWEEP_RECORD_KEYS = ("seed", "metric", "dev", "test", "mean_support", "run_dir")
 
+
 def read_sweep_records(path: Path) -> list[dict]:
     """The cell records of a sweep.json attnkit wrote; ValueError naming the file for one it did not write (or that
     was damaged): it is neither read as records nor replaced."""
@@ -23,12 +24,12 @@ def read_sweep_records(path: Path) -> list[dict]:
     try:
         recs = read_json(path, "an attnkit sweep's record", expect=None)
     except (OSError, ValueError) as e:
-        raise ValueError(f"{e if isinstance(e, DataFormatError) else f'{path} cannot be read ({e})'}: it is not an attnkit "
+        raise UserError(f"{e if isinstance(e, DataFormatError) else f'{path} cannot be read ({e})'}: it is not an attnkit "
                          f"sweep's record; {way_out}") from None
     def is_record(r) -> bool:
         return (isinstance(r, dict) and all(k in r for k in SWEEP_RECORD_KEYS) and r.get("param", "lam") in SWEPT
                 and isinstance(r.get(r.get("param", "lam")), (int, float, str)) and isinstance(r["seed"], int))
     if not isinstance(recs, list) or not all(is_record(r) for r in recs):
-        raise ValueError(f"{path} does not hold attnkit sweep records (a list of cells, each with its {', '.join(SWEEP_RECORD_KEYS)}): "
+        raise UserError(f"{path} does not hold attnkit sweep records (a list of cells, each with its {', '.join(SWEEP_RECORD_KEYS)}): "
                          f"attnkit did not write it; {way_out}")
     return recs

@@ -17,8 +17,8 @@ from transformers.trainer_utils import TrainOutput
 from attnkit.analysis.explain import plot_curves
 from attnkit.attention.spec import LEARNED
 from attnkit.errors import UserError
-from attnkit.models.resolve import check_max_length, resolve_model
 from attnkit.models.pooling import layer_weight_parameters
+from attnkit.models.resolve import check_max_length, resolve_model
 from attnkit.runfiles import (
     WRITTEN_BY,
     is_main_process,
@@ -100,6 +100,7 @@ def subsample(ds, n: int | None, seed: int):
         return ds
     return ds.shuffle(seed=seed).select(range(n))
 
+
 def finish_run(cfg: TrainConfig, out: Path, history: list[dict], metric: str, title: str) -> None:
     """After a finished run (its model and metrics saved): mark it finished in its record, draw ``curves.{png,svg}``
     (training loss and dev ``metric`` from the Trainer's ``history``) and remove the checkpoint folders this run wrote
@@ -121,6 +122,7 @@ def finish_run(cfg: TrainConfig, out: Path, history: list[dict], metric: str, ti
         except Exception as e:  # noqa: BLE001 - a plotting backend's error must not undo a finished run
             log.warning("could not draw %s: %s: %s (the model and metrics.json are saved)", out / f"curves.{ext}", type(e).__name__, e)
 
+
 def best_checkpoint(trainer, cfg) -> dict:
     """Which step's weights model/ holds (``best_step``), and the checkpoint folder only if it is kept
     (``--keep-checkpoints``): metrics.json never names a folder that the end of the run removes."""
@@ -136,24 +138,26 @@ _ACCELERATE_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
 #: the options that ask for each of accelerate's precisions
 _PRECISION_OPTION = {"no": "neither --bf16 nor --fp16", "bf16": "--bf16", "fp16": "--fp16"}
 
+
 def check_precision(cfg: TrainConfig) -> None:
     """ValueError where the run's arithmetic cannot run here, or would not be the one recorded; a warning where bf16
     runs but slowly (a CPU without native bf16)."""
     env = os.environ.get("ACCELERATE_MIXED_PRECISION")
     if env and env != _ACCELERATE_PRECISION[cfg.precision]:
         # the Trainer would take the variable over a float32 run and train it in mixed precision, unrecorded
-        raise ValueError(f"ACCELERATE_MIXED_PRECISION={env} (set by `accelerate launch --mixed_precision {env}` or by hand) "
+        raise UserError(f"ACCELERATE_MIXED_PRECISION={env} (set by `accelerate launch --mixed_precision {env}` or by hand) "
                          f"but the run asks {cfg.precision}: give {_PRECISION_OPTION.get(env, 'the matching option')}, "
                          "or launch without it")
     if cfg.precision == "fp16" and not torch.cuda.is_available():
-        raise ValueError("--fp16: float16 mixed precision needs a CUDA GPU (none here); on a CPU use --bf16 (fast where the CPU has "
+        raise UserError("--fp16: float16 mixed precision needs a CUDA GPU (none here); on a CPU use --bf16 (fast where the CPU has "
                          "AVX512-BF16 or AMX) or neither")
     if cfg.precision == "bf16" and torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
-        raise ValueError(f"--bf16: this GPU ({torch.cuda.get_device_name()}) has no bfloat16; use --fp16 or neither")
+        raise UserError(f"--bf16: this GPU ({torch.cuda.get_device_name()}) has no bfloat16; use --fp16 or neither")
     if cfg.precision == "bf16" and not torch.cuda.is_available():
         native = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)() or getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
         if not native:
             log.warning("--bf16: this CPU has no native bfloat16 (AVX512-BF16 or AMX): the run is emulated and may be slower than float32")
+
 
 def check_warmups(cfg: TrainConfig, n_train: int) -> None:
     """ValueError where a warm-up given as a step count (``--warmup``, ``--lam-warmup``, ``--alpha-warmup``) outlasts
@@ -164,8 +168,9 @@ def check_warmups(cfg: TrainConfig, n_train: int) -> None:
     steps = cfg.max_steps if cfg.max_steps > 0 else math.ceil(n_train / (cfg.batch_size * devices) * cfg.epochs)
     for name, w in (("--warmup", cfg.warmup_ratio), ("--lam-warmup", cfg.lam_warmup), ("--alpha-warmup", cfg.alpha_warmup)):
         if w >= 1 and w >= steps:
-            raise ValueError(f"{name} {w:g}: the run has {steps} steps, so the warm-up would never end; give a fraction "
+            raise UserError(f"{name} {w:g}: the run has {steps} steps, so the warm-up would never end; give a fraction "
                              "of the steps (< 1) or fewer steps")
+
 
 def shared_arguments(cfg, out: Path) -> dict:
     """The TrainingArguments every attnkit Trainer shares (fine-tuning, ``adapt``): batch size, optimiser, seeds, logging,
@@ -190,6 +195,7 @@ def shared_arguments(cfg, out: Path) -> dict:
         average_tokens_across_devices=False,
     )
 
+
 def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
     """The Trainer settings of a fine-tuning run (:func:`shared_arguments` and its evaluation and checkpoints); the best
     dev ``best_metric`` (higher is better) is kept. (``train`` has already refused a precision that cannot run here:
@@ -212,6 +218,7 @@ def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
         train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
         **extra,
     )
+
 
 class AttnkitTrainer(Trainer):
     """The Trainer, with some parameters in optimizer groups of their own, under the same schedule as the others and
@@ -239,6 +246,7 @@ class AttnkitTrainer(Trainer):
                 group["params"] = [p for p in group["params"] if id(p) not in ids]
             opt.add_param_group({"params": params, "lr": lr, "weight_decay": 0.0})
         return opt
+
 
 def fit(trainer, cfg: TrainConfig):
     """``trainer.train()``, resumed from the run folder's newest complete checkpoint unless ``cfg.resume`` is off.
@@ -293,12 +301,14 @@ def fit(trainer, cfg: TrainConfig):
     metrics["train_loss"] = loss
     return TrainOutput(result.global_step, loss, metrics)
 
+
 def write_failure(e: BaseException) -> str:
     """What went wrong in a failed write, in a few words (torch's stream writer says it in C++ terms)."""
     why = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[-1]
     if "inline_container" in why or "PytorchStreamWriter" in why or "file write failed" in why:
         return "a file could not be written in full"
     return why
+
 
 def _schedule_done(trainer, saved: dict) -> bool:
     """Whether a checkpoint's trainer state (``saved``) is at the end of the schedule ``trainer`` would train."""
@@ -308,6 +318,7 @@ def _schedule_done(trainer, saved: dict) -> bool:
     if trainer.args.max_steps > 0:
         return step >= trainer.args.max_steps
     return epoch >= trainer.args.num_train_epochs - 1e-9
+
 
 def _finish_from(trainer, ckpt: Path, prior: float | None):
     """The end of a run whose last checkpoint ``ckpt`` finished its schedule: the Trainer's state and best weights
@@ -335,6 +346,7 @@ def _finish_from(trainer, ckpt: Path, prior: float | None):
     metrics["train_loss"] = prior / max(steps, 1)
     return TrainOutput(steps, metrics["train_loss"], metrics)
 
+
 def check_finite(model, cfg, history: list[dict]) -> None:
     """After training: weights that hold NaN or inf (a diverged run) are refused before anything is evaluated or
     saved as the model, naming the first logged non-finite loss; a diverged model would otherwise report the
@@ -342,14 +354,16 @@ def check_finite(model, cfg, history: list[dict]) -> None:
     bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
     if bad:
         first = next((h.get("step") for h in history if "loss" in h and not math.isfinite(float(h["loss"]))), None)
-        raise ValueError(f"training diverged: {len(bad)} weight tensor(s) hold NaN or inf (e.g. {bad[0]})"
+        raise UserError(f"training diverged: {len(bad)} weight tensor(s) hold NaN or inf (e.g. {bad[0]})"
                          f"{f', the loss was NaN by step {first}' if first is not None else ''}; nothing was saved as the "
                          f"model: lower --lr (it was {cfg.lr:g})")
+
 
 def check_length(cfg: TrainConfig, model_path: str) -> None:
     """--max-length must fit the model's position embeddings (longer inputs would crash inside the model)."""
     path = resolve_model(model_path)
     check_max_length(cfg.max_length, AutoConfig.from_pretrained(path), f"model {cfg.model}")
+
 
 def strip_prefix(d: dict, prefix: str) -> dict:
     """``d`` with ``prefix`` removed from its keys (the Trainer's ``eval_accuracy`` -> ``accuracy``)."""

@@ -1,0 +1,187 @@
+"""The commands that look at attention: ``explain``, ``layer-weights``, ``words``, ``faithfulness``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnkit.analysis.explain import (
+    attention_maps,
+    check_layer_weights,
+    figure_path,
+    layer_weights,
+    plot_attention,
+    plot_layer_weights,
+)
+from attnkit.analysis.faithfulness import (
+    WordClassifier,
+    faithfulness_report,
+    plot_faithfulness,
+)
+from attnkit.analysis.html_view import write_html
+from attnkit.analysis.inference import (
+    label_names_of,
+    load_for_inference,
+)
+from attnkit.analysis.words import plot_words, rank_words, received_attention
+from attnkit.attention.spec import spec_of
+from attnkit.cli.outputs import default_output, output_path
+from attnkit.cli.predict_commands import is_qa_model_folder, model_and_split
+from attnkit.errors import UserError
+from attnkit.models.pooling import head_of
+from attnkit.runfiles import (
+    WRITTEN_BY,
+    check_side_file,
+    output_batch,
+    record_output,
+    write_json_atomic,
+)
+from attnkit.tasks import default_data_dir
+from attnkit.tasks.lemmas import LemmatizingTokenizer
+from attnkit.tasks.readers import is_blank
+from attnkit.tasks.sentiment import sst_rationales
+from attnkit.training.config import MODEL_DIR, check_seed
+
+
+def cmd_explain(a) -> int:
+    if a.output is None:
+        a.output = str(default_output(Path("attention.png")))
+    figure_path(a.output, f"--output {a.output}: the heatmap")
+    if a.html and Path(a.html).suffix.lower() not in (".html", ".htm"):
+        raise UserError(f"--html {a.html}: the page file must end in .html")
+    outputs = {"--output": a.output, "--stats": a.stats, "--html": a.html}
+    for option, path in outputs.items():  # every output checked before the first is written: a failure writes nothing
+        if path:
+            output_path(a, path, option)
+    given = {k: str(Path(v).expanduser().resolve()) for k, v in outputs.items() if v}
+    if len(set(given.values())) < len(given):
+        raise UserError(f"{', '.join(f'{k} {outputs[k]}' for k in given)}: each output needs a file of its own")
+    if is_blank(a.text):
+        raise UserError("the text to explain is empty")
+    _, model, tok = load_for_inference(a.model, qa_ok=True)
+    maps = attention_maps(model, tok, a.text, max_length=a.max_length)
+    st = maps.stats()
+    with output_batch():  # the heatmap, --stats and --html together: if one cannot be written, none replaces its earlier file
+        try:
+            path = plot_attention(maps, a.output, layer=a.layer, head=a.head)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        if a.stats:
+            write_json_atomic(a.stats, {**st, WRITTEN_BY: "attnkit explain"})
+        page = write_html(maps, a.html, title=f'attnkit: {a.text[:60]}') if a.html else None
+        if page is not None:
+            record_output(page, "attnkit explain")  # made once the page is in place
+
+    print(f"attention: {maps.attention}")
+    print("span head: start/end logits per token" if is_qa_model_folder(model) else f"classifier reads: the {head_of(model.config).describe()}")
+    print(f"tokens: {' '.join(maps.tokens)}")
+    print(f"exact zeros: {st['zero_fraction']:.1%}; support per row: mean {st['mean_support']:.2f}, max {st['max_support']}")
+    if a.layer is not None and a.head is not None:
+        sizes = maps.support_sizes()[a.layer, a.head]
+        print("support size per row: " + ", ".join(f"{t}={int(s)}" for t, s in zip(maps.tokens, sizes)))
+    print(f"[attnkit] heatmap written to {path}")
+    if page is not None:
+        print(f"[attnkit] interactive view written to {page}")
+    return 0
+
+
+def cmd_layer_weights(a) -> int:
+    if a.output is None:
+        a.output = str(default_output(Path("layer_weights.png")))
+    figure_path(a.output, f"--output {a.output}: the chart")
+    output_path(a, a.output, "--output")
+    js = check_side_file(Path(a.output).with_suffix(".json"), f"the layer weights beside --output {a.output}")
+    d, model, tok, task, data, ds = model_and_split(a, check=check_layer_weights)
+    ds = ds.select(range(min(a.max_samples, len(ds))))
+    pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
+    w = layer_weights(model, tok, list(ds["text"]), pairs, batch_size=a.batch_size, max_length=a.max_length)
+    name = d.parent.name if d.name == MODEL_DIR else d.name
+    with output_batch():  # the chart and its values, or neither
+        path = plot_layer_weights(w, a.output, title=f"{name}: {task} {a.split} ({len(ds)} texts)")
+        write_json_atomic(js, {**w, WRITTEN_BY: "attnkit layer-weights"})
+    for k in ("se_mean", "mix"):
+        if k in w:
+            print(f"{k}: " + " ".join(f"L{i + 1}={x:.3f}" for i, x in enumerate(w[k])))
+    print(f"[attnkit] layer weights drawn to {path} (values in {js})")
+    return 0
+
+
+def cmd_words(a) -> int:
+    if a.output is None:
+        a.output = str(default_output(Path("words.png")))
+    figure_path(a.output, f"--output {a.output}: the chart")
+    output_path(a, a.output, "--output")
+    if a.json:
+        js = output_path(a, a.json, "--json")
+        if Path(a.json).expanduser().resolve() == Path(a.output).expanduser().resolve():
+            raise UserError(f"--json {a.json} is also --output: name another file")
+    else:
+        js = check_side_file(Path(a.output).with_suffix(".json"), f"the ranking beside --output {a.output} (name it with --json)")
+    d, model, tok, task, data, ds = model_and_split(a)
+    texts = list(ds["text"])[: a.max_samples] if a.max_samples else list(ds["text"])
+    names = label_names_of(model)
+    readings = received_attention(model, tok, texts, batch_size=a.batch_size, max_length=a.max_length)
+    ranking = rank_words(readings, names, top=a.top, min_count=a.min_count)
+    result = {
+        "model": str(d), "task": task, "split": a.split, "sentences": len(texts),
+        "attention": spec_of(model.config).describe(), "min_count": a.min_count,
+        "definition": "received(word) = sum over its word pieces of the column sum of the attention matrix over real "
+                      "query tokens, averaged over layers and heads; ranked per predicted class by the mean over occurrences",
+        "classes": ranking, WRITTEN_BY: "attnkit words",
+    }
+    with output_batch():  # the ranking and its chart, or neither
+        write_json_atomic(js, result)
+        png = plot_words(ranking, a.output, title=f"{task} {a.split}: most-attended words per predicted class ({result['attention']})")
+    for name, r in ranking.items():
+        top = ", ".join(f"{w['word']} {w['mean']:.2f}" for w in r["words"][:10])
+        print(f"{name} ({r['predicted_sentences']} predicted): {top}")
+    print(f"[attnkit] ranking written to {js}; chart written to {png}")
+    return 0
+
+
+def cmd_faithfulness(a) -> int:
+    check_seed(a.seed)
+    if a.ig_steps > 1000:
+        raise UserError(f"--ig-steps {a.ig_steps}: expected at most 1000 (the steps of one text run as one batch)")
+    if a.plot:
+        figure_path(a.plot, f"--plot {a.plot}: the curves")
+    d, model, tok, task, data, ds = model_and_split(a)
+    if "text_pair" in ds.column_names:
+        raise UserError(f"task {task} pairs two texts: faithfulness explains single texts (removing words of a pair is not defined here)")
+    if isinstance(tok, LemmatizingTokenizer):
+        raise UserError(f"{d} reads lemmas: removing the user's words would not remove what it reads; faithfulness needs a model of plain words")
+    out = output_path(a, a.output, "--output") if a.output else default_output(d / f"faithfulness_{task}_{a.split}.json")
+    plot = output_path(a, a.plot, "--plot") if a.plot else check_side_file(out.with_suffix(".png"), f"the curves beside --output {out}")
+    texts, rationales = list(ds["text"]), None
+    if task == "sst2-ptb":
+        pairs = sst_rationales(a.data_dir or default_data_dir(), a.split)
+        if [t for t, _ in pairs] != texts:
+            raise UserError(f"the sst2-ptb {a.split} trees do not match the {a.split} split: cannot mark the sentiment words")
+        rationales = [r for _, r in pairs]
+    if a.max_examples:
+        texts = texts[: a.max_examples]
+        rationales = rationales[: a.max_examples] if rationales is not None else None
+    clf = WordClassifier(model, tok, max_length=a.max_length, batch_size=a.batch_size, ig_steps=a.ig_steps)
+    report = faithfulness_report(clf, texts, rationales=rationales, seed=a.seed)
+    report = {"model": str(d), "task": task, "split": a.split, "attention": spec_of(model.config).describe(),
+              "ig_steps": a.ig_steps, "seed": a.seed, **report, WRITTEN_BY: "attnkit faithfulness"}
+    with output_batch():  # the measures and their curves, or neither
+        write_json_atomic(out, report)
+        plot_faithfulness(report, plot, title=f"{task} {a.split}, {report['attention']}: {report['examples']} texts")
+    print(f"{report['examples']} texts of {task} {a.split}; attention: {report['attention']}")
+    if report["texts_cut"]:
+        print(f"[attnkit] notice: {report['texts_cut']} of the {report['examples']} texts are longer than --max-length "
+              f"{report['max_length']} tokens and were cut there: the model read them in part, and their words past the cut "
+              "score 0 in every explanation (a larger --max-length reads them whole; texts_cut in the output says how many)")
+    lay = report.get("attention_layer")
+    if lay:
+        print(f"the attention explanation: the [CLS] row of layer {lay['layer']} ({lay['map']}), averaged over heads")
+    print(f"{'explanation':<22} {'AOPC comp.':>10} {'AOPC suff.':>10}" + ("  plausibility AP" if rationales is not None else ""))
+    for name, row in report["explanations"].items():
+        ap = row.get("plausibility_auprc")
+        print(f"{name:<22} {row['aopc_comprehensiveness']:>10.4f} {row['aopc_sufficiency']:>10.4f}"
+              + (f"  {ap:.4f}" if ap is not None else ("  —" if rationales is not None else "")))
+    for pair, tau in report["kendall_tau"].items():
+        print(f"kendall tau {pair}: {'—' if tau is None else f'{tau:.3f}'}")
+    print(f"[attnkit] measures written to {out}; curves drawn to {plot}")
+    return 0

@@ -1,0 +1,256 @@
+"""The commands that run a trained model: ``evaluate`` (classification, HANS, span QA) and ``predict``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from attnkit.analysis.explain import (
+    figure_path,
+    plot_hans,
+)
+from attnkit.analysis.inference import (
+    evaluate_split,
+    label_names_of,
+    load_for_inference,
+    predict_logits,
+    predict_texts,
+    read_text_file,
+    run_info,
+)
+from attnkit.cli.outputs import (
+    default_output,
+    input_file,
+    lock_run_of,
+    output_path,
+    write_jsonl,
+)
+from attnkit.errors import DataFormatError, UserError
+from attnkit.models.resolve import is_qa_model
+from attnkit.runfiles import (
+    WRITTEN_BY,
+    check_not_input,
+    check_side_file,
+    output_batch,
+    path_problem,
+    record_output,
+    write_json_atomic,
+    write_text_atomic,
+)
+from attnkit.tasks import default_data_dir, is_qa_task, load_task
+from attnkit.tasks.glue import (
+    HANS_FILE,
+    entailment_index,
+    hans_report,
+    hans_subset,
+    read_hans,
+    write_submission,
+)
+from attnkit.tasks.metrics import predictions_of
+from attnkit.tasks.readers import is_blank, read_jsonl
+from attnkit.tasks.squad import evaluate_qa, load_squad, predict_answers
+
+
+def model_and_split(a, check=None):
+    """The model named by --model and the --split of --task (default: the task it was trained on); ``check(model)``
+    runs once the model is loaded, before any data is read (so that a model the command cannot use says so first)."""
+    d, model, tok = load_for_inference(a.model)
+    if check is not None:
+        check(model)
+    task = a.task or run_info(d).get("task")
+    if not task:
+        raise UserError("--task is needed: the checkpoint does not record what it was trained on")
+    data = load_task(task, a.data_dir)
+    if a.split is None:  # faithfulness: the test split where the task has one, else the dev split (said so)
+        a.split = "test" if "test" in data.splits else "validation"
+        if a.split != "test":
+            print(f"task {task} has no test split: explaining its {a.split} split")
+    if a.split not in data.splits:
+        raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
+    return d, model, tok, task, data, data.splits[a.split]
+
+
+def cmd_evaluate(a) -> int:
+    if a.plot:
+        figure_path(a.plot, f"--plot {a.plot}: the HANS chart")  # before the model loads
+    if a.output and Path(a.output).suffix.lower() != ".json":
+        raise UserError(f"--output {a.output}: the metrics file must end in .json")
+    d, model, tok = load_for_inference(a.model, qa_ok=True)
+    task = a.task or run_info(d).get("task")
+    if not task:
+        raise UserError("--task is needed: the checkpoint does not record what it was trained on")
+    ignored = [f"{o} {v}" for o, v in (("--hans-per-subcase", a.hans_per_subcase), ("--plot", a.plot)) if v is not None]
+    if ignored and task != "hans":
+        raise UserError(f"{', '.join(ignored)}: only with --task hans")
+    if is_qa_task(task):
+        return _evaluate_qa(a, d, model, tok, task)
+    if is_qa_model_folder(model):
+        raise UserError(f"{d} is a span question-answering model; task {task} needs a classifier")
+    if task == "hans":
+        return _evaluate_hans(a, d, model, tok)
+    data = load_task(task, a.data_dir)
+    if a.split not in data.splits:
+        raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
+    if list(data.label_names) != [model.config.id2label[i] for i in range(model.config.num_labels)]:
+        raise UserError(f"task {task} has labels {data.label_names} but the model predicts {list(model.config.id2label.values())}")
+    out = output_path(a, a.output, "--output") if a.output else default_output(d / f"eval_{task}_{a.split}.json")
+    metrics = evaluate_split(model, tok, data.splits[a.split], batch_size=a.batch_size, max_length=a.max_length, kind=data.metric)
+    metrics = {"task": task, "split": a.split, "model": str(d), **metrics, WRITTEN_BY: "attnkit evaluate"}
+    write_json_atomic(out, metrics)
+    for k, v in metrics.items():
+        print(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}")
+    print(f"[attnkit] metrics written to {out}")
+    return 0
+
+
+def _evaluate_hans(a, d: Path, model, tok) -> int:
+    """HANS: entailment vs non-entailment (an NLI model's neutral and contradiction both count as non-entailment)."""
+    root = Path(a.data_dir) if a.data_dir else default_data_dir()
+    if root is None:
+        raise UserError(f"HANS: no data folder; pass --data-dir holding {HANS_FILE}")
+    path = root if root.is_file() else root / HANS_FILE  # --data-dir may name the HANS file itself
+    ent = entailment_index(label_names_of(model))
+    out = output_path(a, a.output, "--output") if a.output else default_output(d / "eval_hans.json")
+    plot_path = output_path(a, a.plot, "--plot") if a.plot else check_side_file(out.with_suffix(".png"), f"the HANS chart beside --output {out}")
+    rows = hans_subset(read_hans(path), a.hans_per_subcase)
+    logits = predict_logits(model, tok, rows["text"], rows["text_pair"], batch_size=a.batch_size, max_length=a.max_length)
+    report = hans_report(rows, logits.argmax(-1) == ent)
+    info = run_info(d)
+    report = {"task": "hans", "file": str(path), "model": str(d), "model_trained_on": info.get("trained_on", info.get("task", "unknown")),
+              "model_labels": label_names_of(model), **report, WRITTEN_BY: "attnkit evaluate"}
+    with output_batch():  # the results and the chart, or neither
+        write_json_atomic(out, report)
+        plot = plot_hans(report, plot_path, title=f"HANS: {d.name} (trained on {report['model_trained_on']})"[:100])
+    print(f"HANS accuracy {report['accuracy']:.4f} on {report['n']} pairs (model trained on {report['model_trained_on']})")
+    for h, by in report["heuristic"].items():
+        print(f"  {h:<16} " + "  ".join(f"{g} {v:.3f}" for g, v in by.items()))
+    print(f"[attnkit] per-subcase results written to {out}; chart {plot}")
+    return 0
+
+
+def is_qa_model_folder(model) -> bool:
+    return is_qa_model(model.config)
+
+
+def _qa_stride(d: Path, max_length: int) -> int | None:
+    """The window overlap the QA model was trained with, if ``max_length`` is its training length (else the default)."""
+    info = run_info(d)
+    return info.get("doc_stride") if info.get("max_length") == max_length else None
+
+
+def _evaluate_qa(a, d: Path, model, tok, task: str) -> int:
+    """Span QA: EM/F1 (SQuAD v1.1) on a split, plus every prediction."""
+    if not is_qa_model_folder(model):
+        raise UserError(f"task {task} is span QA but {d} is a classifier")
+    splits = load_squad(a.data_dir)
+    if a.split not in splits:
+        raise UserError(f"task {task} has no {a.split} split (it has {', '.join(splits)})")
+    out = output_path(a, a.output, "--output") if a.output else default_output(d / f"eval_{task}_{a.split}.json")
+    answers = check_side_file(out.with_name(out.stem + "_predictions.json"), f"the answers beside --output {out}")
+    metrics, preds = evaluate_qa(model, tok, splits[a.split], max_length=a.max_length, doc_stride=_qa_stride(d, a.max_length),
+                                 batch_size=a.batch_size)
+    metrics = {"task": task, "split": a.split, "model": str(d), "max_length": a.max_length, **metrics, WRITTEN_BY: "attnkit evaluate"}
+    with output_batch():  # the metrics and the answers, or neither
+        write_json_atomic(out, metrics)
+        # SQuAD's answer file {id: text}; the marker is one more key, which SQuAD's evaluation script never looks up
+        write_json_atomic(answers, {**preds, WRITTEN_BY: "attnkit evaluate"})
+    print(f"exact_match {metrics['exact_match']:.2f}  f1 {metrics['f1']:.2f}  ({metrics['n']} questions)")
+    print(f"[attnkit] metrics written to {out}; answers to {out.with_name(out.stem + '_predictions.json')}")
+    return 0
+
+
+def _read_qa_file(path: str) -> tuple[list[str], list[str]]:
+    """JSON lines with "question" and "context" fields."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"input file {p} {path_problem(p) or 'is not a regular file'}")
+    qs, cs = [], []
+    for line, row in read_jsonl(p):
+        if not isinstance(row.get("question"), str) or not isinstance(row.get("context"), str):
+            raise DataFormatError(p, line, 'expected {"question": "...", "context": "..."} for a question-answering model')
+        qs.append(row["question"])
+        cs.append(row["context"])
+    return qs, cs
+
+
+def _predict_qa(a, d: Path, model, tok) -> int:
+    qs, cs = _read_qa_file(a.file) if a.file else ([], [])
+    if a.question or a.context:
+        if not (a.question and a.context):
+            raise UserError("a question-answering model needs both --question and --context")
+        qs.append(a.question)
+        cs.append(a.context)
+    if a.texts:
+        raise UserError("this is a question-answering model: give --question and --context (or --file with JSON lines), not texts")
+    if not qs:
+        raise UserError("nothing to answer: give --question and --context, or --file with JSON lines {\"question\", \"context\"}")
+    rows = predict_answers(model, tok, qs, cs, max_length=a.max_length, doc_stride=_qa_stride(d, a.max_length), batch_size=a.batch_size)
+    write_jsonl(rows, a.output, "answers")
+    return 0
+
+
+def _predict_split(a) -> int:
+    d, model, tok, task, data, ds = model_and_split(a)
+    if a.output_dir and not (data.submission or {}).get(a.split):
+        raise UserError(f"--output-dir {a.output_dir}: only for a GLUE test split's submission file; task {task} {a.split} "
+                        "writes JSON lines (--output)")
+    if task != "hans" and list(data.label_names) != label_names_of(model):  # as evaluate: else its labels pass for the task's
+        raise UserError(f"task {task} has labels {list(data.label_names)} but {d} predicts {label_names_of(model)}: "
+                        "give the --task it was trained on")
+    submission = (data.submission or {}).get(a.split)
+    if submission:  # the GLUE file: a file of that name attnkit did not write is the user's, never replaced
+        folder = Path(a.output_dir) if a.output_dir else d / "glue_submission"
+        if folder.exists() and not folder.is_dir():
+            raise UserError(f"--output-dir {folder} is a file, not a folder")
+        out = check_side_file(folder / submission, "the GLUE submission file (give another --output-dir)")
+        lock_run_of(out)
+    else:
+        out = output_path(a, a.output, "--output") if a.output else default_output(d / f"predictions_{task}_{a.split}.jsonl")
+    pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
+    logits = predict_logits(model, tok, list(ds["text"]), pairs, batch_size=a.batch_size, max_length=a.max_length)
+    preds = predictions_of(data.metric, logits)
+    idx = list(ds["idx"]) if "idx" in ds.column_names else list(range(len(ds)))
+    if submission:
+        path = write_submission(data, a.split, preds, idx, out.parent)
+        record_output(path, "attnkit predict")
+        print(f"[attnkit] {len(preds)} predictions written to {path} (GLUE submission format)")
+        return 0
+    names = label_names_of(model)
+    lines = "".join(
+        json.dumps({"idx": int(i), "prediction": float(p) if data.metric == "regression" else names[int(p)]}) + "\n" for i, p in zip(idx, preds)
+    )
+    write_text_atomic(out, lines)
+    record_output(out, "attnkit predict")
+    print(f"[attnkit] {len(preds)} predictions written to {out}")
+    return 0
+
+
+def cmd_predict(a) -> int:
+    if a.split:
+        return _predict_split(a)
+    if not (a.texts or a.file or a.question or a.context):  # before loading the model: nothing to do
+        raise UserError("nothing to predict: give texts as arguments, --file with one text per line, or --question and --context")
+    ignored = [f"{o} {v}" for o, v in (("--task", a.task), ("--output-dir", a.output_dir), ("--data-dir", a.data_dir)) if v is not None]
+    if ignored:
+        raise UserError(f"{', '.join(ignored)}: only with --split (predicting a whole split of a task)")
+    if a.file:
+        input_file(a.file, "--file")
+    if a.output:
+        output_path(a, a.output, "--output")
+        check_not_input(a.output, "--output", {"--file": a.file})
+    for i, t in enumerate(a.texts, 1):
+        if is_blank(t):
+            raise UserError(f"text {i} of the command line is empty: a model cannot label an empty text")
+    d, model, tok = load_for_inference(a.model, qa_ok=True)
+    if is_qa_model_folder(model):
+        return _predict_qa(a, d, model, tok)
+    if a.question or a.context:
+        raise UserError("--question/--context are for question-answering models; this one is a classifier")
+    texts = list(a.texts)
+    if a.file:
+        texts += read_text_file(a.file)
+    if not texts:
+        raise UserError("nothing to predict: give texts as arguments or --file with one text per line")
+    write_jsonl(predict_texts(model, tok, texts, batch_size=a.batch_size, max_length=a.max_length), a.output, "predictions")
+    return 0

@@ -1,0 +1,147 @@
+"""Command-line arguments turned into settings: the configs of train/sweep, MiniBERT's shape and the options a
+command would ignore (refused), the model's length.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from attnkit.analysis.inference import (
+    model_dir,
+    run_info,
+)
+from attnkit.errors import UserError
+from attnkit.models.checks import check_model_folder
+from attnkit.models.freeze import parse_groups
+from attnkit.models.mini import MODEL_TYPE as MINI_MODEL_TYPE
+from attnkit.models.resolve import (
+    check_max_length,
+    checkpoint_dir,
+    checkpoint_spec,
+    max_positions,
+)
+from attnkit.runfiles import (
+    is_main_process,
+    read_json,
+)
+from attnkit.tasks import is_qa_task
+from attnkit.training.config import (
+    DEFAULT_MINI_LR,
+    PAPER_EPOCHS,
+    TrainConfig,
+    is_mini_alias,
+)
+from attnkit.training.recipes import apply_recipe
+
+
+def map_options_ignored(a, attention: str, lam: bool = True) -> list[str]:
+    """--lam and --alpha given for a map that has no such setting (``train``, ``adapt``; ``sweep`` sweeps lam itself)."""
+    ignored = []
+    if lam and a.lam is not None and attention != "sparsegen-lin":
+        ignored.append(f"--lam {a.lam:g} (only sparsegen-lin has a lam; the attention is {attention})")
+    if a.alpha is not None and attention != "entmax-alpha":
+        ignored.append(f"--alpha {a.alpha:g} (only entmax-alpha has an alpha to choose; the attention is {attention})")
+    return ignored
+
+
+def refuse_ignored(ignored: list[str]) -> None:
+    if ignored:
+        raise UserError(f"{'; '.join(ignored)}: an option that would be ignored is refused")
+
+
+def train_config(a) -> TrainConfig:
+    """The TrainConfig of ``attnkit train``'s (or ``sweep``'s) arguments."""
+    apply_recipe(a)  # --recipe fills the options it names where they were left out
+    cfg = _train_config(a)
+    ignored = map_options_ignored(a, cfg.attention, lam=getattr(a, "command", "train") == "train")
+    if cfg.blur == "none" and (a.blur_size is not None or a.blur_sigma is not None):
+        ignored.append("--blur-size/--blur-sigma (they shape the blur: add --blur context or --blur value)")
+    if not cfg.se and a.se_ratio is not None:
+        ignored.append(f"--se-ratio {cfg.se_ratio} (add --se)")
+    if cfg.doc_stride is not None and not is_qa_task(cfg.task):
+        ignored.append(f"--doc-stride {cfg.doc_stride} (span QA only; task {cfg.task} is classification)")
+    given = [o for o, v in (("--distill-weight", getattr(a, "distill_weight", None)),
+                             ("--distill-temperature", getattr(a, "distill_temperature", None))) if v is not None]
+    if given and cfg.teacher is None:  # the default value given without --teacher slipped past TrainConfig's check
+        ignored.append(f"{'/'.join(given)} (they need --teacher, the model whose predictions are distilled)")
+    refuse_ignored(ignored)
+    return cfg
+
+
+def _train_config(a) -> TrainConfig:
+    s = mini_train_settings(a, TrainConfig.attention, TrainConfig.lr)  # model, attention, lam, lr, freeze, MiniBERT shape
+    alpha = s.pop("alpha", TrainConfig.alpha if a.alpha is None else a.alpha)  # a checkpoint's own, where --attention is not given
+    sparse_layers = s.pop("sparse_layers", a.sparse_layers)
+    return TrainConfig(
+        task=a.task, data_dir=a.data_dir, from_scratch=a.from_scratch,
+        epochs=a.epochs if a.epochs is not None else PAPER_EPOCHS.get(a.task, TrainConfig.epochs), max_steps=a.max_steps, batch_size=a.batch_size, warmup_ratio=a.warmup,
+        weight_decay=a.weight_decay, max_length=a.max_length, doc_stride=a.doc_stride, seed=a.seed, output_dir=a.output_dir,
+        resume=not a.no_resume, max_train_samples=a.max_train_samples, max_eval_samples=a.max_eval_samples,
+        holdout=a.holdout, eval_steps=a.eval_steps, logging_steps=a.logging_steps, group_by_length=a.group_by_length, precision=a.precision,
+        learn_lam=a.learn_lam, lam_lr=a.lam_lr, lam_warmup=a.lam_warmup, alpha=alpha,
+        learn_alpha=a.learn_alpha,
+        alpha_lr=a.alpha_lr, alpha_warmup=a.alpha_warmup, keep_checkpoints=a.keep_checkpoints, lemmatize=a.lemmatize,
+        blur=a.blur, blur_size=TrainConfig.blur_size if a.blur_size is None else a.blur_size,
+        blur_sigma=TrainConfig.blur_sigma if a.blur_sigma is None else a.blur_sigma, pooling=a.layer_pooling, se=a.se,
+        se_ratio=TrainConfig.se_ratio if a.se_ratio is None else a.se_ratio, pooling_lr=a.pooling_lr,
+        sparse_layers=sparse_layers, teacher=a.teacher,
+        distill_weight=TrainConfig.distill_weight if a.distill_weight is None else a.distill_weight,
+        distill_temperature=TrainConfig.distill_temperature if a.distill_temperature is None else a.distill_temperature,
+        **s,
+    )
+
+
+def mini_train_settings(a, default_attention: str = "sparsegen-lin", default_lr: float = 2e-5) -> dict:
+    """TrainConfig fields from the train command's arguments: model path, attention, lam, lr, MiniBERT shape, freeze; without
+    --attention, a checkpoint's own attention, with its alpha (entmax-alpha) and sparse layers unless those are given."""
+    shape = {k: getattr(a, k, None) for k in ("kind", "layers", "heads", "dim", "vocab_size", "score_scale", "head_mode")}
+    mini = is_mini_alias(a.model)
+    given = [f"--{k.replace('_', '-')}" for k, v in shape.items() if v is not None]
+    if given and not mini:
+        raise UserError(f"{', '.join(given)} only apply to --model mini (a checkpoint's architecture is fixed by its config.json)")
+    for k in ("layers", "heads", "dim", "vocab_size"):
+        if shape[k] is not None and shape[k] < 1:
+            raise UserError(f"--{k.replace('_', '-')} must be a positive integer, got {shape[k]}")
+    if shape["head_mode"] != "full" and (shape["dim"] or 32) % (shape["heads"] or 1):
+        raise UserError(f"--dim {shape['dim'] or 32} is not divisible by --heads {shape['heads']}")
+    model = a.model
+    ckpt = None if mini else checkpoint_dir(a.model)
+    if ckpt is not None:
+        model = str(ckpt)
+    attention, lam = a.attention, a.lam
+    inherited = {}
+    if attention is None:
+        stored = checkpoint_spec(model) if ckpt is not None else None
+        if stored is not None:
+            attention, lam = stored.attention, (lam if lam is not None else stored.lam)
+            if stored.attention == "entmax-alpha" and getattr(a, "alpha", None) is None:
+                inherited["alpha"] = stored.alpha  # e.g. an encoder adapted to alpha 2 (attnkit adapt --alpha 2)
+            if stored.sparse_layers is not None and getattr(a, "sparse_layers", None) is None:
+                inherited["sparse_layers"] = stored.sparse_layers  # adapted with --sparse-layers: fine-tuned so too
+        else:
+            attention = "softmax" if mini else default_attention
+    is_mini_ckpt = ckpt is not None and read_json(ckpt / "config.json", "a model's config").get("model_type") == MINI_MODEL_TYPE
+    lr = a.lr if a.lr is not None else (DEFAULT_MINI_LR if (mini or is_mini_ckpt) else default_lr)
+    out = {"model": model, "attention": attention, "lam": lam, "lr": lr, "freeze": ",".join(parse_groups(a.freeze)) or None}
+    out.update({k: v for k, v in shape.items() if v is not None})
+    return out | inherited
+
+
+def prepare_model_length(a) -> None:
+    """evaluate/predict/explain/layer-weights/words: --max-length defaults to the model's training length (else 128,
+    at most what the model takes); a given length must fit the model's positions."""
+    from transformers import AutoConfig
+
+    d = model_dir(a.model)
+    check_model_folder(d, weights=False)  # config.json readable, its attention block there: before anything reads it
+    config = AutoConfig.from_pretrained(d)
+    if a.max_length is None:
+        a.max_length = int(run_info(d).get("max_length") or min(128, max_positions(config) or 128))
+    check_max_length(a.max_length, config, str(d))
+
+
+def print_blur_note(cfg: TrainConfig) -> None:
+    """Say so on stderr (once, on the main process) when the blur asked for does not blur."""
+    note = cfg.spec().blur_note()
+    if note and is_main_process():
+        print(f"[attnkit] note: {note}", file=sys.stderr)
