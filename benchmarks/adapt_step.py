@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:
 
 from attnkit.attention.spec import AttentionSpec  # noqa: E402
 from attnkit.models.build import build_masked_lm  # noqa: E402
-from attnkit.runfiles import write_text_atomic  # noqa: E402
+from attnkit.runfiles.atomic import write_text_atomic  # noqa: E402
 from attnkit.training.adapt import AdaptTrainer, MaskedPositions  # noqa: E402
 from benchmarks.speed import environment, time_rounds  # noqa: E402
 

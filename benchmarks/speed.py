@@ -31,7 +31,7 @@ import torch
 
 from attnkit import entmax15, entmax_bisect, sparsegen_lin, sparsemax
 from attnkit.attention.spec import NORMALISERS, AttentionSpec
-from attnkit.runfiles import write_text_atomic
+from attnkit.runfiles.atomic import write_text_atomic
 
 LAM = -4.0
 #: alpha of the alpha-entmax rows: not 1.5, so that no code path can take 1.5-entmax's closed form

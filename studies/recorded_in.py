@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from attnkit.runfiles import write_text_atomic  # noqa: E402
+from attnkit.runfiles.atomic import write_text_atomic  # noqa: E402
 from studies.stats import _git, locked, read_records  # noqa: E402
 
 FIELD = "recorded_in"

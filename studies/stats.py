@@ -44,7 +44,7 @@ def read_records(path: Path) -> list[dict]:
 
 def write_records(path: Path, recs: list[dict]) -> None:
     """Replace the records file atomically (call with the lock held)."""
-    from attnkit.runfiles import write_text_atomic
+    from attnkit.runfiles.atomic import write_text_atomic
 
     write_text_atomic(path, json.dumps(recs, indent=1) + "\n")
 

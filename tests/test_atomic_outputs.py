@@ -11,7 +11,7 @@ import pytest
 
 from attnkit.cli import main
 from attnkit.errors import UserError
-from attnkit.runfiles import atomic_path, output_batch, write_text_atomic
+from attnkit.runfiles.atomic import atomic_path, output_batch, write_text_atomic
 from conftest import snapshot, the_error, write_tiny_rte
 
 pytestmark = pytest.mark.slow

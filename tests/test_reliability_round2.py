@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from attnkit.cli import main
-from attnkit.runfiles import FOLDER_MANIFEST, LOCK_FILE, RUN_RECORD, folder_lock, written_by_attnkit
+from attnkit.runfiles.names import FOLDER_MANIFEST, LOCK_FILE, RUN_RECORD
+from attnkit.runfiles.lock import folder_lock
+from attnkit.runfiles.ownership import written_by_attnkit
 from conftest import the_error, write_tiny_rte
 
 pytestmark = pytest.mark.slow

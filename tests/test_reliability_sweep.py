@@ -47,7 +47,8 @@ def test_an_output_that_is_a_device_or_pipe_is_refused_not_replaced(tmp_path):
     import stat
 
     from attnkit.errors import UserError
-    from attnkit.runfiles import check_output_file, write_json_atomic, write_text_atomic
+    from attnkit.runfiles.ownership import check_output_file
+    from attnkit.runfiles.atomic import write_json_atomic, write_text_atomic
 
     fifo = tmp_path / "out.jsonl"
     os.mkfifo(fifo)
@@ -165,7 +166,8 @@ def test_an_output_into_a_busy_run_folder_names_the_way_out_of_the_command_used(
     """`predict --output run/preds.jsonl` while a training run holds `run/`: the refusal said "pick another
     --output-dir", an option predict does not have."""
     from attnkit.cli import main
-    from attnkit.runfiles import RUN_RECORD, folder_lock
+    from attnkit.runfiles.names import RUN_RECORD
+    from attnkit.runfiles.lock import folder_lock
 
     run = tmp_path / "run"
     run.mkdir()

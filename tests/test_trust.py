@@ -273,6 +273,6 @@ def test_no_resume_moves_checkpoints_aside_only_once_training_can_start(tiny_ber
 
 def _record(out, *checkpoints):
     """attnkit's record of a run in ``out`` that wrote ``checkpoints`` (as a run writes it when it starts)."""
-    from attnkit.runfiles import RUN_RECORD
+    from attnkit.runfiles.names import RUN_RECORD
 
     (out / RUN_RECORD).write_text(json.dumps({"written_by": "attnkit train", "checkpoints": list(checkpoints)}))

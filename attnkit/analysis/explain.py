@@ -14,7 +14,8 @@ from attnkit.analysis.inference import encoded_batches
 from attnkit.attention.spec import sparse_layer_set, spec_of
 from attnkit.errors import UserError
 from attnkit.models.pooling import head_of
-from attnkit.runfiles import FIGURE_CREATOR, atomic_path
+from attnkit.runfiles.names import FIGURE_CREATOR
+from attnkit.runfiles.atomic import atomic_path
 
 
 @dataclass

@@ -30,7 +30,7 @@ Plausibility (average precision) and Kendall's tau-b treat ties as ties already.
 
 Also reported: Kendall's tau between each attention explanation's word scores and each gradient method's, averaged
 over examples (Jain & Wallace 2019); and, where the words that carry the label are known (SST's word-level labels:
-:func:`attnkit.tasks.sentiment.sst_rationales`), **plausibility**: the average precision (area under the
+:func:`attnkit.tasks.sst.sst_rationales`), **plausibility**: the average precision (area under the
 precision-recall curve) of each explanation's ranking against them.
 
 ``ferret-xai`` implements these measures for Hugging Face classifiers, but pins ``transformers<5``, ``datasets<3``,

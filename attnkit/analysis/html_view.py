@@ -20,7 +20,7 @@ from pathlib import Path
 
 from attnkit.analysis.explain import AttentionMaps
 from attnkit.errors import UserError
-from attnkit.runfiles import write_text_atomic
+from attnkit.runfiles.atomic import write_text_atomic
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>

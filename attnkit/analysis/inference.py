@@ -10,13 +10,9 @@ import numpy as np
 from attnkit.errors import DataFormatError, UserError
 from attnkit.models.checkpoint import load_model, load_tokenizer
 from attnkit.models.resolve import check_text_room, is_qa_model
-from attnkit.runfiles import (
-    MODEL_DIR,
-    RUN_INFO,
-    path_problem,
-    read_json,
-    unfinished_run,
-)
+from attnkit.runfiles.names import MODEL_DIR, RUN_INFO
+from attnkit.runfiles.json_files import path_problem, read_json
+from attnkit.runfiles.ownership import unfinished_run
 from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.tasks.metrics import predictions_of, task_metrics
 from attnkit.tasks.readers import is_blank

@@ -29,17 +29,13 @@ from attnkit.cli.outputs import default_output, output_path
 from attnkit.cli.predict_commands import is_qa_model_folder, model_and_split
 from attnkit.errors import UserError
 from attnkit.models.pooling import head_of
-from attnkit.runfiles import (
-    WRITTEN_BY,
-    check_side_file,
-    output_batch,
-    record_output,
-    write_json_atomic,
-)
+from attnkit.runfiles.names import WRITTEN_BY
+from attnkit.runfiles.ownership import check_side_file, record_output
+from attnkit.runfiles.atomic import output_batch, write_json_atomic
 from attnkit.tasks import default_data_dir
 from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.tasks.readers import is_blank
-from attnkit.tasks.sentiment import sst_rationales
+from attnkit.tasks.sst import sst_rationales
 from attnkit.training.config import MODEL_DIR, check_seed
 
 

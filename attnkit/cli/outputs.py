@@ -15,16 +15,11 @@ from attnkit.analysis.inference import (
     model_dir,
 )
 from attnkit.errors import UserError
-from attnkit.runfiles import (
-    RUN_RECORD,
-    check_output_file,
-    check_side_file,
-    folder_lock,
-    path_problem,
-    read_json,
-    record_output,
-    write_text_atomic,
-)
+from attnkit.runfiles.names import RUN_RECORD
+from attnkit.runfiles.ownership import check_output_file, check_side_file, record_output
+from attnkit.runfiles.lock import folder_lock
+from attnkit.runfiles.json_files import path_problem, read_json
+from attnkit.runfiles.atomic import write_text_atomic
 from attnkit.tasks import default_data_dir
 from attnkit.training.config import MODEL_DIR
 

@@ -28,16 +28,10 @@ from attnkit.cli.outputs import (
 )
 from attnkit.errors import DataFormatError, UserError
 from attnkit.models.resolve import is_qa_model
-from attnkit.runfiles import (
-    WRITTEN_BY,
-    check_not_input,
-    check_side_file,
-    output_batch,
-    path_problem,
-    record_output,
-    write_json_atomic,
-    write_text_atomic,
-)
+from attnkit.runfiles.names import WRITTEN_BY
+from attnkit.runfiles.ownership import check_not_input, check_side_file, record_output
+from attnkit.runfiles.atomic import output_batch, write_json_atomic, write_text_atomic
+from attnkit.runfiles.json_files import path_problem
 from attnkit.tasks import default_data_dir, is_qa_task, load_task
 from attnkit.tasks.glue import (
     HANS_FILE,

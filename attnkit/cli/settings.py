@@ -20,10 +20,8 @@ from attnkit.models.resolve import (
     checkpoint_spec,
     max_positions,
 )
-from attnkit.runfiles import (
-    is_main_process,
-    read_json,
-)
+from attnkit.runfiles.atomic import is_main_process
+from attnkit.runfiles.json_files import read_json
 from attnkit.tasks import is_qa_task
 from attnkit.training.config import (
     DEFAULT_MINI_LR,

@@ -27,11 +27,8 @@ from attnkit.models.build import check_se_ratio
 from attnkit.models.checkpoint import load_tokenizer
 from attnkit.models.checks import check_model_folder
 from attnkit.models.resolve import check_text_room, resolve_model
-from attnkit.runfiles import (
-    is_main_process,
-    make_way,
-    output_batch,
-)
+from attnkit.runfiles.atomic import is_main_process, output_batch
+from attnkit.runfiles.ownership import make_way
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.training.adapt import adapt
 from attnkit.training.config import (

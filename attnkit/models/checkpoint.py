@@ -42,14 +42,9 @@ from attnkit.models.modeling_attnkit import (
 )
 from attnkit.models.pooling import PooledEncoderForSequenceClassification, head_of
 from attnkit.models.resolve import is_qa_model, resolve_model
-from attnkit.runfiles import (
-    RUN_INFO,
-    finite_record,
-    folder_is_as_written,
-    read_json,
-    set_aside,
-    write_folder_manifest,
-)
+from attnkit.runfiles.names import RUN_INFO
+from attnkit.runfiles.json_files import finite_record, read_json
+from attnkit.runfiles.ownership import folder_is_as_written, set_aside, write_folder_manifest
 
 
 def load_tokenizer(name_or_path: str | os.PathLike | None):

@@ -18,7 +18,7 @@ from attnkit.attention.spec import (
 from attnkit.errors import DataFormatError, UserError
 from attnkit.models.mini import MODEL_TYPE as MINI_MODEL_TYPE
 from attnkit.models.modeling_attnkit import MODEL_TYPE, set_folder_check
-from attnkit.runfiles import read_json
+from attnkit.runfiles.json_files import read_json
 
 
 class UntrainedHeadError(UserError):

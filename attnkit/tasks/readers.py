@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from attnkit.errors import DataFormatError
-from attnkit.runfiles import path_problem
+from attnkit.runfiles.json_files import path_problem
 from attnkit.tasks.registry import Example
 
 if TYPE_CHECKING:

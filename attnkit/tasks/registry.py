@@ -7,7 +7,7 @@ unlabelled test row). Use :func:`load_task` with a name from :func:`list_tasks`.
 The loaders parse their files themselves (csv / json / a small PTB tree parser) so that a
 malformed file raises :class:`DataFormatError` naming the file, the 1-based line and what
 was expected; only then are the rows handed to ``datasets.Dataset.from_dict``.
-The families live in their own modules (:mod:`attnkit.tasks.sentiment`, ``files``, ``glue``, ``squad``);
+The families live in their own modules (:mod:`attnkit.tasks.sst`, ``sentiment``, ``rotten_tomatoes``, ``files``, ``glue``, ``squad``);
 importing :mod:`attnkit.tasks` registers them all.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 from attnkit.errors import UserError
-from attnkit.runfiles import path_problem
+from attnkit.runfiles.json_files import path_problem
 
 if TYPE_CHECKING:  # importing datasets takes a second; the CLI's `tasks` command does not need it
     import datasets

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from attnkit.errors import DataFormatError, UserError
-from attnkit.runfiles import path_problem, read_json
+from attnkit.runfiles.json_files import path_problem, read_json
 from attnkit.tasks.registry import default_data_dir
 
 log = logging.getLogger("attnkit")

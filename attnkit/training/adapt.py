@@ -38,7 +38,9 @@ from attnkit.errors import DataFormatError
 from attnkit.models.build import build_masked_lm, encoder_of
 from attnkit.models.resolve import checkpoint_dir
 from attnkit.models.checkpoint import load_tokenizer, save_checkpoint, set_attention
-from attnkit.runfiles import METRICS_FILE, MODEL_DIR, finite_record, path_problem, read_json, write_json_atomic
+from attnkit.runfiles.names import METRICS_FILE, MODEL_DIR
+from attnkit.runfiles.json_files import finite_record, path_problem, read_json
+from attnkit.runfiles.atomic import write_json_atomic
 from attnkit.tasks import load_task
 from attnkit.tasks.registry import default_data_dir
 from attnkit.training.config import ADAPT_ALPHA_START, ADAPT_LAM_FACTOR, AdaptConfig

@@ -14,12 +14,8 @@ import torch
 
 from attnkit.errors import DataFormatError
 from attnkit.models.checks import check_weights_file
-from attnkit.runfiles import (
-    folder_is_as_written,
-    read_folder_manifest,
-    read_json,
-    set_aside,
-)
+from attnkit.runfiles.ownership import folder_is_as_written, read_folder_manifest, set_aside
+from attnkit.runfiles.json_files import read_json
 from attnkit.training.run_record import LOSS_FILE, read_record, write_record
 
 log = logging.getLogger("attnkit")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from attnkit.attention.names import ENTMAX_NAMES, KINDS
-from attnkit.runfiles import METRICS_FILE, MODEL_DIR  # noqa: F401  (re-exported: where a run keeps what)
+from attnkit.runfiles.names import METRICS_FILE, MODEL_DIR  # noqa: F401  (re-exported: where a run keeps what)
 from attnkit.tasks.lemmas import lemmatizer
 
 if TYPE_CHECKING:

@@ -30,13 +30,9 @@ from attnkit.models.checkpoint import (
 )
 from attnkit.models.freeze import freeze_parameters
 from attnkit.models.resolve import checkpoint_dir
-from attnkit.runfiles import (
-    RUN_INFO,
-    finite_record,
-    path_problem,
-    read_json,
-    write_json_atomic,
-)
+from attnkit.runfiles.names import RUN_INFO
+from attnkit.runfiles.json_files import finite_record, path_problem, read_json
+from attnkit.runfiles.atomic import write_json_atomic
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.tasks.lemmas import lemmatize_splits, lemmatizer
 from attnkit.tasks.metrics import MAIN_METRIC, predictions_of, task_metrics

@@ -47,7 +47,8 @@ from attnkit.models.mini import (
     attention_parameter_count,
     make_config,
 )
-from attnkit.runfiles import finite_record, write_json_atomic
+from attnkit.runfiles.json_files import finite_record
+from attnkit.runfiles.atomic import write_json_atomic
 from attnkit.tasks import load_task
 from attnkit.tasks.lemmas import lemmatizer
 from attnkit.training.config import (

@@ -14,17 +14,11 @@ from pathlib import Path
 
 from attnkit.errors import DataFormatError, UserError
 from attnkit.models.checks import check_weights_file
-from attnkit.runfiles import (
-    LOCK_FILE,
-    REPLACED_PREFIX,
-    RUN_RECORD,
-    folder_lock,
-    is_main_process,
-    path_problem,
-    read_json,
-    replaced_folder,
-    write_json_atomic,
-)
+from attnkit.runfiles.names import LOCK_FILE, REPLACED_PREFIX, RUN_RECORD
+from attnkit.runfiles.lock import folder_lock
+from attnkit.runfiles.atomic import is_main_process, write_json_atomic
+from attnkit.runfiles.json_files import path_problem, read_json
+from attnkit.runfiles.ownership import replaced_folder
 from attnkit.training.checkpoints import (
     checkpoint_damage,
     recorded_checkpoints,

@@ -7,14 +7,9 @@ import time
 from pathlib import Path
 
 from attnkit.errors import DataFormatError, UserError
-from attnkit.runfiles import (
-    REPLACED_PREFIX,
-    RUN_RECORD,
-    WRITTEN_BY,
-    is_main_process,
-    read_json,
-    write_json_atomic,
-)
+from attnkit.runfiles.names import REPLACED_PREFIX, RUN_RECORD, WRITTEN_BY
+from attnkit.runfiles.atomic import is_main_process, write_json_atomic
+from attnkit.runfiles.json_files import read_json
 from attnkit.training.config import METRICS_FILE
 
 

@@ -11,7 +11,8 @@ from transformers import DataCollatorWithPadding, set_seed
 
 from attnkit.models.build import build_qa_model
 from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
-from attnkit.runfiles import finite_record, write_json_atomic
+from attnkit.runfiles.json_files import finite_record
+from attnkit.runfiles.atomic import write_json_atomic
 from attnkit.tasks.squad import QA_TASKS, best_spans, featurize, load_squad, squad_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
 from attnkit.training.trainer import AttnkitTrainer, best_checkpoint, check_finite, check_length, check_warmups, finish_run, fit, strip_prefix, subsample, training_arguments

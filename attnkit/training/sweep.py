@@ -36,7 +36,11 @@ from attnkit.analysis.stats import Family, rule_text
 from attnkit.errors import DataFormatError
 from attnkit.models.checkpoint import load_model, load_tokenizer
 from attnkit.models.resolve import resolve_model
-from attnkit.runfiles import LOCK_FILE, MODEL_DIR, folder_lock, make_way, output_batch, path_problem, read_json, record_output, write_json_atomic, write_text_atomic
+from attnkit.runfiles.names import LOCK_FILE, MODEL_DIR
+from attnkit.runfiles.lock import folder_lock
+from attnkit.runfiles.ownership import make_way, record_output
+from attnkit.runfiles.atomic import output_batch, write_json_atomic, write_text_atomic
+from attnkit.runfiles.json_files import path_problem, read_json
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.training.config import TrainConfig, check_seed, is_mini_alias, option_name
 from attnkit.training.finetune import train

@@ -6,9 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnkit.errors import DataFormatError, UserError
-from attnkit.runfiles import (
-    read_json,
-)
+from attnkit.runfiles.json_files import read_json
 
 #: what attnkit sweep varies, and the normaliser each value belongs to
 SWEPT = {"lam": "sparsegen-lin", "alpha": "entmax-alpha"}

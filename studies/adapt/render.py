@@ -196,7 +196,7 @@ def render(path: Path) -> str:
 
 
 def render_all(path: Path = HERE / "records.json") -> None:
-    from attnkit.runfiles import write_text_atomic
+    from attnkit.runfiles.atomic import write_text_atomic
 
     path = Path(path)
     write_text_atomic(path.with_name("results.md"), render(path))

@@ -159,7 +159,7 @@ def cell_stats(run: Path, task: str, data_dir: str | None) -> None:
     """The mean non-zeros per attention row and the share of exact zeros, per layer, of the run's model on the first
     256 dev texts (as Table 2's records); written to <run>/cell_stats.json."""
     from attnkit.analysis.inference import load_for_inference
-    from attnkit.runfiles import write_json_atomic
+    from attnkit.runfiles.atomic import write_json_atomic
     from attnkit.tasks import load_task
     from attnkit.training.adapt import attention_zeros
 
@@ -178,9 +178,9 @@ def cell_faithfulness(run: Path, task: str, seed: int, data_dir: str | None, max
 
     from attnkit.analysis.faithfulness import WordClassifier, faithfulness_report
     from attnkit.analysis.inference import load_for_inference
-    from attnkit.runfiles import write_json_atomic
+    from attnkit.runfiles.atomic import write_json_atomic
     from attnkit.tasks import load_task
-    from attnkit.tasks.sentiment import sst_rationales
+    from attnkit.tasks.sst import sst_rationales
 
     _, model, tok = load_for_inference(str(run))
     if torch.cuda.is_available():
@@ -210,7 +210,7 @@ def machine() -> str:
 
 
 def add_record(path: Path, rec: dict) -> None:
-    from attnkit.runfiles import write_json_atomic
+    from attnkit.runfiles.atomic import write_json_atomic
     from studies.stats import replace_record
 
     # a cell's record replaces its older one (under the records' lock); an adapted encoder made again on another

@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from attnkit.runfiles import write_text_atomic
+from attnkit.runfiles.atomic import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -105,7 +105,7 @@ def faithfulness_cell(task: str, method: str, seed: int, a) -> dict:
     from attnkit.analysis.faithfulness import WordClassifier, faithfulness_report
     from attnkit.analysis.inference import load_for_inference
     from attnkit.tasks import load_task
-    from attnkit.tasks.sentiment import sst_rationales
+    from attnkit.tasks.sst import sst_rationales
 
     run = model_run(task, method, seed, a)
     _, model, tok = load_for_inference(str(run))
@@ -147,7 +147,7 @@ def example(task: str, methods: list[str], seed: int, a, min_words: int = 8, max
     from attnkit.analysis.faithfulness import WordClassifier, top_count
     from attnkit.analysis.inference import load_for_inference
     from attnkit.tasks import load_task
-    from attnkit.tasks.sentiment import sst_rationales
+    from attnkit.tasks.sst import sst_rationales
 
     data = load_task(task, a.data_dir)
     test = data.splits["test"]

@@ -199,7 +199,7 @@ def faithfulness(model_dir: str, task: str, a, out_json: Path) -> dict:
     if not out_json.is_file():
         from attnkit.analysis.faithfulness import WordClassifier, faithfulness_report
         from attnkit.models.checkpoint import load_classifier, load_tokenizer
-        from attnkit.runfiles import write_json_atomic
+        from attnkit.runfiles.atomic import write_json_atomic
         from attnkit.tasks import load_task
         from attnkit.tasks.lemmas import lemmatizer
 

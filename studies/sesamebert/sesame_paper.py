@@ -48,7 +48,7 @@ import sys
 import time
 from pathlib import Path
 
-from attnkit.runfiles import write_text_atomic
+from attnkit.runfiles.atomic import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 for _d in (ROOT / "studies" / "ssaf", ROOT):

@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from attnkit.runfiles import write_text_atomic
+from attnkit.runfiles.atomic import write_text_atomic
 from attnkit.training.config import PAPER_EPOCHS, PAPER_LAM
 
 ROOT = Path(__file__).resolve().parents[2]

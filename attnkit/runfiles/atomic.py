@@ -1,0 +1,159 @@
+"""Atomic writes: a file appears whole or not at all, a command's several outputs together (:func:`output_batch`),
+and a failed write names the file with the way out.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import json
+import os
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+
+from attnkit.errors import UserError
+from attnkit.runfiles.json_files import non_finite_places
+
+
+def is_main_process() -> bool:
+    """Whether this process writes and prints for the run: always alone, rank 0 under ``torchrun``/``accelerate launch``."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """``text`` at ``path`` (UTF-8; its folder made if missing), through a temporary file and ``os.replace``.
+    An error names ``path``, never the temporary file."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+#: the ways out of a write that failed for want of room or rights, by errno
+_WAY_OUT = {
+    errno.ENOSPC: "(a full disk): free some space, or name a folder on another disk",
+    errno.EDQUOT: "(over the disk quota): free some space, or name a folder on another disk",
+    errno.EFBIG: "(over the file-size limit, ulimit -f, or the file system's): raise the limit, or name a folder on another disk",
+    errno.EROFS: "(a read-only folder): name a writable folder",
+    errno.EACCES: "(no write permission there): name a writable folder",
+}
+
+#: the batch of outputs the running command is writing (see :func:`output_batch`); None outside one
+_BATCH: ContextVar[OutputBatch | None] = ContextVar("attnkit_output_batch", default=None)
+
+_TMP_SERIAL = itertools.count()
+
+
+def current_batch() -> "OutputBatch | None":
+    """The :func:`output_batch` this write belongs to, or None."""
+    return _BATCH.get()
+
+
+def write_error(path: str | os.PathLike, e: OSError) -> UserError:
+    """The one line for an OS error while writing ``path``, the file the user named or attnkit chose (never the
+    temporary file beside it): its reason and, for a full disk, a quota, a size limit or a read-only folder, the way out."""
+    why = e.strerror or str(e)
+    hint = _WAY_OUT.get(e.errno)
+    return UserError(f"cannot write {path}: {why}" + (f" {hint}" if hint else ""))
+
+
+class OutputBatch:
+    """The outputs of one command (see :func:`output_batch`): each written to a temporary file beside its target,
+    all renamed into place at the end, or all removed if any write fails."""
+
+    def __init__(self):
+        self.staged: dict[Path, Path] = {}  # target -> its written temporary file
+        self.after: list = []  # calls to make once every file is in place (the ledger's records)
+
+    def stage(self, tmp: Path, path: Path) -> None:
+        old = self.staged.pop(path, None)
+        if old is not None and old != tmp:
+            old.unlink(missing_ok=True)
+        self.staged[path] = tmp
+
+    def commit(self) -> None:
+        for path in self.staged:  # a folder put at a target meanwhile: refused before any file is replaced
+            if path.is_dir():
+                raise write_error(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
+        while self.staged:
+            path, tmp = next(iter(self.staged.items()))
+            try:
+                os.replace(tmp, path)
+            except OSError as e:
+                raise write_error(path, e) from None
+            del self.staged[path]
+
+    def discard(self) -> None:
+        for tmp in self.staged.values():
+            tmp.unlink(missing_ok=True)
+        self.staged.clear()
+
+
+@contextmanager
+def output_batch():
+    """Write a command's outputs together: inside the block every file written through :func:`atomic_path` (and so
+    :func:`write_text_atomic`, :func:`write_json_atomic` and the figures) goes to a temporary file beside its target,
+    and all of them are renamed into place when the block ends; if anything in the block fails, every temporary file
+    is removed and every earlier output is left as it was. :func:`record_output` waits for the renames. A batch
+    inside a batch is the outer one."""
+    if _BATCH.get() is not None:
+        yield _BATCH.get()
+        return
+    batch = OutputBatch()
+    token = _BATCH.set(batch)
+    try:
+        yield batch
+        _BATCH.reset(token)
+        token = None
+        batch.commit()
+    finally:
+        if token is not None:
+            _BATCH.reset(token)
+        batch.discard()
+    for call in batch.after:
+        call()
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike):
+    """Yield a temporary path beside ``path`` to write to; on success it replaces ``path`` in one step (inside an
+    :func:`output_batch`: when the batch ends), on failure it is removed and ``path`` is left as it was. Missing
+    folders are made; an OS error names ``path``."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{next(_TMP_SERIAL)}")
+    batch, staged = _BATCH.get(), False
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "Is a directory")
+        if path.exists() and not path.is_file():
+            raise UserError(special_file_problem(path))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        yield tmp
+        if batch is None:
+            os.replace(tmp, path)
+        else:
+            batch.stage(tmp, path)
+            staged = True
+    except OSError as e:
+        raise write_error(path, e) from None
+    finally:
+        if not staged and tmp.exists():
+            tmp.unlink()
+
+
+def special_file_problem(path: Path) -> str:
+    """The one line refusing to replace ``path``, an existing device, pipe or socket (a rename would put a file in
+    its place: ``--output /dev/full`` replaced the device)."""
+    return (f"cannot write {path}: it is a device, pipe or socket, not a file (attnkit writes a new file and renames "
+            "it into place, which would replace it); name a file, or leave the output option out to print")
+
+
+def write_json_atomic(path: str | os.PathLike, obj) -> None:
+    """``obj`` as indented JSON at ``path``, through a temporary file and ``os.replace``. Strict JSON: a NaN or infinite
+    number is refused (ValueError naming where it is), never written; :func:`finite_record` turns them into nulls."""
+    try:
+        text = json.dumps(obj, indent=2, sort_keys=True, default=str, allow_nan=False)
+    except ValueError:
+        where = ", ".join(non_finite_places(obj)[:3])
+        raise UserError(f"{path}: not written, it would hold a number that is not finite ({where}); JSON has no NaN "
+                         "or infinity") from None
+    write_text_atomic(path, text + "\n")

@@ -1,0 +1,95 @@
+"""Reading JSON files with errors that name them, and records kept finite (no NaN written).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import stat
+from pathlib import Path
+
+from attnkit.errors import DataFormatError
+
+_JSON_KINDS = {dict: "a JSON object", list: "a JSON array"}
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON", expect: type | None = dict):
+    """The JSON value in the file at ``path`` (UTF-8, a BOM allowed). Text that is not JSON, not UTF-8, or not of the
+    ``expect``-ed type is a DataFormatError naming the file, the line (from json's error) and ``what`` the file should
+    hold ("attnkit's record of a run"); an OS error (a missing file) is raised as it is."""
+    path = Path(path)
+    raw = path.read_bytes()
+    try:
+        value = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as e:
+        raise DataFormatError(path, raw[: e.start].count(b"\n") + 1, f"not UTF-8 text (byte {raw[e.start:e.start + 1]!r}): "
+                              f"expected {what}") from None
+    except json.JSONDecodeError as e:
+        raise DataFormatError(path, e.lineno, f"not valid JSON ({e.msg}, column {e.colno}): expected {what}") from None
+    except RecursionError:
+        raise DataFormatError(path, None, f"JSON nested too deeply to read: expected {what}") from None
+    if expect is not None and not isinstance(value, expect):
+        found = next((k for t, k in _JSON_KINDS.items() if isinstance(value, t)), f"a JSON {type(value).__name__}")
+        raise DataFormatError(path, None, f"expected {what} ({_JSON_KINDS.get(expect, expect.__name__)}), found {found}")
+    return value
+
+
+def path_problem(path: str | os.PathLike, want: str = "file") -> str:
+    """What is wrong with ``path`` as a ``want`` ("file", "folder", or "any") to read, in words that follow the path
+    ("does not exist", "is a symlink loop", "is a file, not a folder", ...); "" where nothing is."""
+    p = Path(path).expanduser()
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        if p.is_symlink():
+            return f"is a broken symlink (it points to {os.readlink(p)}, which does not exist)"
+        return "does not exist"
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "leads into a symlink loop (links that lead back to themselves), so it cannot be read"
+        if e.errno == errno.ENOTDIR:
+            parent = next((q for q in reversed(p.parents) if q.is_file()), None)
+            return f"cannot exist: {parent} is a file, not a folder" if parent else "cannot exist (a folder on its way is a file)"
+        return f"cannot be read ({e.strerror or e})"
+    if want == "folder" and not stat.S_ISDIR(mode):
+        return "is a file, not a folder"
+    if want == "file" and stat.S_ISDIR(mode):
+        return "is a folder, not a file"
+    return ""
+
+#: the key under which :func:`finite_record` says which numbers it replaced by null, and what they were
+NON_FINITE_KEY = "non_finite"
+
+
+def non_finite_places(obj, where: str = "") -> list[str]:
+    """Where ``obj`` (JSON-like: dicts, lists, numbers) holds NaN or an infinity, and what: ``["log_history[3].grad_norm:
+    inf"]``."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return [f"{where or 'the value'}: {obj}"]
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in non_finite_places(v, f"{where}.{k}" if where else str(k))]
+    if isinstance(obj, (list, tuple)):
+        return [p for i, v in enumerate(obj) for p in non_finite_places(v, f"{where}[{i}]")]
+    return []
+
+
+def _nulled(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _nulled(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nulled(v) for v in obj]
+    return obj
+
+
+def finite_record(record: dict) -> dict:
+    """``record`` with each NaN or infinite number in it replaced by null, and under :data:`NON_FINITE_KEY` where each
+    was and what it was (``"log_history[3].grad_norm: inf"``), so that it can be written as strict JSON and still say
+    what was not a number. ``record`` itself where it holds none."""
+    places = non_finite_places(record)
+    if not places:
+        return record
+    return _nulled(record) | {NON_FINITE_KEY: list(record.get(NON_FINITE_KEY) or []) + places}

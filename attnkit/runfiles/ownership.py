@@ -1,0 +1,241 @@
+"""What attnkit wrote and may therefore replace: marks in its files, the ledger of outputs that carry none, folder
+manifests, and earlier files moved aside (never deleted) when they are not provably attnkit's.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from attnkit.errors import UserError
+from attnkit.runfiles.atomic import (
+    current_batch,
+    special_file_problem,
+    write_json_atomic,
+)
+from attnkit.runfiles.json_files import read_json
+from attnkit.runfiles.names import (
+    FIGURE_CREATOR,
+    FOLDER_MANIFEST,
+    MODEL_DIR,
+    OUTPUT_LEDGER,
+    REPLACED_PREFIX,
+    RUN_FILES,
+    RUN_RECORD,
+    WRITTEN_BY,
+)
+
+
+def written_by_attnkit(path: str | os.PathLike) -> bool:
+    """Whether the file at ``path`` says attnkit wrote it: a JSON object with ``"written_by": "attnkit ..."``, a PNG
+    with the tEXt chunk ``Software: attnkit``, an SVG whose metadata names attnkit as its creator; or a file of any
+    format that the ledger of its folder (OUTPUT_LEDGER, see :func:`record_output`) lists with these very bytes."""
+    path = Path(path)
+    try:
+        suffix = path.suffix.lower()
+        if suffix == ".json":
+            d = read_json(path, expect=None)
+            if isinstance(d, dict) and str(d.get(WRITTEN_BY, "")).startswith("attnkit"):
+                return True
+        elif suffix == ".png":
+            if _png_software(path) == FIGURE_CREATOR:
+                return True
+        elif suffix == ".svg":
+            head = path.read_text(encoding="utf-8", errors="replace")[:4000]
+            if f"<dc:title>{FIGURE_CREATOR}</dc:title>" in head:
+                return True
+        return _ledger_lists(path)
+    except (OSError, ValueError):
+        return False
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _read_ledger(folder: Path) -> dict:
+    try:
+        d = read_json(folder / OUTPUT_LEDGER, "attnkit's ledger of outputs", expect=None)
+    except (OSError, ValueError):
+        return {}
+    files = d.get("files") if isinstance(d, dict) and str(d.get(WRITTEN_BY, "")).startswith("attnkit") else None
+    return files if isinstance(files, dict) else {}
+
+
+def _ledger_lists(path: Path) -> bool:
+    """Whether the ledger beside ``path`` lists it with its present size and SHA-256 (an edited file is not attnkit's)."""
+    entry = _read_ledger(path.parent).get(path.name)
+    if not isinstance(entry, dict) or not path.is_file() or path.stat().st_size != entry.get("size"):
+        return False
+    return _sha256(path) == entry.get("sha256")
+
+
+def record_output(path: str | os.PathLike, by: str) -> None:
+    """Note in the ledger of ``path``'s folder (OUTPUT_LEDGER) that attnkit (``by``: "attnkit predict") wrote the file
+    at ``path`` as it is now, so that a later run of the same command may replace it (a file whose format cannot carry
+    a mark: TSV, JSON lines). A ledger that cannot be written is no error: the output is written, only not marked."""
+    path = Path(path)
+    batch = current_batch()
+    if batch is not None:  # the file is not in place yet: recorded once the batch is
+        batch.after.append(lambda: record_output(path, by))
+        return
+    files = _read_ledger(path.parent)
+    files[path.name] = {"size": path.stat().st_size, "sha256": _sha256(path), "by": by}
+    try:
+        write_json_atomic(path.parent / OUTPUT_LEDGER, {WRITTEN_BY: "attnkit", "files": files})
+    except UserError:
+        pass
+
+
+def replaced_folder(parent: str | os.PathLike) -> Path:
+    """A new, empty ``<parent>/.replaced-<date>[-n]/`` to move what attnkit must not delete into."""
+    import time
+
+    parent = Path(parent)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = parent / f"{REPLACED_PREFIX}{stamp}"
+    n = 1
+    while True:
+        try:
+            aside.mkdir()
+            return aside
+        except FileExistsError:
+            n += 1
+            aside = parent / f"{REPLACED_PREFIX}{stamp}-{n}"
+
+
+def set_aside(path: str | os.PathLike) -> Path:
+    """Move the file or folder ``path`` whole into a new ``.replaced-<date>/`` beside it; return where it went."""
+    path = Path(path)
+    target = replaced_folder(path.parent) / path.name
+    os.replace(path, target)
+    return target
+
+
+def make_way(path: str | os.PathLike) -> Path:
+    """Before attnkit writes one of its own files at ``path`` (a run's curves, a sweep's figures): a file there that
+    attnkit did not write is moved aside whole into ``.replaced-<date>/`` (with a warning), never overwritten."""
+    path = Path(path)
+    if path.exists() and not written_by_attnkit(path):
+        aside = set_aside(path)
+        import logging
+
+        logging.getLogger("attnkit").warning("%s was not written by attnkit: moved aside to %s", path, aside)
+    return path
+
+
+def folder_files(folder: str | os.PathLike) -> dict[str, list[int]]:
+    """``{relative path: [size, mtime in ns]}`` of every file under ``folder`` (its manifest and temporary files aside)."""
+    folder = Path(folder)
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and not p.name.startswith(FOLDER_MANIFEST):
+            st = p.stat()
+            out[p.relative_to(folder).as_posix()] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def write_folder_manifest(folder: str | os.PathLike, by: str, complete: bool = True) -> None:
+    """Record in ``folder`` (FOLDER_MANIFEST) every file attnkit wrote there; ``complete=False``: a folder being
+    written (a temporary one, which a later run may remove if it was left by a killed process)."""
+    folder = Path(folder)
+    files = folder_files(folder) if complete else {}
+    write_json_atomic(folder / FOLDER_MANIFEST, {WRITTEN_BY: by, "complete": complete, "files": files})
+
+
+def read_folder_manifest(folder: str | os.PathLike) -> dict | None:
+    """The manifest attnkit wrote into ``folder``, or None if there is none (or it is not attnkit's)."""
+    try:
+        d = read_json(Path(folder) / FOLDER_MANIFEST, "attnkit's manifest of a model folder", expect=None)
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) and str(d.get(WRITTEN_BY, "")).startswith("attnkit") else None
+
+
+def folder_is_as_written(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds exactly the files attnkit wrote there, unchanged (its manifest says which): only then
+    may it be deleted or replaced; a file added or edited by hand makes it the user's."""
+    m = read_folder_manifest(folder)
+    return m is not None and m.get("complete") is True and m.get("files") == folder_files(folder)
+
+
+def _png_software(path: Path) -> str | None:
+    """The ``Software`` tEXt chunk of a PNG file (None if it has none or is not a PNG)."""
+    with open(path, "rb") as f:
+        if f.read(8) != b"\x89PNG\r\n\x1a\n":
+            return None
+        while True:
+            head = f.read(8)
+            if len(head) < 8:
+                return None
+            size, kind = int.from_bytes(head[:4], "big"), head[4:]
+            if kind == b"IDAT" or kind == b"IEND":  # matplotlib writes its text chunks before the image data
+                return None
+            data = f.read(size)
+            f.read(4)  # crc
+            if kind == b"tEXt" and b"\0" in data:
+                key, value = data.split(b"\0", 1)
+                if key == b"Software":
+                    return value.decode("latin-1")
+
+
+def check_side_file(path: str | os.PathLike, made_by: str) -> Path:
+    """A file a command writes beside the one the user named (``made_by`` says which, e.g. "the JSON beside --output
+    x.png"): refused if it exists and attnkit did not write it, so that no file of the user's is replaced."""
+    path = Path(path)
+    if path.exists() and not written_by_attnkit(path):
+        raise UserError(f"{path} exists and was not written by attnkit: {made_by} would replace it; move it, or name "
+                        "other files")
+    return path
+
+
+def check_output_file(path: str | os.PathLike, option: str, protect: dict[str, str | os.PathLike | None] | None = None) -> Path:
+    """An output file the user named, checked before anything is written: not a folder, its folder (made if missing)
+    not a file, and not an existing file inside one of the ``protect`` folders (``{what: folder}``: the model's run
+    folder, the data being read or trained on) unless attnkit wrote it as a command's output: a model's weights,
+    config or tokenizer, a run's own files (RUN_FILES: metrics, settings, curves, heatmaps) and the data are never
+    replaced by a command's output."""
+    path = Path(path)
+    if path.is_dir() or str(path) in ("", "."):
+        raise UserError(f"{option} {path} is a folder: expected a file name")
+    if path.exists() and not path.is_file():
+        raise UserError(f"{option} {special_file_problem(path)}")
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise UserError(f"{option} {path}: {parent} is a file, not a folder")
+    if path.exists() and (path.name in RUN_FILES or not written_by_attnkit(path)):
+        real = path.resolve()
+        for what, folder in (protect or {}).items():
+            if folder is not None and Path(folder).exists() and real.is_relative_to(Path(folder).resolve()):
+                raise UserError(f"{option} {path} is a file of {what} {folder} that attnkit did not write as an output: "
+                                "it would be replaced; name another file")
+    return path
+
+
+def check_not_input(output: str | os.PathLike, option: str, inputs: dict[str, str | os.PathLike | None]) -> None:
+    """Refuse an output file that is also one of the command's inputs (``{option: path}``): it would be overwritten
+    while, or instead of, being read."""
+    out = Path(output).expanduser().resolve()
+    for name, p in inputs.items():
+        if p is not None and Path(p).expanduser().resolve() == out:
+            raise UserError(f"{option} {output} is also the input {name} {p}: name another output file")
+
+
+def unfinished_run(path: str | os.PathLike) -> str | None:
+    """Where ``path`` is an attnkit run folder with no model yet (a run still training, or killed before its end): the
+    sentence that says so, for a command that was given it as a model; else None."""
+    p = Path(path).expanduser()
+    if (p / MODEL_DIR / "config.json").is_file() or not (p / RUN_RECORD).is_file():
+        return None
+    if (p / "metrics.json").is_file():
+        return f"{p} is an attnkit run that finished, but its {MODEL_DIR}/ is gone: train it again (--no-resume) or name another model"
+    ckpts = sorted((c.name for c in p.glob("checkpoint-*") if c.is_dir()), key=lambda n: int(n.split("-")[1]) if n.split("-")[1].isdigit() else -1)
+    where = f" (its latest checkpoint: {p / ckpts[-1]})" if ckpts else ""
+    return (f"{p} is an attnkit run that has not finished: it has no {MODEL_DIR}/ yet{where}; run the same command "
+            f"again to resume and finish it, or wait for it to end")
