@@ -138,7 +138,7 @@ def test_no_import_cycle():
 #: one when it is used (module -> what it may import inside a function)
 LAZY = {
     "attnkit.cli.main": {"attnkit.cli.commands"},
-    "attnkit.training.config": {"attnkit.attention.spec", "attnkit.models.pooling"},
+    "attnkit.training.config": {"attnkit.attention.spec", "attnkit.attention.normalisers", "attnkit.models.pooling"},
 }
 #: modules that must import no torch, transformers or datasets (checked in a fresh interpreter)
 LIGHT = ["attnkit", "attnkit.cli", "attnkit.cli.main", "attnkit.cli.parser", "attnkit.training.config", "attnkit.tasks",

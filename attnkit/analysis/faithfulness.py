@@ -51,7 +51,8 @@ from sklearn.metrics import average_precision_score
 from tqdm.auto import tqdm
 
 from attnkit.analysis.explain import figure_path, pyplot, save_figure
-from attnkit.attention.spec import attention_modules, sparse_layer_set, spec_of
+from attnkit.attention.placement import attention_modules, sparse_layer_set
+from attnkit.attention.spec import spec_of
 
 #: the k of "top k% of the words" at which the erasure measures are taken
 PERCENTS = (1, 5, 10, 20, 50)

@@ -370,6 +370,39 @@ def triton_applies(t) -> bool:
     return _triton_ready()
 
 
+def plain(t: torch.Tensor) -> bool:
+    """Whether ``t`` is an ordinary tensor, not one of a ``torch.func`` transform (vmap's batched tensor, grad's
+    tracking one): those go to torch's own ops, which every transform knows, not to the kernels. (torch.compile
+    traces plain tensors: the question is not asked there.)"""
+    if torch.compiler.is_compiling():
+        return True
+    functorch = torch._C._functorch
+    return not (functorch.is_batchedtensor(t) or functorch.is_gradtrackingtensor(t))
+
+
+def backend_for(t: torch.Tensor, *inputs: torch.Tensor, backward: bool = False, differentiable: tuple = ()) -> str:
+    """Which backend runs a map on ``t``: "cpp" (the compiled CPU kernel), "triton" or "torch".
+
+    ``inputs``: the call's other tensors (alpha; in a backward the output's gradient), which must be plain tensors
+    (:func:`plain`) for Triton, and in a backward for any kernel. ``backward``: the kernels give first derivatives
+    only, so a backward run with grad mode on (a double backward) takes torch's form, except on the backends named in
+    ``differentiable`` (whose backward op is itself differentiable)."""
+    if backward and not all(plain(x) for x in inputs):
+        return "torch"
+    allowed = differentiable if backward and torch.is_grad_enabled() else ("cpp", "triton")
+    if "cpp" in allowed and kernel_applies(t):
+        return "cpp"
+    if "triton" in allowed and triton_applies(t) and plain(t) and all(plain(x) for x in inputs):
+        return "triton"
+    return "torch"
+
+
+def kernel_ops(backend_name: str):
+    """The ops of a kernel backend ("cpp" or "triton"): ``sparsemax_forward(z, scale)``,
+    ``sparsemax_backward(p, g, scale)``, ``entmax_forward(z, alpha)``, ``entmax_backward(p, g, alpha)``."""
+    return torch.ops.attnkit if backend_name == "cpp" else triton_kernels()
+
+
 def backend() -> str:
     """'triton' where ATTNKIT_KERNEL=triton and triton is importable, 'cpp' if the compiled CPU kernel runs, else
     'torch' (CUDA tensors take Triton whenever it is importable); see :func:`backend_reason`."""

@@ -23,6 +23,7 @@ from attnkit.analysis.inference import (
 )
 from attnkit.analysis.words import plot_words, rank_words, received_attention
 from attnkit.attention import kernels
+from attnkit.attention.normalisers import names_with, normaliser
 from attnkit.attention.spec import spec_of
 from attnkit.errors import DataFormatError, UserError
 from attnkit.models.build import MINI_MODEL_TYPE, check_max_length, check_model_folder, check_se_ratio, check_text_room, checkpoint_dir, checkpoint_spec, is_qa_model, load_tokenizer, max_positions, resolve_model
@@ -53,11 +54,11 @@ from attnkit.training.sweep import SWEPT, run_sweep
 
 def map_options_ignored(a, attention: str, lam: bool = True) -> list[str]:
     """--lam and --alpha given for a map that has no such setting (``train``, ``adapt``; ``sweep`` sweeps lam itself)."""
-    ignored = []
-    if lam and a.lam is not None and attention != "sparsegen-lin":
-        ignored.append(f"--lam {a.lam:g} (only sparsegen-lin has a lam; the attention is {attention})")
-    if a.alpha is not None and attention != "entmax-alpha":
-        ignored.append(f"--alpha {a.alpha:g} (only entmax-alpha has an alpha to choose; the attention is {attention})")
+    ignored, setting = [], normaliser(attention).setting
+    if lam and a.lam is not None and setting != "lam":
+        ignored.append(f"--lam {a.lam:g} (only {' or '.join(names_with(setting='lam'))} has a lam; the attention is {attention})")
+    if a.alpha is not None and setting != "alpha":
+        ignored.append(f"--alpha {a.alpha:g} (only {' or '.join(names_with(setting='alpha'))} has an alpha to choose; the attention is {attention})")
     return ignored
 
 
@@ -131,7 +132,7 @@ def mini_train_settings(a, default_attention: str = "sparsegen-lin", default_lr:
         stored = checkpoint_spec(model) if ckpt is not None else None
         if stored is not None:
             attention, lam = stored.attention, (lam if lam is not None else stored.lam)
-            if stored.attention == "entmax-alpha" and getattr(a, "alpha", None) is None:
+            if stored.normaliser.setting == "alpha" and getattr(a, "alpha", None) is None:
                 inherited["alpha"] = stored.alpha  # e.g. an encoder adapted to alpha 2 (attnkit adapt --alpha 2)
             if stored.sparse_layers is not None and getattr(a, "sparse_layers", None) is None:
                 inherited["sparse_layers"] = stored.sparse_layers  # adapted with --sparse-layers: fine-tuned so too
@@ -599,8 +600,8 @@ def cmd_layer_weights(a) -> int:
 
 
 def cmd_pretrain(a) -> int:
-    if a.lam != PretrainConfig.lam and a.attention != "sparsegen-lin":
-        raise UserError(f"--lam {a.lam:g}: only sparsegen-lin has a lam; the attention is {a.attention}")
+    if a.lam != PretrainConfig.lam and normaliser(a.attention).setting != "lam":
+        raise UserError(f"--lam {a.lam:g}: only {' or '.join(names_with(setting='lam'))} has a lam; the attention is {a.attention}")
     cfg = PretrainConfig(
         task=a.task, data_dir=a.data_dir, kind=a.kind, attention=a.attention, lam=a.lam, layers=a.layers, heads=a.heads,
         dim=a.dim, vocab_size=a.vocab_size, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, max_length=a.max_length,
@@ -633,7 +634,7 @@ def cmd_adapt(a) -> int:
         precision=a.precision, keep_checkpoints=a.keep_checkpoints,
     )
     cfg.validate()
-    if cfg.attention == "entmax-alpha" and cfg.alpha <= 1.01:
+    if cfg.spec().normaliser.setting == "alpha" and cfg.alpha <= 1.01:
         raise UserError(f"--alpha {cfg.alpha:g}: the anneal starts at alpha 1.01; give a target above it (1.5: 1.5-entmax)")
     m = adapt(cfg)
     if not is_main_process():

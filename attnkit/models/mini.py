@@ -50,9 +50,10 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelF
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, SequenceClassifierOutput
 
+from attnkit.attention.forward import register as register_attention
 from attnkit.attention.names import KINDS
-from attnkit.attention.spec import AttentionSpec, apply_spec, sparse_layer_set, spec_of
-from attnkit.attention.spec import register as register_attention
+from attnkit.attention.placement import sparse_layer_set
+from attnkit.attention.spec import AttentionSpec, apply_spec, spec_of
 from attnkit.models.modeling_attnkit import accept_in_pipelines
 
 MODEL_TYPE = "attnkit-mini"

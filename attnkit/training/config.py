@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from attnkit.attention.names import ENTMAX_NAMES, KINDS
+from attnkit.attention.names import KINDS, NormaliserChoices
 from attnkit.runfiles import METRICS_FILE, MODEL_DIR  # noqa: F401  (re-exported: where a run keeps what)
 from attnkit.tasks.lemmas import lemmatizer
 
@@ -170,27 +170,30 @@ class TrainConfig:
                 raise ValueError(f"--pooling-lr {self.pooling_lr}: expected a learning rate > 0")
 
     def spec(self) -> AttentionSpec:
-        from attnkit.attention.spec import AttentionSpec  # torch: only when a run is set up, not for --help
+        from attnkit.attention.normalisers import NORMALISERS, canonical, names_with  # torch: only when a run is set up, not for --help
+        from attnkit.attention.spec import AttentionSpec
 
         lam = self.lam if self.lam is not None else PAPER_LAM.get(self.task, 0.0)
+        norm = NORMALISERS.get(canonical(self.attention))
+        setting, anneal = (norm.setting, norm.anneal) if norm is not None else (None, None)
         if self.lam_lr is not None and not (self.learn_lam and isinstance(self.lam_lr, (int, float)) and math.isfinite(self.lam_lr) and self.lam_lr > 0):
             raise ValueError(f"--lam-lr {self.lam_lr}: needs --learn-lam and a learning rate > 0")
-        if self.lam_warmup and (self.attention != "sparsegen-lin" or not self.lam_warmup > 0):
-            raise ValueError(f"--lam-warmup {self.lam_warmup}: needs --attention sparsegen-lin and a fraction of the steps (< 1) or a step count > 0")
+        if self.lam_warmup and (setting != "lam" or not self.lam_warmup > 0):
+            raise ValueError(f"--lam-warmup {self.lam_warmup}: needs --attention {' or '.join(names_with(setting='lam'))} and a fraction of the steps (< 1) or a step count > 0")
         if self.alpha_lr is not None and not (self.learn_alpha and isinstance(self.alpha_lr, (int, float)) and math.isfinite(self.alpha_lr) and self.alpha_lr > 0):
             raise ValueError(f"--alpha-lr {self.alpha_lr}: needs --learn-alpha and a learning rate > 0")
-        if self.alpha_warmup and (self.attention not in ENTMAX_NAMES or not (math.isfinite(self.alpha_warmup) and self.alpha_warmup > 0)):
-            raise ValueError(f"--alpha-warmup {self.alpha_warmup}: needs --attention {' or '.join(ENTMAX_NAMES)} and a fraction of the steps (< 1) or a step count > 0")
-        if (self.alpha != 1.5 or self.learn_alpha) and self.attention != "entmax-alpha":
-            raise ValueError(f"--alpha/--learn-alpha: need --attention entmax-alpha, not {self.attention}")
+        if self.alpha_warmup and (anneal != "alpha" or not (math.isfinite(self.alpha_warmup) and self.alpha_warmup > 0)):
+            raise ValueError(f"--alpha-warmup {self.alpha_warmup}: needs --attention {' or '.join(names_with(anneal='alpha'))} and a fraction of the steps (< 1) or a step count > 0")
+        if (self.alpha != 1.5 or self.learn_alpha) and setting != "alpha":
+            raise ValueError(f"--alpha/--learn-alpha: need --attention {' or '.join(names_with(setting='alpha'))}, not {self.attention}")
+        learned = "lam" if self.learn_lam else "alpha" if self.learn_alpha else None
         try:
             return AttentionSpec(self.attention, lam, blur=self.blur, blur_size=self.blur_size, blur_sigma=self.blur_sigma,
-                                 learn_lam=self.learn_lam, alpha=self.alpha, learn_alpha=self.learn_alpha,
-                                 sparse_layers=self.sparse_layers)
+                                 learned=learned, alpha=self.alpha, sparse_layers=self.sparse_layers)
         except ValueError as e:
-            msg = re.sub(r"^(\w+)=(.*?):", lambda m: f"{option_name(m.group(1))} {m.group(2).strip(chr(39))}:", str(e))  # blur_size=4: -> --blur-size 4:
+            msg = re.sub(r"^learned=(\w+)", r"--learn-\1", str(e))  # learned=lam needs ... -> --learn-lam needs ...
+            msg = re.sub(r"^(\w+)=(.*?):", lambda m: f"{option_name(m.group(1))} {m.group(2).strip(chr(39))}:", msg)  # blur_size=4: -> --blur-size 4:
             msg = msg.replace("sparse_layers=", "--sparse-layers ").replace("a sparse attention", "a sparse --attention")
-            msg = re.sub(r"^(learn_lam|learn_alpha) ", lambda m: f"{option_name(m.group(1))} ", msg)
             raise ValueError(f"--alpha {self.alpha}: {msg}" if "alpha" in msg and not msg.startswith(("--alpha", "--learn")) else msg) from None
 
     @property
@@ -297,8 +300,6 @@ class PretrainConfig:
 ADAPT_ALPHA_START = 1.01
 #: sparsegen-lin's anneal starts at the lam whose temperature 1 - lam is this many times larger (a much denser map)
 ADAPT_LAM_FACTOR = 8.0
-#: the sparse maps attnkit adapt anneals to, and softmax (the control)
-ADAPT_ATTENTIONS = ("softmax", "sparsemax", "sparsegen-lin", "entmax15", "entmax-alpha")
 
 
 @dataclass
@@ -333,18 +334,19 @@ class AdaptConfig:
     keep_checkpoints: bool = False
 
     def spec(self) -> AttentionSpec:
-        from attnkit.attention.spec import AttentionSpec  # torch: only when a run is set up, not for --help
+        from attnkit.attention.normalisers import normaliser  # torch: only when a run is set up, not for --help
+        from attnkit.attention.spec import AttentionSpec
 
         try:
-            return AttentionSpec(self.attention, self.lam if self.attention == "sparsegen-lin" else 0.0,
-                                 alpha=self.alpha if self.attention == "entmax-alpha" else 1.5,
-                                 sparse_layers=self.sparse_layers)
+            setting = normaliser(self.attention).setting
+            return AttentionSpec(self.attention, self.lam if setting == "lam" else 0.0,
+                                 alpha=self.alpha if setting == "alpha" else 1.5, sparse_layers=self.sparse_layers)
         except ValueError as e:
             raise ValueError(str(e).replace("sparse_layers=", "--sparse-layers ").replace("a sparse attention", "a sparse --attention")) from None
 
     def validate(self) -> None:
-        if self.attention not in ADAPT_ATTENTIONS:
-            raise ValueError(f"--attention {self.attention}: attnkit adapt takes {', '.join(ADAPT_ATTENTIONS)}")
+        if self.attention not in NormaliserChoices(adapt_only=True):
+            raise ValueError(f"--attention {self.attention}: attnkit adapt takes {', '.join(NormaliserChoices(adapt_only=True))}")
         if not self.tasks and not self.text_files:
             raise ValueError("no text to adapt on: give --task (its training split) or --text-file")
         if len(set(self.tasks)) != len(self.tasks) or len(set(self.text_files)) != len(self.text_files):
@@ -383,8 +385,7 @@ class AdaptConfig:
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision {self.precision!r}: expected one of {', '.join(PRECISIONS)} (--bf16, --fp16, or neither)")
         check_seed(self.seed)
-        self.spec()
-        if self.attention == "entmax-alpha" and not self.alpha > ADAPT_ALPHA_START:
+        if self.spec().normaliser.setting == "alpha" and not self.alpha > ADAPT_ALPHA_START:
             raise ValueError(f"--alpha {self.alpha:g}: the anneal starts at alpha {ADAPT_ALPHA_START:g}; give a target above it "
                              "(1.5: 1.5-entmax)")
 

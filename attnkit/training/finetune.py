@@ -19,7 +19,9 @@ from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
 
 from attnkit.analysis.explain import plot_learned_lam
 from attnkit.attention import kernels
-from attnkit.attention.spec import LEARNED, AttentionSpec, learned_values, spec_of
+from attnkit.attention.learned import learned_values
+from attnkit.attention.normalisers import LEARNED
+from attnkit.attention.spec import AttentionSpec, spec_of
 from attnkit.models.build import build_classifier, checkpoint_dir, load_model, load_tokenizer, save_checkpoint, set_attention
 from attnkit.models.freeze import freeze_parameters
 from attnkit.runfiles import RUN_INFO, finite_record, path_problem, read_json, write_json_atomic

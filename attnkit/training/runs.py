@@ -21,7 +21,7 @@ from transformers import AutoConfig, Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import TrainOutput
 
 from attnkit.analysis.explain import plot_curves
-from attnkit.attention.spec import LEARNED
+from attnkit.attention.normalisers import LEARNED, names_with
 from attnkit.models.build import check_max_length, check_weights_file, resolve_model
 from attnkit.models.pooling import layer_weight_parameters
 from attnkit.errors import DataFormatError, UserError
@@ -335,7 +335,7 @@ def run_folder(out: Path, option: str = "--output-dir"):
 
 
 #: what attnkit sweep varies, and the normaliser each value belongs to
-SWEPT = {"lam": "sparsegen-lin", "alpha": "entmax-alpha"}
+SWEPT = {setting: names_with(setting=setting)[0] for setting in ("lam", "alpha")}
 #: the keys every cell record of a sweep.json holds
 SWEEP_RECORD_KEYS = ("seed", "metric", "dev", "test", "mean_support", "run_dir")
 
