@@ -19,7 +19,8 @@ import torch
 
 from attnkit.attention import kernels
 from attnkit.attention.maps import sparsegen_lin
-from attnkit.attention.spec import NORMALISERS, AttentionSpec
+from attnkit.attention.normalisers import Normaliser, register_normaliser, unregister_normaliser
+from attnkit.attention.spec import AttentionSpec
 from attnkit.tasks import load_task
 from attnkit.models.build import build_classifier
 from attnkit.models.checkpoint import load_tokenizer
@@ -45,11 +46,11 @@ def recorded_scores():
         seen.append(scores.detach().float().clone())
         return torch.softmax(scores, -1)
 
-    NORMALISERS["record"] = recording_softmax
+    register_normaliser(Normaliser("record", recording_softmax, dense=True))
     try:
         yield seen
     finally:
-        del NORMALISERS["record"]
+        unregister_normaliser("record")
 
 
 def record_scores(n_sentences: int, data_dir: str | None) -> list[torch.Tensor]:

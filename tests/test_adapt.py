@@ -360,7 +360,7 @@ def test_adapt_under_torchrun(tiny_bert, data, tmp_path):
     ([1, 3], "1,3", {1, 3}),
 ])
 def test_sparse_layers_parse(text, canonical, layers):
-    from attnkit.attention.spec import check_sparse_layers, sparse_layer_set
+    from attnkit.attention.placement import check_sparse_layers, sparse_layer_set
 
     assert check_sparse_layers(text) == canonical
     assert sparse_layer_set(canonical, 6) == frozenset(layers)
@@ -368,7 +368,8 @@ def test_sparse_layers_parse(text, canonical, layers):
 
 @pytest.mark.parametrize("bad", ["", "5-4", "a", "1-2-3", "-1", "1,,2", "first", "1.5"])
 def test_bad_sparse_layers_are_refused(bad, tiny_bert, data, tmp_path, capsys):
-    from attnkit.attention.spec import AttentionSpec, check_sparse_layers
+    from attnkit.attention.placement import check_sparse_layers
+    from attnkit.attention.spec import AttentionSpec
 
     with pytest.raises(ValueError, match="expected 'all', 'last'"):
         check_sparse_layers(bad)
@@ -380,7 +381,7 @@ def test_bad_sparse_layers_are_refused(bad, tiny_bert, data, tmp_path, capsys):
 
 
 def test_sparse_layers_beyond_the_model_or_with_softmax_are_refused(tiny_bert, data, tmp_path, capsys):
-    from attnkit.attention.spec import sparse_layer_set
+    from attnkit.attention.placement import sparse_layer_set
 
     with pytest.raises(ValueError, match="has 2 layers"):
         sparse_layer_set("1-2", 2)

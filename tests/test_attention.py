@@ -8,7 +8,8 @@ import sys
 import pytest
 import torch
 
-from attnkit.attention.spec import AttentionSpec, attnkit_attention_forward, spec_of
+from attnkit.attention.forward import attnkit_attention_forward
+from attnkit.attention.spec import AttentionSpec, spec_of
 from attnkit.models.build import build_classifier
 from attnkit.models.checkpoint import load_classifier, load_tokenizer, save_checkpoint
 
@@ -196,22 +197,22 @@ def test_bundled_minilm_with_sparse_attention():
 def test_exact_on_real_minilm_scores(lam):
     """On MiniLM's real attention scores the maps match a float64 sort reference within 1e-6."""
     from attnkit import sparsegen_lin
-    from attnkit.attention.spec import NORMALISERS
+    from attnkit.attention.normalisers import Normaliser, register_normaliser, unregister_normaliser
 
     seen = []
 
-    def record(scores, spec):
+    def record(scores, setting):
         seen.append(scores.detach().clone())
         return torch.softmax(scores, -1)
 
-    NORMALISERS["test-record"] = record
+    register_normaliser(Normaliser("test-record", record, dense=True))
     try:
         model = build_classifier("minilm", 2, AttentionSpec("test-record")).eval()
         tok = load_tokenizer("minilm")
         with torch.no_grad():
             model(**tok(SENTS * 4, padding=True, return_tensors="pt"))
     finally:
-        del NORMALISERS["test-record"]
+        unregister_normaliser("test-record")
     assert len(seen) == 6
     for s in seen:
         z = s.double() / (1 - lam)

@@ -21,7 +21,7 @@ SENTS = ["a great movie and a really good story", "bad", "it was not fun but the
 MODELS = {
     "plain": dict(spec=AttentionSpec("sparsegen-lin", -2.0)),
     "sesame": dict(spec=AttentionSpec("sparsemax", blur="context"), head=HeadSpec("weighted", se=True, se_ratio=2)),
-    "learned-lam": dict(spec=AttentionSpec("sparsegen-lin", 0.5, learn_lam=True)),
+    "learned-lam": dict(spec=AttentionSpec("sparsegen-lin", 0.5, learned="lam")),
 }
 
 

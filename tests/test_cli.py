@@ -179,7 +179,7 @@ def test_fast_kernel_and_slow_path_train_the_same(tiny_bert, tmp_path, monkeypat
     """A short fine-tuning run with a fixed seed gives the same dev metrics on both paths."""
     from conftest import write_tiny_sentiment
 
-    from attnkit.attention import kernels, maps
+    from attnkit.attention import kernels
 
     if kernels.backend() != "cpp":
         pytest.skip(kernels.backend_reason())
@@ -187,7 +187,7 @@ def test_fast_kernel_and_slow_path_train_the_same(tiny_bert, tmp_path, monkeypat
     results = {}
     for name in ("cpp", "torch"):
         if name == "torch":
-            monkeypatch.setattr(maps, "_kernel_for", lambda t: None)
+            monkeypatch.setattr(kernels, "kernel_applies", lambda t: False)
         out = tmp_path / name
         assert main(train_args(tiny_bert, data, out, "--max-steps", "8", "--no-heatmap", "--seed", "7")) == 0
         results[name] = json.loads((out / "metrics.json").read_text())
@@ -227,10 +227,11 @@ def test_help_and_tasks_do_not_import_torch():
 
 
 def test_normaliser_names_match_the_registry():
-    from attnkit.attention.spec import NORMALISERS
-    from attnkit.attention.names import NORMALISER_NAMES
+    from attnkit.attention.names import ANNEALED_NAMES, NORMALISER_NAMES
+    from attnkit.attention.normalisers import BUILTIN_NAMES, NORMALISERS
 
-    assert tuple(NORMALISERS) == NORMALISER_NAMES
+    assert BUILTIN_NAMES == NORMALISER_NAMES
+    assert tuple(n for n in BUILTIN_NAMES if NORMALISERS[n].anneal is not None) == ANNEALED_NAMES
 
 
 def test_tasks_says_which_datasets_are_found(tmp_path, capsys):

@@ -8,7 +8,9 @@ import torch
 from conftest import logits_of
 
 from attnkit.attention.entmax import entmax_bisect
-from attnkit.attention.spec import ALPHA_PARAM, AttentionSpec, learned_values, spec_of
+from attnkit.attention.learned import learned_values
+from attnkit.attention.normalisers import LEARNED
+from attnkit.attention.spec import AttentionSpec, spec_of
 from attnkit.cli import main
 from attnkit.models.build import build_classifier
 from attnkit.models.checkpoint import load_model, load_tokenizer
@@ -21,7 +23,7 @@ SENTS = ["a great movie and a really good story", "bad", "it was not fun but the
 def test_learned_alpha_starts_at_the_spec_and_equals_fixed_alpha(tiny_bert):
     tok = load_tokenizer(tiny_bert)
     fixed = build_classifier(tiny_bert, 2, AttentionSpec("entmax-alpha", alpha=1.3))
-    learn = build_classifier(tiny_bert, 2, AttentionSpec("entmax-alpha", alpha=1.3, learn_alpha=True))
+    learn = build_classifier(tiny_bert, 2, AttentionSpec("entmax-alpha", alpha=1.3, learned="alpha"))
     learn.load_state_dict(fixed.state_dict(), strict=False)
     alphas = learned_values(learn, "alpha")
     assert len(alphas) == 2 and all(len(a) == 4 for a in alphas)
@@ -32,8 +34,8 @@ def test_learned_alpha_starts_at_the_spec_and_equals_fixed_alpha(tiny_bert):
 
 def test_learned_alpha_gets_gradients_and_stays_between_one_and_two(tiny_bert):
     tok = load_tokenizer(tiny_bert)
-    model = build_classifier(tiny_bert, 2, AttentionSpec("entmax-alpha", alpha=1.5, learn_alpha=True)).train()
-    ps = [p for n, p in model.named_parameters() if n.endswith(ALPHA_PARAM)]
+    model = build_classifier(tiny_bert, 2, AttentionSpec("entmax-alpha", alpha=1.5, learned="alpha")).train()
+    ps = [p for n, p in model.named_parameters() if n.endswith(LEARNED["alpha"].param)]
     assert len(ps) == 2
     model(**tok(SENTS, padding=True, return_tensors="pt"), labels=torch.tensor([1, 0, 1])).loss.backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in ps)
@@ -46,10 +48,10 @@ def test_learned_alpha_gets_gradients_and_stays_between_one_and_two(tiny_bert):
 
 def test_each_head_uses_its_own_alpha(tiny_bert):
     tok = load_tokenizer(tiny_bert)
-    model = build_classifier(tiny_bert, 2, AttentionSpec("entmax-alpha", alpha=1.5, learn_alpha=True))
+    model = build_classifier(tiny_bert, 2, AttentionSpec("entmax-alpha", alpha=1.5, learned="alpha"))
     alpha = torch.tensor([1.05, 1.3, 1.6, 1.95])
-    for m in [m for m in model.modules() if hasattr(m, ALPHA_PARAM)]:
-        getattr(m, ALPHA_PARAM).data.copy_(torch.logit(alpha - 1))
+    for m in [m for m in model.modules() if hasattr(m, LEARNED["alpha"].param)]:
+        getattr(m, LEARNED["alpha"].param).data.copy_(torch.logit(alpha - 1))
     enc = tok(SENTS[:1], return_tensors="pt")
     w = logits_of(model, tok, SENTS[:1], output_attentions=True).attentions[0]  # [1, H, L, L]
     sa = model.bert.encoder.layer[0].attention.self
@@ -100,7 +102,7 @@ def test_learned_alpha_with_warmup_trains_saves_and_reloads(tiny_bert, tiny_task
     model = load_model(out / "model")
     assert torch.allclose(torch.tensor(learned_values(model, "alpha")), torch.tensor(alphas), atol=1e-6)
     spec = spec_of(model.config)
-    assert spec.learn_alpha and spec.alpha_mix == 1.0  # the warm-up ended: the saved model runs at its learned alpha
+    assert spec.learned == "alpha" and spec.alpha_mix == 1.0  # the warm-up ended: the saved model runs at its learned alpha
 
 
 def test_alpha_warmup_starts_at_softmax(tiny_bert):

@@ -175,7 +175,7 @@ def test_bad_input_types():
 
 
 def test_kernel_and_torch_paths_agree(gen):
-    from attnkit.attention import kernels, maps
+    from attnkit.attention import kernels
 
     if kernels.backend() != "cpp":
         pytest.skip(kernels.backend_reason())
@@ -184,16 +184,16 @@ def test_kernel_and_torch_paths_agree(gen):
     z[0, 0] = -math.inf
     g = torch.randn_like(z)
     out = {}
-    for name, kf in (("cpp", maps._kernel_for), ("torch", lambda t: None)):
-        old = maps._kernel_for
-        maps._kernel_for = kf
+    for name, kf in (("cpp", kernels.kernel_applies), ("torch", lambda t: False)):
+        old = kernels.kernel_applies
+        kernels.kernel_applies = kf
         try:
             x = z.clone().requires_grad_(True)
             p = sparsegen_lin(x, -1.5)
             p.backward(g)
             out[name] = (p.detach(), x.grad)
         finally:
-            maps._kernel_for = old
+            kernels.kernel_applies = old
     assert torch.equal(out["cpp"][0] > 0, out["torch"][0] > 0)
     assert torch.allclose(out["cpp"][0], out["torch"][0], atol=1e-6)
     assert torch.allclose(out["cpp"][1], out["torch"][1], atol=1e-6)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnkit.attention.spec import NORMALISERS, AttentionSpec, spec_of
+from attnkit.attention.normalisers import NORMALISERS
+from attnkit.attention.spec import AttentionSpec, spec_of
 from attnkit.cli import main
 from attnkit.models.freeze import freeze_parameters, parse_groups
 from attnkit.models.mini import (

@@ -6,7 +6,9 @@ import pytest
 import torch
 from conftest import logits_of
 
-from attnkit.attention.spec import LAM_PARAM, AttentionSpec, learned_lam
+from attnkit.attention.learned import learned_values
+from attnkit.attention.normalisers import LEARNED
+from attnkit.attention.spec import AttentionSpec
 from attnkit.attention.maps import sparsegen_lin
 from attnkit.models.build import build_classifier
 from attnkit.models.checkpoint import load_classifier, load_tokenizer, save_checkpoint
@@ -18,20 +20,20 @@ SENTS = ["a great movie and a really good story", "bad", "it was not fun but the
 def test_learned_lam_starts_at_the_spec_and_equals_fixed_lam(tiny_bert):
     tok = load_tokenizer(tiny_bert)
     fixed = build_classifier(tiny_bert, 2, AttentionSpec("sparsegen-lin", -2.0))
-    learn = build_classifier(tiny_bert, 2, AttentionSpec("sparsegen-lin", -2.0, learn_lam=True))
+    learn = build_classifier(tiny_bert, 2, AttentionSpec("sparsegen-lin", -2.0, learned="lam"))
     learn.load_state_dict(fixed.state_dict(), strict=False)
-    lams = learned_lam(learn)
+    lams = learned_values(learn, "lam")
     assert len(lams) == 2 and all(len(l) == 4 for l in lams)
     assert all(abs(x + 2.0) < 1e-6 for row in lams for x in row)
     a, b = logits_of(fixed, tok, SENTS), logits_of(learn, tok, SENTS)
     assert torch.allclose(a.logits, b.logits, atol=1e-5)
-    assert learned_lam(fixed) is None
+    assert learned_values(fixed, "lam") is None
 
 
 def test_learned_lam_gets_gradients_and_stays_below_one(tiny_bert):
     tok = load_tokenizer(tiny_bert)
-    model = build_classifier(tiny_bert, 2, AttentionSpec("sparsegen-lin", 0.5, learn_lam=True)).train()
-    rhos = [p for n, p in model.named_parameters() if n.endswith(LAM_PARAM)]
+    model = build_classifier(tiny_bert, 2, AttentionSpec("sparsegen-lin", 0.5, learned="lam")).train()
+    rhos = [p for n, p in model.named_parameters() if n.endswith(LEARNED["lam"].param)]
     assert len(rhos) == 2
     out = model(**tok(SENTS, padding=True, return_tensors="pt"), labels=torch.tensor([1, 0, 1]))
     out.loss.backward()
@@ -39,15 +41,15 @@ def test_learned_lam_gets_gradients_and_stays_below_one(tiny_bert):
     with torch.no_grad():  # any value of the parameter is a valid lam < 1
         for p in rhos:
             p.fill_(-30.0)
-    assert all(x < 1 for row in learned_lam(model) for x in row)
+    assert all(x < 1 for row in learned_values(model, "lam") for x in row)
 
 
 def test_each_head_uses_its_own_lam(tiny_bert):
     tok = load_tokenizer(tiny_bert)
-    model = build_classifier(tiny_bert, 2, AttentionSpec("sparsegen-lin", 0.0, learn_lam=True))
+    model = build_classifier(tiny_bert, 2, AttentionSpec("sparsegen-lin", 0.0, learned="lam"))
     lam = torch.tensor([-3.0, 0.0, 0.5, 0.9])
-    for m in [m for m in model.modules() if hasattr(m, LAM_PARAM)]:
-        getattr(m, LAM_PARAM).data.copy_(torch.log1p(-lam))
+    for m in [m for m in model.modules() if hasattr(m, LEARNED["lam"].param)]:
+        getattr(m, LEARNED["lam"].param).data.copy_(torch.log1p(-lam))
     # reference: the first layer's scores through sparsegen_lin with each head's lam
     sa = model.bert.encoder.layer[0].attention.self
     enc = tok(SENTS[:1], return_tensors="pt")
@@ -66,20 +68,20 @@ def test_each_head_uses_its_own_lam(tiny_bert):
 
 def test_learned_lam_survives_save_and_reload(tiny_bert, tmp_path):
     tok = load_tokenizer(tiny_bert)
-    model = build_classifier(tiny_bert, 2, AttentionSpec("sparsegen-lin", -1.0, learn_lam=True))
-    for i, m in enumerate(m for m in model.modules() if hasattr(m, LAM_PARAM)):
-        getattr(m, LAM_PARAM).data.copy_(torch.log1p(-torch.tensor([0.3, -2.0, 0.7, -5.0])) + 0.01 * i)
+    model = build_classifier(tiny_bert, 2, AttentionSpec("sparsegen-lin", -1.0, learned="lam"))
+    for i, m in enumerate(m for m in model.modules() if hasattr(m, LEARNED["lam"].param)):
+        getattr(m, LEARNED["lam"].param).data.copy_(torch.log1p(-torch.tensor([0.3, -2.0, 0.7, -5.0])) + 0.01 * i)
     d = save_checkpoint(model, tmp_path / "m", tok)
     cfg = json.loads((d / "config.json").read_text())
-    assert cfg["attnkit"]["learn_lam"] is True and len(cfg["attnkit_lam"]) == 2
+    assert cfg["attnkit"]["learned"] == "lam" and len(cfg["attnkit_lam"]) == 2
     back = load_classifier(d)
-    assert learned_lam(back) == learned_lam(model)
+    assert learned_values(back, "lam") == learned_values(model, "lam")
     assert torch.equal(logits_of(back, tok, SENTS).logits, logits_of(model, tok, SENTS).logits)
 
 
 def test_learn_lam_needs_sparsegen_lin():
     with pytest.raises(ValueError, match="sparsegen-lin"):
-        AttentionSpec("softmax", learn_lam=True)
+        AttentionSpec("softmax", learned="lam")
 
 
 def test_warmup_lam_goes_from_denser_to_the_target():
@@ -101,7 +103,7 @@ def test_lam_warmup_and_learned_lam_train_end_to_end(tiny_bert, tiny_task, tmp_p
     lams = m["lam_learned"]
     assert len(lams) == 2 and any(abs(x + 2.0) > 1e-4 for row in lams for x in row)  # it moved
     assert (tmp_path / "l/lam_learned.png").is_file() and (tmp_path / "l/lam_learned.svg").is_file()
-    back = learned_lam(load_classifier(tmp_path / "l/model"))
+    back = learned_values(load_classifier(tmp_path / "l/model"), "lam")
     assert [x for row in back for x in row] == pytest.approx([x for row in lams for x in row], abs=1e-6)
     with pytest.raises(ValueError, match="--lam-warmup"):
         TrainConfig(**{**base, "attention": "softmax"}, lam_warmup=0.5).spec()

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnkit.attention.spec import AttentionSpec, gaussian_blur, gaussian_kernel
+from attnkit.attention.blur import gaussian_blur, gaussian_kernel
+from attnkit.attention.spec import AttentionSpec
 from attnkit.models.pooling import STRATEGIES, HeadSpec, PooledEncoderForSequenceClassification
 
 # ----------------------------------------------------------------------------- the blur kernel
@@ -126,7 +127,7 @@ def test_tiny_sigma_blur_equals_no_blur(tiny_bert):
 
 
 def test_an_identity_blur_is_named_so_and_the_train_command_says_it_does_not_blur(tiny_bert, tmp_path, capsys, monkeypatch):
-    from attnkit.attention.spec import blur_is_identity
+    from attnkit.attention.blur import blur_is_identity
     from attnkit.cli import main
     from attnkit.cli import train_commands as commands
 

@@ -148,7 +148,7 @@ def test_sparsemax_on_grouped_query_attention():
 
 
 def test_attention_keywords_are_honoured_or_refused():
-    from attnkit.attention.spec import attnkit_attention_forward
+    from attnkit.attention.forward import attnkit_attention_forward
 
     module = attnkit.sparsify(tiny("llama", WORKS["llama"]), "softmax").model.layers[0].self_attn
     q, k, v = torch.randn(1, 4, 5, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)

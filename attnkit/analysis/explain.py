@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 from attnkit.analysis.inference import encoded_batches
-from attnkit.attention.spec import sparse_layer_set, spec_of
+from attnkit.attention.placement import sparse_layer_set
+from attnkit.attention.spec import spec_of
 from attnkit.errors import UserError
 from attnkit.models.pooling import head_of
 from attnkit.runfiles.names import FIGURE_CREATOR

@@ -51,7 +51,9 @@ from sklearn.metrics import average_precision_score
 from tqdm.auto import tqdm
 
 from attnkit.analysis.explain import figure_path, pyplot, save_figure
-from attnkit.attention.spec import attention_modules, sparse_layer_set, spec_of
+from attnkit.attention.placement import attention_modules, sparse_layer_set
+from attnkit.attention.spec import spec_of
+from attnkit.errors import UserError
 
 #: the k of "top k% of the words" at which the erasure measures are taken
 PERCENTS = (1, 5, 10, 20, 50)
@@ -171,7 +173,7 @@ class WordClassifier:
 
     def __init__(self, model, tokenizer, *, max_length: int = 128, batch_size: int = 32, ig_steps: int = 20):
         if not getattr(tokenizer, "is_fast", False):
-            raise ValueError("explanations per word need a fast tokenizer (its word_ids group the word pieces)")
+            raise UserError("explanations per word need a fast tokenizer (its word_ids group the word pieces)")
         self.model, self.tok = model.eval(), tokenizer
         self.max_length, self.batch_size, self.ig_steps = max_length, batch_size, ig_steps
         self.device = next(model.parameters()).device
@@ -281,7 +283,7 @@ def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales
                 if v is not None:
                     ap[e].append(v)
     if not used:
-        raise ValueError("no example with words to explain")
+        raise UserError("no example with words to explain")
     report = {"examples": used, "percents": list(percents), "tie_draws": tie_draws, "attention_layer": attention_layer(clf.model),
               "max_length": clf.max_length, "texts_cut": cut, "explanations": {}}
     for e in EXPLANATIONS:

@@ -44,8 +44,9 @@ import math
 
 import torch
 
-from .kernels import kernel_applies, triton_applies, triton_kernels  # relative: this file also runs as a checkpoint's remote code
-from .maps import batch_first, check_dense, check_dim, plain, rowwise
+from .kernels import backend_for, kernel_ops  # relative: this file also runs as a checkpoint's remote code
+from .maps import batch_first, check_dense, check_dim, check_row_setting, rowwise
+from ..errors import UserError
 
 __all__ = ["entmax15", "entmax_bisect", "check_alpha", "bisect_steps"]
 
@@ -111,11 +112,10 @@ class _Entmax15Function(torch.autograd.Function):
 
     @staticmethod
     def forward(z: torch.Tensor):
-        if kernel_applies(z):
-            return torch.ops.attnkit.entmax_forward(z, None)
-        if triton_applies(z) and plain(z):
-            return triton_kernels().entmax_forward(z, None)
-        return _entmax15_forward(z)
+        backend = backend_for(z)
+        if backend == "torch":
+            return _entmax15_forward(z)
+        return kernel_ops(backend).entmax_forward(z, None)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -124,12 +124,10 @@ class _Entmax15Function(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         (p,) = ctx.saved_tensors
-        if not torch.is_grad_enabled() and plain(g):  # a plain backward: the kernels (the torch form below is the
-            if kernel_applies(p):  # double backward's, and that of torch.func's transforms)
-                return torch.ops.attnkit.entmax_backward(p, g, None)[0]
-            if triton_applies(p):
-                return triton_kernels().entmax_backward(p, g, None)[0]
-        return _grad_scores(p, g, _power_on_support(p, 0.5))
+        backend = backend_for(p, g, backward=True)  # a double backward, and torch.func's transforms: the torch form
+        if backend == "torch":
+            return _grad_scores(p, g, _power_on_support(p, 0.5))
+        return kernel_ops(backend).entmax_backward(p, g, None)[0]
 
     @staticmethod
     def vmap(info, in_dims, z):
@@ -198,11 +196,10 @@ class _EntmaxBisectFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(z: torch.Tensor, alpha: torch.Tensor, n_iter: int):
-        if kernel_applies(z):
-            return torch.ops.attnkit.entmax_forward(z, alpha)
-        if triton_applies(z) and plain(z) and plain(alpha):
-            return triton_kernels().entmax_forward(z, alpha)
-        return _entmax_bisect_forward(z, alpha, n_iter)
+        backend = backend_for(z, alpha)
+        if backend == "torch":
+            return _entmax_bisect_forward(z, alpha, n_iter)
+        return kernel_ops(backend).entmax_forward(z, alpha)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -211,10 +208,10 @@ class _EntmaxBisectFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         p, alpha = ctx.saved_tensors
-        bwd = torch.ops.attnkit.entmax_backward if kernel_applies(p) else triton_kernels().entmax_backward if triton_applies(p) else None
-        if bwd is not None and not torch.is_grad_enabled() and plain(g):  # the kernels give alpha's gradient per row
-            grad_z, grad_alpha = bwd(p, g, alpha)  # from the same pass; a double backward (grad enabled) and torch.func's
-            return grad_z, (grad_alpha if ctx.needs_input_grad[1] else None), None  # transforms take the torch form below
+        backend = backend_for(p, g, backward=True)  # a double backward, and torch.func's transforms: the torch form
+        if backend != "torch":  # the kernels give alpha's gradient per row from the same pass
+            grad_z, grad_alpha = kernel_ops(backend).entmax_backward(p, g, alpha)
+            return grad_z, (grad_alpha if ctx.needs_input_grad[1] else None), None
         q = _power_on_support(p, 2 - alpha)
         grad_z = _grad_scores(p, g, q)
         grad_alpha = None
@@ -234,21 +231,10 @@ def check_alpha(alpha) -> float:
     try:
         a = float(alpha)
     except (TypeError, ValueError):
-        raise ValueError(f"alpha must be a real number in [1, 2], got {alpha!r}") from None
+        raise UserError(f"alpha must be a real number in [1, 2], got {alpha!r}") from None
     if not math.isfinite(a) or not 1 <= a <= 2:
-        raise ValueError(f"alpha must be a number in [1, 2] (1: softmax, 1.5: 1.5-entmax, 2: sparsemax), got alpha={alpha!r}")
+        raise UserError(f"alpha must be a number in [1, 2] (1: softmax, 1.5: 1.5-entmax, 2: sparsemax), got alpha={alpha!r}")
     return a
-
-
-def check_alpha_shape(alpha: torch.Tensor, scores: torch.Tensor, dim: int) -> None:
-    """ValueError, naming both shapes, where a tensor ``alpha`` does not broadcast to ``scores`` with ``dim`` of size 1
-    (one alpha per row): torch's own message would name neither argument."""
-    want = list(scores.shape)
-    want[dim] = 1
-    ok = alpha.dim() <= scores.dim() and all(a in (1, w) for a, w in zip(reversed(alpha.shape), reversed(want)))
-    if not ok:
-        raise ValueError(f"alpha of shape {tuple(alpha.shape)}: expected a float or a tensor broadcastable to "
-                         f"{tuple(want)} (the scores' shape {tuple(scores.shape)} with dim {dim} of size 1: one alpha per row)")
 
 
 def entmax_bisect(scores: torch.Tensor, alpha=1.5, dim: int = -1, n_iter: int | None = None) -> torch.Tensor:
@@ -264,7 +250,7 @@ def entmax_bisect(scores: torch.Tensor, alpha=1.5, dim: int = -1, n_iter: int | 
     if not isinstance(alpha, torch.Tensor):
         check_alpha(alpha)
     else:
-        check_alpha_shape(alpha, scores, dim)
+        check_row_setting("alpha", alpha, scores, dim)
 
     def fn(work: torch.Tensor, moved_dim: int) -> torch.Tensor:
         a = alpha if isinstance(alpha, torch.Tensor) else torch.tensor(float(alpha), dtype=torch.float64)

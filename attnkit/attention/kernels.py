@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Optional
 
 import torch
+from ..errors import UserError
 
 log = logging.getLogger("attnkit")
 
@@ -40,11 +41,6 @@ try:
     import fcntl
 except ImportError:  # no flock (Windows, where this file can run as a checkpoint's remote code): builds take no lock
     fcntl = None
-try:  # attnkit's one-line error, which the CLI prints without a traceback; imported by name because a checkpoint's
-    # remote copy of this file runs without the package (and there raises ValueError instead)
-    _UserError = importlib.import_module("attnkit.errors").UserError
-except ImportError:
-    _UserError = ValueError
 
 # Vectorise the reductions (reassociation) but keep inf/NaN semantics: -inf marks padding.
 _FLAGS = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros", "-fopenmp-simd", "-march=native"]
@@ -269,9 +265,9 @@ def _kernel_choice() -> str:
     """ATTNKIT_KERNEL, checked: another value than auto/torch/triton, or triton where triton is not importable, is
     refused in one line (when the choice is consulted: importing attnkit never fails on it)."""
     if MODE not in MODES:
-        raise _UserError(f"ATTNKIT_KERNEL={MODE!r} is not a kernel choice: expected auto, torch or triton (any case)")
+        raise UserError(f"ATTNKIT_KERNEL={MODE!r} is not a kernel choice: expected auto, torch or triton (any case)")
     if MODE == "triton" and triton_kernels() is None:
-        raise _UserError(f"ATTNKIT_KERNEL=triton, but the Triton kernels are unavailable ({_triton_why}): install "
+        raise UserError(f"ATTNKIT_KERNEL=triton, but the Triton kernels are unavailable ({_triton_why}): install "
                          "triton (pip install -e '.[gpu]') or set ATTNKIT_KERNEL=auto")
     return MODE
 
@@ -368,6 +364,39 @@ def triton_applies(t) -> bool:
     if mode != "triton" and t.device.type != "cuda":
         return False
     return _triton_ready()
+
+
+def plain(t: torch.Tensor) -> bool:
+    """Whether ``t`` is an ordinary tensor, not one of a ``torch.func`` transform (vmap's batched tensor, grad's
+    tracking one): those go to torch's own ops, which every transform knows, not to the kernels. (torch.compile
+    traces plain tensors: the question is not asked there.)"""
+    if torch.compiler.is_compiling():
+        return True
+    functorch = torch._C._functorch
+    return not (functorch.is_batchedtensor(t) or functorch.is_gradtrackingtensor(t))
+
+
+def backend_for(t: torch.Tensor, *inputs: torch.Tensor, backward: bool = False, differentiable: tuple = ()) -> str:
+    """Which backend runs a map on ``t``: "cpp" (the compiled CPU kernel), "triton" or "torch".
+
+    ``inputs``: the call's other tensors (alpha; in a backward the output's gradient), which must be plain tensors
+    (:func:`plain`) for Triton, and in a backward for any kernel. ``backward``: the kernels give first derivatives
+    only, so a backward run with grad mode on (a double backward) takes torch's form, except on the backends named in
+    ``differentiable`` (whose backward op is itself differentiable)."""
+    if backward and not all(plain(x) for x in inputs):
+        return "torch"
+    allowed = differentiable if backward and torch.is_grad_enabled() else ("cpp", "triton")
+    if "cpp" in allowed and kernel_applies(t):
+        return "cpp"
+    if "triton" in allowed and triton_applies(t) and plain(t) and all(plain(x) for x in inputs):
+        return "triton"
+    return "torch"
+
+
+def kernel_ops(backend_name: str):
+    """The ops of a kernel backend ("cpp" or "triton"): ``sparsemax_forward(z, scale)``,
+    ``sparsemax_backward(p, g, scale)``, ``entmax_forward(z, alpha)``, ``entmax_backward(p, g, alpha)``."""
+    return torch.ops.attnkit if backend_name == "cpp" else triton_kernels()
 
 
 def backend() -> str:

@@ -29,7 +29,8 @@ import operator
 
 import torch
 
-from .kernels import kernel_applies, triton_applies, triton_kernels  # relative: this file also runs as a checkpoint's remote code
+from .kernels import backend_for, kernel_ops  # relative: this file also runs as a checkpoint's remote code
+from ..errors import UserError
 
 __all__ = ["sparsemax", "sparsegen_lin", "sparsemax_threshold", "rowwise", "TOPK"]
 
@@ -90,11 +91,6 @@ def _mask_empty(tau: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return torch.where(k == 0, torch.full_like(tau, math.inf), tau)
 
 
-def _kernel_for(t: torch.Tensor) -> bool:
-    """Whether the compiled CPU kernel applies to ``t`` (CPU, float32/64, a non-empty last dim, built)."""
-    return kernel_applies(t)
-
-
 def _torch_forward(z: torch.Tensor, scale: float, topk: int) -> torch.Tensor:
     """sparsemax(scale * z) on any device, as the kernel computes it: each row shifted by its max first."""
     row_max = z.amax(-1, keepdim=True)
@@ -123,16 +119,6 @@ def _sparsemax_vjp(p: torch.Tensor, g: torch.Tensor, scale: float) -> torch.Tens
     return grad * scale if scale != 1.0 else grad
 
 
-def plain(t: torch.Tensor) -> bool:
-    """Whether ``t`` is an ordinary tensor, not one of a ``torch.func`` transform (vmap's batched tensor, grad's
-    tracking one): those go to torch's own ops, which every transform knows, not to the kernels. (torch.compile
-    traces plain tensors: the question is not asked there.)"""
-    if torch.compiler.is_compiling():
-        return True
-    functorch = torch._C._functorch
-    return not (functorch.is_batchedtensor(t) or functorch.is_gradtrackingtensor(t))
-
-
 def batch_first(info, in_dims, *tensors) -> list:
     """The tensors a ``vmap`` rule gets, each with vmap's batch dim first (one without it expanded to the batch), so
     that their last dim stays the rows' and they run as one larger batch of rows."""
@@ -146,11 +132,10 @@ class _SparsemaxFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(z: torch.Tensor, scale: float, topk: int):
-        if _kernel_for(z):
-            return torch.ops.attnkit.sparsemax_forward(z, scale)
-        if triton_applies(z) and plain(z):
-            return triton_kernels().sparsemax_forward(z, scale)
-        return _torch_forward(z, scale, topk)
+        backend = backend_for(z)
+        if backend == "torch":
+            return _torch_forward(z, scale, topk)
+        return kernel_ops(backend).sparsemax_forward(z, scale)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -160,13 +145,10 @@ class _SparsemaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         (p,) = ctx.saved_tensors
-        if not plain(g):  # under a torch.func transform (grad, jacrev): torch's ops, which every transform knows
+        backend = backend_for(p, g, backward=True, differentiable=("cpp",))  # the C++ backward op has its own backward
+        if backend == "torch":
             return _sparsemax_vjp(p, g, ctx.scale), None, None
-        if _kernel_for(p):
-            return torch.ops.attnkit.sparsemax_backward(p, g, ctx.scale), None, None
-        if triton_applies(p) and not torch.is_grad_enabled():  # a double backward differentiates the torch form
-            return triton_kernels().sparsemax_backward(p, g, ctx.scale), None, None
-        return _sparsemax_vjp(p, g, ctx.scale), None, None
+        return kernel_ops(backend).sparsemax_backward(p, g, ctx.scale), None, None
 
     @staticmethod
     def vmap(info, in_dims, z, scale, topk):
@@ -204,7 +186,7 @@ def rowwise(fn, scores: torch.Tensor, dim: int, *, pass_dim: bool = False) -> to
     if not scores.is_floating_point():
         raise TypeError(f"scores must be a floating-point tensor, got dtype {scores.dtype}")
     if scores.dim() == 0:
-        raise ValueError("scores must have at least one dimension")
+        raise UserError("scores must have at least one dimension")
     if not -scores.dim() <= dim < scores.dim():
         raise IndexError(f"dim {dim} is out of range for scores of {scores.dim()} dimensions")
     dim = dim % scores.dim()
@@ -241,18 +223,36 @@ def check_lam(lam: float) -> float:
     try:
         lam_f = float(lam)
     except (TypeError, ValueError):
-        raise ValueError(f"lam must be a real number below 1, got {lam!r}") from None
+        raise UserError(f"lam must be a real number below 1, got {lam!r}") from None
     if not math.isfinite(lam_f) or lam_f >= 1.0:
-        raise ValueError(f"lam must be a finite number below 1 (sparsegen-lin divides by 1 - lam), got lam={lam!r}")
+        raise UserError(f"lam must be a finite number below 1 (sparsegen-lin divides by 1 - lam), got lam={lam!r}")
     return lam_f
 
 
-def sparsegen_lin(scores: torch.Tensor, lam: float = 0.0, dim: int = -1, *, topk: int = TOPK) -> torch.Tensor:
+def check_row_setting(name: str, value: torch.Tensor, scores: torch.Tensor, dim: int) -> None:
+    """ValueError, naming both shapes, where a tensor setting (alpha, lam) does not broadcast to ``scores`` with ``dim``
+    of size 1 (one value per row): torch's own message would name neither argument."""
+    want = list(scores.shape)
+    want[dim] = 1
+    ok = value.dim() <= scores.dim() and all(a in (1, w) for a, w in zip(reversed(value.shape), reversed(want)))
+    if not ok:
+        raise UserError(f"{name} of shape {tuple(value.shape)}: expected a float or a tensor broadcastable to "
+                         f"{tuple(want)} (the scores' shape {tuple(scores.shape)} with dim {dim} of size 1: one {name} per row)")
+
+
+def sparsegen_lin(scores: torch.Tensor, lam=0.0, dim: int = -1, *, topk: int = TOPK) -> torch.Tensor:
     """Sparsegen-lin along ``dim``: ``sparsemax(scores / (1 - lam))``.
 
     ``lam < 1``; ``lam = 0`` is sparsemax, ``lam -> 1`` tends to argmax, very negative
     ``lam`` spreads the mass over more entries. Raises ``ValueError`` for ``lam >= 1``
-    or a non-finite ``lam``.
+    or a non-finite ``lam``. ``lam`` may be a tensor broadcastable to ``scores`` with ``dim`` of size 1 (one lam per
+    row, e.g. per head); one that requires grad receives its gradient. Tensor values are not checked (that would read
+    them on the host): keep them below 1, as ``1 - exp(rho)`` does.
     """
-    lam_f = check_lam(lam)
-    return _apply(scores, 1.0 / (1.0 - lam_f), dim, topk)
+    if not isinstance(lam, torch.Tensor):
+        return _apply(scores, 1.0 / (1.0 - check_lam(lam)), dim, topk)
+    check_dense(scores)
+    check_row_setting("lam", lam, scores, check_dim(dim))
+    scale = (1.0 / (1.0 - lam)).to(scores.dtype)
+    masked = torch.isneginf(scores)  # scaled as 0, then -inf again: 0 * -inf would be NaN in lam's gradient
+    return sparsemax(torch.where(masked, scores, scores.masked_fill(masked, 0.0) * scale), dim, topk=topk)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 import re
 
-from attnkit.attention.names import KINDS, NORMALISER_NAMES
-from attnkit.training.config import ADAPT_ATTENTIONS, DEFAULT_MINI_LR, DEFAULT_VOCAB, HEAD_MODES, SCORE_SCALES, AdaptConfig, PretrainConfig, TrainConfig
+from attnkit.attention.names import KINDS, NormaliserChoices
+from attnkit.training.config import DEFAULT_MINI_LR, DEFAULT_VOCAB, HEAD_MODES, SCORE_SCALES, AdaptConfig, PretrainConfig, TrainConfig
 from attnkit.training.recipes import RECIPES, recipe_options
 
 PRETRAIN_DOC = """MiniBERT on a task's own text.
@@ -86,7 +86,7 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--task", default=d.task, help=f"dataset (default {d.task}); see `attnkit tasks`")
     t.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
     t.add_argument("--model", default=d.model, help="'minilm' (bundled), a local checkpoint folder, or a hub name")
-    t.add_argument("--attention", default=None, choices=list(NORMALISER_NAMES), help=f"normaliser (default: a checkpoint's own, else {d.attention}; see MiniBERT below)")
+    t.add_argument("--attention", default=None, choices=NormaliserChoices(), help=f"normaliser (default: a checkpoint's own, else {d.attention}; see MiniBERT below)")
     t.add_argument("--lam", type=float, default=None, help="sparsegen-lin lam < 1 (default: the SSAF paper's value for the task, else 0)")
     t.add_argument("--from-scratch", action="store_true", help="random weights, same architecture (the paper's Np / SSAF(Np))")
     t.add_argument("--epochs", type=float, default=None, help=f"training epochs (default: the SSAF paper's for its tasks, e.g. SciTail 3, SenTube-A 5; else {d.epochs:g})")
@@ -190,7 +190,7 @@ def add_pretrain_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--task", default=d.task, help=f"dataset whose TRAINING text is used (default {d.task})")
     p.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
     p.add_argument("--kind", default=d.kind, choices=KINDS, help="sa = MiniSA (Q,K,V), ssa = MiniSSA (Q only), nta = MiniNTA (none)")
-    p.add_argument("--attention", default=d.attention, choices=list(NORMALISER_NAMES), help=f"normaliser (default {d.attention})")
+    p.add_argument("--attention", default=d.attention, choices=NormaliserChoices(), help=f"normaliser (default {d.attention})")
     p.add_argument("--lam", type=float, default=d.lam, help="sparsegen-lin lam < 1 (default 0)")
     p.add_argument("--layers", type=int, default=d.layers, help=f"attention layers L (default {d.layers})")
     p.add_argument("--heads", type=int, default=d.heads, help=f"heads per layer H, splitting --dim (default {d.heads})")
@@ -235,7 +235,7 @@ def add_adapt_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--text-file", action="append", default=None, help="a file of your own texts, one per line (UTF-8); repeatable")
     p.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
     p.add_argument("--model", default=d.model, help="'minilm' (bundled), a local checkpoint or run folder, or a hub name")
-    p.add_argument("--attention", default=d.attention, choices=list(ADAPT_ATTENTIONS), help=f"the map to adapt to (default {d.attention}); softmax: the control")
+    p.add_argument("--attention", default=d.attention, choices=NormaliserChoices(adapt_only=True), help=f"the map to adapt to (default {d.attention}); softmax: the control")
     p.add_argument("--lam", type=float, default=None, help=f"sparsegen-lin: the target lam < 1 (default {d.lam:g})")
     p.add_argument("--alpha", type=float, default=None, help=f"entmax-alpha: the target alpha in (1.01, 2] (default {d.alpha:g})")
     p.add_argument("--anneal", type=float, default=d.anneal, help=f"fraction of the steps (< 1) or step count over which the map goes from dense to the target (default {d.anneal:g})")

@@ -10,6 +10,7 @@ from attnkit.analysis.inference import (
     model_dir,
     run_info,
 )
+from attnkit.attention.normalisers import names_with, normaliser
 from attnkit.errors import UserError
 from attnkit.models.checks import check_model_folder
 from attnkit.models.freeze import parse_groups
@@ -34,11 +35,11 @@ from attnkit.training.recipes import apply_recipe
 
 def map_options_ignored(a, attention: str, lam: bool = True) -> list[str]:
     """--lam and --alpha given for a map that has no such setting (``train``, ``adapt``; ``sweep`` sweeps lam itself)."""
-    ignored = []
-    if lam and a.lam is not None and attention != "sparsegen-lin":
-        ignored.append(f"--lam {a.lam:g} (only sparsegen-lin has a lam; the attention is {attention})")
-    if a.alpha is not None and attention != "entmax-alpha":
-        ignored.append(f"--alpha {a.alpha:g} (only entmax-alpha has an alpha to choose; the attention is {attention})")
+    ignored, setting = [], normaliser(attention).setting
+    if lam and a.lam is not None and setting != "lam":
+        ignored.append(f"--lam {a.lam:g} (only {' or '.join(names_with(setting='lam'))} has a lam; the attention is {attention})")
+    if a.alpha is not None and setting != "alpha":
+        ignored.append(f"--alpha {a.alpha:g} (only {' or '.join(names_with(setting='alpha'))} has an alpha to choose; the attention is {attention})")
     return ignored
 
 
@@ -112,7 +113,7 @@ def mini_train_settings(a, default_attention: str = "sparsegen-lin", default_lr:
         stored = checkpoint_spec(model) if ckpt is not None else None
         if stored is not None:
             attention, lam = stored.attention, (lam if lam is not None else stored.lam)
-            if stored.attention == "entmax-alpha" and getattr(a, "alpha", None) is None:
+            if stored.normaliser.setting == "alpha" and getattr(a, "alpha", None) is None:
                 inherited["alpha"] = stored.alpha  # e.g. an encoder adapted to alpha 2 (attnkit adapt --alpha 2)
             if stored.sparse_layers is not None and getattr(a, "sparse_layers", None) is None:
                 inherited["sparse_layers"] = stored.sparse_layers  # adapted with --sparse-layers: fine-tuned so too

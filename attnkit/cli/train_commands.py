@@ -22,6 +22,7 @@ from attnkit.cli.settings import (
     refuse_ignored,
     train_config,
 )
+from attnkit.attention.normalisers import names_with, normaliser
 from attnkit.errors import UserError
 from attnkit.models.build import check_se_ratio
 from attnkit.models.checkpoint import load_tokenizer
@@ -120,8 +121,8 @@ def cmd_sweep(a) -> int:
 
 
 def cmd_pretrain(a) -> int:
-    if a.lam != PretrainConfig.lam and a.attention != "sparsegen-lin":
-        raise UserError(f"--lam {a.lam:g}: only sparsegen-lin has a lam; the attention is {a.attention}")
+    if a.lam != PretrainConfig.lam and normaliser(a.attention).setting != "lam":
+        raise UserError(f"--lam {a.lam:g}: only {' or '.join(names_with(setting='lam'))} has a lam; the attention is {a.attention}")
     cfg = PretrainConfig(
         task=a.task, data_dir=a.data_dir, kind=a.kind, attention=a.attention, lam=a.lam, layers=a.layers, heads=a.heads,
         dim=a.dim, vocab_size=a.vocab_size, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, max_length=a.max_length,
@@ -154,7 +155,7 @@ def cmd_adapt(a) -> int:
         precision=a.precision, keep_checkpoints=a.keep_checkpoints,
     )
     cfg.validate()
-    if cfg.attention == "entmax-alpha" and cfg.alpha <= 1.01:
+    if cfg.spec().normaliser.setting == "alpha" and cfg.alpha <= 1.01:
         raise UserError(f"--alpha {cfg.alpha:g}: the anneal starts at alpha 1.01; give a target above it (1.5: 1.5-entmax)")
     m = adapt(cfg)
     if not is_main_process():

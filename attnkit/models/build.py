@@ -8,14 +8,13 @@ import os
 
 from transformers import AutoConfig, AutoModelForSequenceClassification
 
+from attnkit.attention.learned import add_head_parameters
+from attnkit.attention.normalisers import LEARNED
+from attnkit.attention.placement import number_layers, sparse_layer_set
 from attnkit.attention.spec import (
     ATTN_IMPLEMENTATION,
-    LEARNED,
     AttentionSpec,
-    add_head_parameters,
     apply_spec,
-    number_layers,
-    sparse_layer_set,
     spec_of,
 )
 from attnkit.errors import UserError

@@ -17,13 +17,13 @@ from transformers import (
     AutoTokenizer,
 )
 
+from attnkit.attention.learned import learned_values
+from attnkit.attention.normalisers import LEARNED
 from attnkit.attention.spec import (
     ATTN_IMPLEMENTATION,
     CONFIG_KEY,
-    LEARNED,
     AttentionSpec,
     apply_spec,
-    learned_values,
     spec_of,
 )
 from attnkit.errors import UserError
@@ -42,9 +42,13 @@ from attnkit.models.modeling_attnkit import (
 )
 from attnkit.models.pooling import PooledEncoderForSequenceClassification, head_of
 from attnkit.models.resolve import is_qa_model, resolve_model
-from attnkit.runfiles.names import RUN_INFO
 from attnkit.runfiles.json_files import finite_record, read_json
-from attnkit.runfiles.ownership import folder_is_as_written, set_aside, write_folder_manifest
+from attnkit.runfiles.names import RUN_INFO
+from attnkit.runfiles.ownership import (
+    folder_is_as_written,
+    set_aside,
+    write_folder_manifest,
+)
 
 
 def load_tokenizer(name_or_path: str | os.PathLike | None):

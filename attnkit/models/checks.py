@@ -11,10 +11,7 @@ from pathlib import Path
 
 from safetensors import safe_open
 
-from attnkit.attention.spec import (
-    CONFIG_KEY,
-    AttentionSpec,
-)
+from attnkit.attention.spec import CONFIG_KEY, AttentionSpec
 from attnkit.errors import DataFormatError, UserError
 from attnkit.models.mini import MODEL_TYPE as MINI_MODEL_TYPE
 from attnkit.models.modeling_attnkit import MODEL_TYPE, set_folder_check

@@ -46,14 +46,27 @@ import math
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification, PretrainedConfig, PreTrainedModel
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    PretrainedConfig,
+    PreTrainedModel,
+)
 from transformers import initialization as init
-from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, SequenceClassifierOutput
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    MaskedLMOutput,
+    SequenceClassifierOutput,
+)
 
+from attnkit.attention.forward import register as register_attention
 from attnkit.attention.names import KINDS
-from attnkit.attention.spec import AttentionSpec, apply_spec, sparse_layer_set, spec_of
-from attnkit.attention.spec import register as register_attention
+from attnkit.attention.placement import sparse_layer_set
+from attnkit.attention.spec import AttentionSpec, apply_spec, spec_of
 from attnkit.models.modeling_attnkit import accept_in_pipelines
+from attnkit.errors import UserError
 
 MODEL_TYPE = "attnkit-mini"
 SCORE_SCALES = ("none", "sqrt")
@@ -89,23 +102,23 @@ class MiniBertConfig(PretrainedConfig):
     ):
         kind = str(attention_kind).lower()
         if kind not in KINDS:
-            raise ValueError(f"attention_kind {attention_kind!r}: expected one of {', '.join(KINDS)} (MiniSA, MiniSSA, MiniNTA)")
+            raise UserError(f"attention_kind {attention_kind!r}: expected one of {', '.join(KINDS)} (MiniSA, MiniSSA, MiniNTA)")
         for name, v in (("hidden_size", hidden_size), ("num_hidden_layers", num_hidden_layers),
                         ("num_attention_heads", num_attention_heads), ("vocab_size", vocab_size)):
             if int(v) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v}")
+                raise UserError(f"{name} must be a positive integer, got {v}")
         if score_scale is None:  # checkpoints written before score_scale carry scale_scores (default True)
             score_scale = "none" if scale_scores is False else "sqrt"
         if score_scale not in SCORE_SCALES:
-            raise ValueError(f"score_scale {score_scale!r}: expected one of {', '.join(SCORE_SCALES)} (none = the paper's bare dot product)")
+            raise UserError(f"score_scale {score_scale!r}: expected one of {', '.join(SCORE_SCALES)} (none = the paper's bare dot product)")
         if scale_scores is not None and bool(scale_scores) != (score_scale == "sqrt"):
-            raise ValueError(f"score_scale {score_scale!r} contradicts scale_scores={scale_scores}")
+            raise UserError(f"score_scale {score_scale!r} contradicts scale_scores={scale_scores}")
         if head_mode not in HEAD_MODES:
-            raise ValueError(f"head_mode {head_mode!r}: expected one of {', '.join(HEAD_MODES)}")
+            raise UserError(f"head_mode {head_mode!r}: expected one of {', '.join(HEAD_MODES)}")
         if head_mode == "split" and hidden_size % num_attention_heads:
-            raise ValueError(f"hidden_size {hidden_size} is not divisible by num_attention_heads {num_attention_heads}")
+            raise UserError(f"hidden_size {hidden_size} is not divisible by num_attention_heads {num_attention_heads}")
         if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+            raise UserError(f"dropout must be in [0, 1), got {dropout}")
         self.vocab_size = int(vocab_size)
         self.hidden_size = int(hidden_size)
         self.num_hidden_layers = int(num_hidden_layers)
@@ -142,7 +155,7 @@ class MiniBertEmbeddings(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         B, L = input_ids.shape
         if L > self.positions.shape[0]:
-            raise ValueError(f"sequence of {L} tokens is longer than max_position_embeddings={self.positions.shape[0]}")
+            raise UserError(f"sequence of {L} tokens is longer than max_position_embeddings={self.positions.shape[0]}")
         return self.tokens(input_ids) + self.positions[:L][None]  # [B, L, d]
 
 

@@ -7,7 +7,7 @@ knows, so no transformers version can load it as a softmax model or with a missi
   ``AutoModelForSequenceClassification.from_pretrained(run/model)`` or ``pipeline(...)`` give
   attnkit's model;
 - without attnkit, ``trust_remote_code=True`` loads the same model from the code saved beside the
-  weights (this file, ``spec.py``, ``maps.py``, ``entmax.py``, ``kernels.py``, ``pooling.py``: they import
+  weights (this file, the attention modules and ``pooling.py``, :data:`CODE_FILES`: they import
   only torch and transformers, and each other relatively); without that flag transformers refuses.
 
 The weights keep the names of the encoder's own classes (``bert.encoder...``): an
@@ -27,23 +27,25 @@ from transformers import PretrainedConfig, PreTrainedModel
 
 # relative imports: this file also runs as a checkpoint's remote code, where the code files sit side by side and
 # ``from ..attention.spec`` is saved as ``from .spec`` (see :func:`code_file_text`)
-from ..attention.kernels import cpu_kernel as _cpu_kernel  # noqa: F401  every code file imported here, directly:
-from ..attention.entmax import entmax15 as _entmax15  # noqa: F401
-from ..attention.maps import sparsemax as _sparsemax  # noqa: F401     transformers 4 copies only a remote module's
-from ..attention.spec import ATTN_IMPLEMENTATION, CONFIG_KEY, LEARNED, add_head_parameters, learned_values, number_layers, spec_of  # direct ones
-from ..attention.spec import register as register_attention
+from ..attention.blur import gaussian_blur as _gaussian_blur  # noqa: F401  every code file imported here, directly:
+from ..attention.entmax import entmax15 as _entmax15  # noqa: F401     transformers 4 copies only a remote module's
+from ..attention.forward import register as register_attention  # direct ones
+from ..attention.kernels import cpu_kernel as _cpu_kernel  # noqa: F401
+from ..attention.learned import add_head_parameters, learned_values
+from ..attention.maps import sparsemax as _sparsemax  # noqa: F401
+from ..attention.names import NORMALISER_NAMES as _NORMALISER_NAMES  # noqa: F401
+from ..attention.normalisers import LEARNED
+from ..attention.placement import number_layers
+from ..attention.spec import ATTN_IMPLEMENTATION, CONFIG_KEY, spec_of
 from ..errors import UserError
 from .pooling import HEAD_KEY, PooledEncoderForSequenceClassification, head_of
 
 MODEL_TYPE = "attnkit"
-#: config key of a learn_lam model's lam per layer and head [layers][heads] (also in the weights); learned alpha's
-#: is LEARNED["alpha"].config_key
-LAM_KEY = LEARNED["lam"].config_key
 #: the files saved beside the weights so that trust_remote_code=True can load the model without attnkit
-CODE_FILES = ("modeling_attnkit.py", "spec.py", "maps.py", "entmax.py", "kernels.py", "pooling.py", "errors.py")
+CODE_FILES = ("modeling_attnkit.py", "spec.py", "normalisers.py", "learned.py", "blur.py", "placement.py", "forward.py",
+              "names.py", "maps.py", "entmax.py", "kernels.py", "pooling.py", "errors.py")
 #: where each code file lives in the attnkit package (in a checkpoint they sit side by side)
-_CODE_PACKAGES = {"modeling_attnkit.py": "models", "spec.py": "attention", "maps.py": "attention", "entmax.py": "attention", "kernels.py": "attention",
-                  "pooling.py": "models", "errors.py": ""}
+_CODE_PACKAGES = {**{name: "attention" for name in CODE_FILES}, "modeling_attnkit.py": "models", "pooling.py": "models", "errors.py": ""}
 _PACKAGE_IMPORT = re.compile(r"^(\s*)from \.\.(?:\w+\.)?(\w+) import ", re.M)
 #: keys of an AttnkitConfig that are not the encoder's own
 _OWN_KEYS = ("model_type", "auto_map", "architectures", "base_model_type", "transformers_version", CONFIG_KEY, HEAD_KEY,

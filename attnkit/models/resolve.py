@@ -11,12 +11,10 @@ from urllib.parse import urlparse
 
 from huggingface_hub import constants, try_to_load_from_cache
 
-from attnkit.attention.spec import (
-    AttentionSpec,
-)
+from attnkit.attention.spec import AttentionSpec
 from attnkit.errors import UserError
-from attnkit.runfiles.names import MODEL_DIR
 from attnkit.runfiles.json_files import path_problem, read_json
+from attnkit.runfiles.names import MODEL_DIR
 from attnkit.runfiles.ownership import unfinished_run
 
 DEFAULT_MODEL = "minilm"

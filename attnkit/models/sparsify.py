@@ -11,13 +11,11 @@ import textwrap
 
 from transformers.models.auto import modeling_auto
 
-from attnkit.attention.spec import (
-    AttentionSpec,
-    add_head_parameters,
-    attnkit_attention_forward,
-    keyword_refusal,
-    sparse_layer_set,
-)
+from attnkit.attention.forward import attnkit_attention_forward, keyword_refusal
+from attnkit.attention.learned import add_head_parameters
+from attnkit.attention.normalisers import names_with
+from attnkit.attention.placement import sparse_layer_set
+from attnkit.attention.spec import AttentionSpec
 from attnkit.errors import UserError
 from attnkit.models.build import attnkit_config, finish_model
 from attnkit.models.checkpoint import set_attention
@@ -69,18 +67,19 @@ def _sparsify_settings(attention: str, lam: float | None, alpha: float | None) -
     """``(lam, alpha)`` for ``attention``: -4 and 1.5 where not given; a lam other than 0 with an attention that has
     none, or an alpha other than 1.5 with one that is not entmax-alpha, is refused (it would be ignored), as the CLI
     refuses --lam/--alpha there."""
-    name = AttentionSpec(attention).attention
-    if lam is not None and name != "sparsegen-lin" and lam != AttentionSpec.lam:
-        raise UserError(f"sparsify(attention={attention!r}, lam={lam!r}): only sparsegen-lin has a lam; "
-                         f"leave lam out, or use attention='sparsegen-lin'")
-    if alpha is not None and name != "entmax-alpha" and alpha != AttentionSpec.alpha:
-        raise UserError(f"sparsify(attention={attention!r}, alpha={alpha!r}): only entmax-alpha has an alpha "
-                         f"({name} has {'1.5' if name == 'entmax15' else 'none'}); leave alpha out, or use attention='entmax-alpha'")
+    norm = AttentionSpec(attention).normaliser
+    name, lam_maps, alpha_maps = norm.name, " or ".join(names_with(setting="lam")), " or ".join(names_with(setting="alpha"))
+    if lam is not None and norm.setting != "lam" and lam != AttentionSpec.lam:
+        raise UserError(f"sparsify(attention={attention!r}, lam={lam!r}): only {lam_maps} has a lam; "
+                        f"leave lam out, or use attention='{lam_maps}'")
+    if alpha is not None and norm.setting != "alpha" and alpha != AttentionSpec.alpha:
+        raise UserError(f"sparsify(attention={attention!r}, alpha={alpha!r}): only {alpha_maps} has an alpha "
+                        f"({name} has {'none' if norm.alpha is None else f'{norm.alpha:g}'}); leave alpha out, or use attention='{alpha_maps}'")
     return (-4.0 if lam is None else lam), (AttentionSpec.alpha if alpha is None else alpha)
 
 
 def sparsify(model, attention: str = "sparsegen-lin", lam: float | None = None, *, blur: str = "none", blur_size: int = 3,
-             blur_sigma: float = 0.3, learn_lam: bool = False, alpha: float | None = None, learn_alpha: bool = False,
+             blur_sigma: float = 0.3, learned: str | None = None, alpha: float | None = None,
              sparse_layers: str | None = None):
     """Switch a loaded transformers model to attnkit's attention, in place, and return it.
 
@@ -90,7 +89,7 @@ def sparsify(model, attention: str = "sparsegen-lin", lam: float | None = None, 
     with an :class:`AttnkitConfig`, so ``save_pretrained`` writes a self-describing checkpoint that reloads
     with the same attention. Raises ValueError for an architecture with its own attention code (DeBERTa-v2, MPNet, ...)
     or whose attention layers pass their attention function something it cannot honour (a relative position bias, the
-    keys a sparse-attention indexer picked: ``ATTENTION_KEYWORDS`` in ``attnkit.attention.spec``). Decoders run too:
+    keys a sparse-attention indexer picked: ``ATTENTION_KEYWORDS`` in ``attnkit.attention.forward``). Decoders run too:
     grouped-query attention, soft-capping (Gemma-2), sliding windows, attention sinks (gpt-oss).
     ``lam`` (default -4) is sparsegen-lin's and ``alpha`` (default 1.5) entmax-alpha's: given with another attention,
     they are refused, not ignored.
@@ -99,8 +98,8 @@ def sparsify(model, attention: str = "sparsegen-lin", lam: float | None = None, 
     if not hasattr(model, "config"):  # a torch module but not a transformers model: AttributeError 'config' before
         raise TypeError(f"sparsify takes a loaded transformers model (with a .config), got {type(model).__name__}")
     lam, alpha = _sparsify_settings(attention, lam, alpha)
-    spec = AttentionSpec(attention, lam, blur=blur, blur_size=blur_size, blur_sigma=blur_sigma, learn_lam=learn_lam,
-                         alpha=alpha, learn_alpha=learn_alpha, sparse_layers=sparse_layers)
+    spec = AttentionSpec(attention, lam, blur=blur, blur_size=blur_size, blur_sigma=blur_sigma, learned=learned,
+                         alpha=alpha, sparse_layers=sparse_layers)
     if spec.sparse_layers is not None and getattr(model.config, "num_hidden_layers", None):
         sparse_layer_set(spec.sparse_layers, model.config.num_hidden_layers)  # a layer it lacks: refused before any change
     name = type(model).__name__

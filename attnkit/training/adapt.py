@@ -33,8 +33,10 @@ from datasets import Dataset
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
 from attnkit.attention import kernels
-from attnkit.attention.spec import AttentionSpec, attention_modules, spec_of
-from attnkit.errors import DataFormatError
+from attnkit.attention.normalisers import LAM_MAP
+from attnkit.attention.placement import attention_modules
+from attnkit.attention.spec import AttentionSpec, spec_of
+from attnkit.errors import DataFormatError, UserError
 from attnkit.models.build import build_masked_lm, encoder_of
 from attnkit.models.resolve import checkpoint_dir
 from attnkit.models.checkpoint import load_tokenizer, save_checkpoint, set_attention
@@ -65,7 +67,7 @@ def read_text_file(path: str | Path) -> list[str]:
     if not p.exists():
         raise FileNotFoundError(f"--text-file {path} {path_problem(p)}")
     if not p.is_file():
-        raise ValueError(f"--text-file {path} is not a regular file (a folder, FIFO or device): give a text file, one text per line")
+        raise UserError(f"--text-file {path} is not a regular file (a folder, FIFO or device): give a text file, one text per line")
     out = []
     with p.open("rb") as f:
         for i, raw in enumerate(f, 1):
@@ -77,7 +79,7 @@ def read_text_file(path: str | Path) -> list[str]:
             if line:
                 out.append(line)
     if not out:
-        raise ValueError(f"--text-file {path} holds no text (only blank lines)")
+        raise UserError(f"--text-file {path} holds no text (only blank lines)")
     return out
 
 
@@ -90,7 +92,7 @@ def adapt_texts(cfg: AdaptConfig) -> tuple[list[str], dict]:
     for task in cfg.tasks:
         data = load_task(task, cfg.data_dir)
         if "train" not in data.splits:
-            raise ValueError(f"task {task} has no training split (it has {', '.join(data.splits)}): attnkit adapt reads training texts only")
+            raise UserError(f"task {task} has no training split (it has {', '.join(data.splits)}): attnkit adapt reads training texts only")
         train = data.splits["train"]  # the ONLY split read: dev/test texts never reach the encoder
         got = list(train["text"]) + (list(train["text_pair"]) if "text_pair" in train.column_names else [])
         sources["tasks"][task] = len(got)
@@ -100,7 +102,7 @@ def adapt_texts(cfg: AdaptConfig) -> tuple[list[str], dict]:
             read_text_file(f)  # names what is wrong with it (a symlink loop cannot be resolved below)
         p = Path(f).expanduser().resolve()
         if data_root is not None and Path(data_root).resolve() in p.parents:
-            raise ValueError(f"--text-file {f} lies in the data folder {data_root}: its dev or test texts must not be read; "
+            raise UserError(f"--text-file {f} lies in the data folder {data_root}: its dev or test texts must not be read; "
                              "give the task with --task (attnkit adapt then reads its training split only)")
         got = read_text_file(f)
         sources["files"][str(p)] = len(got)
@@ -114,15 +116,11 @@ def adapt_texts(cfg: AdaptConfig) -> tuple[list[str], dict]:
         pooled = [pooled[i] for i in sorted(keep.tolist())]
         sources["texts_used"] = len(pooled)
     if not pooled:
-        raise ValueError("no text to adapt on: the tasks and files given hold no text")
+        raise UserError("no text to adapt on: the tasks and files given hold no text")
     return pooled, sources
 
 
 # ----------------------------------------------------------------------------- the anneal
-
-
-def target_spec(cfg: AdaptConfig) -> AttentionSpec:
-    return cfg.spec()
 
 
 def spec_at(cfg: AdaptConfig, step: int) -> AttentionSpec:
@@ -130,28 +128,37 @@ def spec_at(cfg: AdaptConfig, step: int) -> AttentionSpec:
     :meth:`AdaptConfig.anneal_steps` (and keeps)."""
     target = cfg.spec()
     n = cfg.anneal_steps()
-    if target.attention == "softmax" or n <= 0 or step >= n:
+    norm = target.normaliser
+    if norm.anneal is None or n <= 0 or step >= n:
         return target
     f = step / n
-    if target.attention in ("entmax15", "entmax-alpha"):
-        goal = 1.5 if target.attention == "entmax15" else target.alpha
-        mix0 = (ADAPT_ALPHA_START - 1.0) / (goal - 1.0)
+    if norm.anneal == "alpha":  # alpha from ADAPT_ALPHA_START to the map's
+        mix0 = (ADAPT_ALPHA_START - 1.0) / (norm.target_alpha(target) - 1.0)
         return replace(target, alpha_mix=mix0 + (1.0 - mix0) * f)
-    # sparsegen-lin (and sparsemax, its lam = 0): temperature 1 - lam from ADAPT_LAM_FACTOR x to 1 x
-    lam = target.lam if target.attention == "sparsegen-lin" else 0.0
-    t1 = 1.0 - lam
+    # "lam": sparsegen-lin's temperature 1 - lam from ADAPT_LAM_FACTOR x to 1 x (a map without a lam: lam 0, sparsemax)
+    t1 = 1.0 - (target.lam if norm.setting == "lam" else 0.0)
     t = ADAPT_LAM_FACTOR * t1 + (t1 - ADAPT_LAM_FACTOR * t1) * f
-    return replace(target, attention="sparsegen-lin", lam=1.0 - t)
+    return replace(target, attention=LAM_MAP, lam=1.0 - t)
 
 
 def schedule_value(spec: AttentionSpec) -> dict:
     """What the progress bar shows of the current map: alpha (entmax maps) or lam (sparsegen-lin)."""
-    if spec.attention == "entmax15":
-        return {"alpha": round(spec.effective_alpha(1.5), 4)}
-    if spec.attention == "entmax-alpha":
-        return {"alpha": round(spec.effective_alpha(spec.alpha), 4)}
-    if spec.attention == "sparsegen-lin":
+    norm = spec.normaliser
+    if norm.anneal == "alpha":
+        return {"alpha": round(spec.effective_alpha(norm.target_alpha(spec)), 4)}
+    if norm.setting == "lam":
         return {"lam": round(spec.lam, 4)}
+    return {}
+
+
+def schedule_record(cfg: AdaptConfig) -> dict:
+    """Where the anneal starts and ends, for the run's record."""
+    target = cfg.spec()
+    norm = target.normaliser
+    if norm.anneal == "alpha":
+        return {"alpha_start": ADAPT_ALPHA_START, "alpha_end": norm.target_alpha(target)}
+    if norm.anneal == "lam":
+        return {"lam_start": spec_at(cfg, 0).lam, "lam_end": target.lam if norm.setting == "lam" else 0.0}
     return {}
 
 
@@ -168,7 +175,7 @@ class AnnealCallback(TrainerCallback):
             set_attention(model, spec)
 
     def on_train_end(self, args, state, control, model=None, **kw):
-        set_attention(model, target_spec(self.cfg))
+        set_attention(model, self.cfg.spec())
 
 
 class HeadWarmupCallback(TrainerCallback):
@@ -282,11 +289,11 @@ def check_checkpoints(cfg: AdaptConfig, out: Path) -> None:
     try:
         old = read_json(saved, "the settings of an adapt run")
     except (OSError, ValueError) as e:
-        raise ValueError(f"{out} holds checkpoints of a run whose settings are missing or unreadable ({e}): nothing was "
+        raise UserError(f"{out} holds checkpoints of a run whose settings are missing or unreadable ({e}): nothing was "
                          "changed; add --no-resume to move it aside and start afresh there, or pick another --output-dir") from None
     diffs = settings_differences(old, asdict(cfg), _FREE, AdaptConfig.__dataclass_fields__)
     if diffs:
-        raise ValueError(f"{out} holds checkpoints of an adapt run with other settings ({'; '.join(diffs)}): rerun with the "
+        raise UserError(f"{out} holds checkpoints of an adapt run with other settings ({'; '.join(diffs)}): rerun with the "
                          "same settings to resume it, add --no-resume to start afresh there, or pick another --output-dir")
 
 
@@ -352,11 +359,8 @@ def _adapt(cfg: AdaptConfig, out: Path) -> dict:
     zeros = attention_zeros(trainer.model, tokenizer, sample, cfg.max_length)
     record = {
         "attention": cfg.spec().to_dict(),
-        "schedule": ({"alpha_start": ADAPT_ALPHA_START, "alpha_end": 1.5 if cfg.attention == "entmax15" else cfg.alpha}
-                     if cfg.attention in ("entmax15", "entmax-alpha") else
-                     {"lam_start": spec_at(cfg, 0).lam, "lam_end": cfg.lam if cfg.attention == "sparsegen-lin" else 0.0}
-                     if cfg.attention in ("sparsegen-lin", "sparsemax") else {}),
-        "anneal_steps": cfg.anneal_steps() if cfg.attention != "softmax" else 0, "head_warmup_steps": cfg.head_warmup_steps(),
+        "schedule": schedule_record(cfg),
+        "anneal_steps": cfg.anneal_steps() if cfg.spec().normaliser.anneal is not None else 0, "head_warmup_steps": cfg.head_warmup_steps(),
         "steps": int(trainer.state.global_step), "batch_size": cfg.batch_size, "lr": cfg.lr, "max_length": cfg.max_length,
         "mlm_probability": cfg.mlm_probability, "seed": cfg.seed, "precision": cfg.precision,
         "texts": sources, "model": str(cfg.model), "new_weights": new_weights, "seconds": round(seconds, 1),

@@ -14,9 +14,10 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from attnkit.attention.names import ENTMAX_NAMES, KINDS
+from attnkit.attention.names import KINDS, NormaliserChoices
 from attnkit.runfiles.names import METRICS_FILE, MODEL_DIR  # noqa: F401  (re-exported: where a run keeps what)
 from attnkit.tasks.lemmas import lemmatizer
+from attnkit.errors import UserError
 
 if TYPE_CHECKING:
     from attnkit.attention.spec import AttentionSpec
@@ -45,7 +46,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 def check_seed(seed, option: str = "--seed") -> int:
     """A seed as numpy and torch take it: a whole number from 0 to 2**32 - 1."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-        raise ValueError(f"{option} {seed}: expected a whole number from 0 to {2**32 - 1}")
+        raise UserError(f"{option} {seed}: expected a whole number from 0 to {2**32 - 1}")
     return seed
 
 
@@ -122,35 +123,35 @@ class TrainConfig:
     def validate(self) -> None:
         """ValueError naming the first setting that cannot give a meaningful run."""
         if not isinstance(self.max_steps, int) or self.max_steps == 0 or self.max_steps < -1:
-            raise ValueError(f"--max-steps {self.max_steps}: expected a number of steps >= 1 (or no --max-steps: --epochs decides)")
+            raise UserError(f"--max-steps {self.max_steps}: expected a number of steps >= 1 (or no --max-steps: --epochs decides)")
         if not (isinstance(self.epochs, (int, float)) and math.isfinite(self.epochs) and self.epochs > 0):
-            raise ValueError(f"--epochs {self.epochs:g}: expected a number of epochs > 0")
+            raise UserError(f"--epochs {self.epochs:g}: expected a number of epochs > 0")
         check_seed(self.seed)
         for name, v in (("--batch-size", self.batch_size), ("eval batch size", self.eval_batch_size)):
             if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} {v}: expected a whole number >= 1")
+                raise UserError(f"{name} {v}: expected a whole number >= 1")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"--lr {self.lr}: expected a learning rate > 0")
+            raise UserError(f"--lr {self.lr}: expected a learning rate > 0")
         if not (isinstance(self.warmup_ratio, (int, float)) and math.isfinite(self.warmup_ratio) and self.warmup_ratio >= 0):
-            raise ValueError(f"--warmup {self.warmup_ratio}: expected a fraction of the steps (< 1) or a step count, >= 0")
+            raise UserError(f"--warmup {self.warmup_ratio}: expected a fraction of the steps (< 1) or a step count, >= 0")
         if self.warmup_ratio >= 1 and self.warmup_ratio != int(self.warmup_ratio):
-            raise ValueError(f"--warmup {self.warmup_ratio}: expected a fraction of the steps (< 1) or a whole step count")
+            raise UserError(f"--warmup {self.warmup_ratio}: expected a fraction of the steps (< 1) or a whole step count")
         if not (isinstance(self.weight_decay, (int, float)) and math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise ValueError(f"--weight-decay {self.weight_decay}: expected a finite number >= 0")
+            raise UserError(f"--weight-decay {self.weight_decay}: expected a finite number >= 0")
         for name, v in (("--lam-warmup", self.lam_warmup), ("--alpha-warmup", self.alpha_warmup)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0) or (v >= 1 and v != int(v)):
-                raise ValueError(f"{name} {v}: expected a fraction of the steps (< 1) or a whole step count, >= 0")
+                raise UserError(f"{name} {v}: expected a fraction of the steps (< 1) or a whole step count, >= 0")
         if not isinstance(self.logging_steps, int) or self.logging_steps < 1:
-            raise ValueError(f"--logging-steps {self.logging_steps}: expected a whole number >= 1")
+            raise UserError(f"--logging-steps {self.logging_steps}: expected a whole number >= 1")
         if not isinstance(self.max_length, int) or self.max_length < 2:
-            raise ValueError(f"--max-length {self.max_length}: expected a whole number of tokens of at least 2 (with [CLS] and [SEP])")
+            raise UserError(f"--max-length {self.max_length}: expected a whole number of tokens of at least 2 (with [CLS] and [SEP])")
         for name, v in (("--max-train-samples", self.max_train_samples), ("--max-eval-samples", self.max_eval_samples), ("--eval-steps", self.eval_steps)):
             if v is not None and v < 1:
-                raise ValueError(f"{name} {v}: expected a whole number >= 1")
+                raise UserError(f"{name} {v}: expected a whole number >= 1")
         if not (isinstance(self.holdout, (int, float)) and math.isfinite(self.holdout) and 0 <= self.holdout < 1):
-            raise ValueError(f"--holdout {self.holdout}: expected the fraction of the training split to hold out, >= 0 and < 1")
+            raise UserError(f"--holdout {self.holdout}: expected the fraction of the training split to hold out, >= 0 and < 1")
         if self.precision not in PRECISIONS:
-            raise ValueError(f"precision {self.precision!r}: expected one of {', '.join(PRECISIONS)} (--bf16, --fp16, or neither)")
+            raise UserError(f"precision {self.precision!r}: expected one of {', '.join(PRECISIONS)} (--bf16, --fp16, or neither)")
         if self.lemmatize:
             lemmatizer(self.lemmatize)
         self.spec()
@@ -158,40 +159,43 @@ class TrainConfig:
         check_mini_shape(self.score_scale, self.head_mode)
         if self.teacher is not None or self.distill_weight != 0.5 or self.distill_temperature != 2.0:
             if self.teacher is None:
-                raise ValueError("--distill-weight/--distill-temperature: need --teacher (the model whose predictions are distilled)")
+                raise UserError("--distill-weight/--distill-temperature: need --teacher (the model whose predictions are distilled)")
             if not (isinstance(self.distill_weight, (int, float)) and 0 < self.distill_weight <= 1):
-                raise ValueError(f"--distill-weight {self.distill_weight}: expected a weight > 0 and <= 1 (1: the teacher alone)")
+                raise UserError(f"--distill-weight {self.distill_weight}: expected a weight > 0 and <= 1 (1: the teacher alone)")
             if not (isinstance(self.distill_temperature, (int, float)) and math.isfinite(self.distill_temperature) and self.distill_temperature > 0):
-                raise ValueError(f"--distill-temperature {self.distill_temperature}: expected a temperature > 0")
+                raise UserError(f"--distill-temperature {self.distill_temperature}: expected a temperature > 0")
         if self.pooling_lr is not None:
             if not (self.se or self.pooling == "weighted"):
-                raise ValueError(f"--pooling-lr {self.pooling_lr}: needs --se or --layer-pooling weighted (the layer weights it trains)")
+                raise UserError(f"--pooling-lr {self.pooling_lr}: needs --se or --layer-pooling weighted (the layer weights it trains)")
             if not (isinstance(self.pooling_lr, (int, float)) and math.isfinite(self.pooling_lr) and self.pooling_lr > 0):
-                raise ValueError(f"--pooling-lr {self.pooling_lr}: expected a learning rate > 0")
+                raise UserError(f"--pooling-lr {self.pooling_lr}: expected a learning rate > 0")
 
     def spec(self) -> AttentionSpec:
-        from attnkit.attention.spec import AttentionSpec  # torch: only when a run is set up, not for --help
+        from attnkit.attention.normalisers import NORMALISERS, canonical, names_with  # torch: only when a run is set up, not for --help
+        from attnkit.attention.spec import AttentionSpec
 
         lam = self.lam if self.lam is not None else PAPER_LAM.get(self.task, 0.0)
+        norm = NORMALISERS.get(canonical(self.attention))
+        setting, anneal = (norm.setting, norm.anneal) if norm is not None else (None, None)
         if self.lam_lr is not None and not (self.learn_lam and isinstance(self.lam_lr, (int, float)) and math.isfinite(self.lam_lr) and self.lam_lr > 0):
-            raise ValueError(f"--lam-lr {self.lam_lr}: needs --learn-lam and a learning rate > 0")
-        if self.lam_warmup and (self.attention != "sparsegen-lin" or not self.lam_warmup > 0):
-            raise ValueError(f"--lam-warmup {self.lam_warmup}: needs --attention sparsegen-lin and a fraction of the steps (< 1) or a step count > 0")
+            raise UserError(f"--lam-lr {self.lam_lr}: needs --learn-lam and a learning rate > 0")
+        if self.lam_warmup and (setting != "lam" or not self.lam_warmup > 0):
+            raise UserError(f"--lam-warmup {self.lam_warmup}: needs --attention {' or '.join(names_with(setting='lam'))} and a fraction of the steps (< 1) or a step count > 0")
         if self.alpha_lr is not None and not (self.learn_alpha and isinstance(self.alpha_lr, (int, float)) and math.isfinite(self.alpha_lr) and self.alpha_lr > 0):
-            raise ValueError(f"--alpha-lr {self.alpha_lr}: needs --learn-alpha and a learning rate > 0")
-        if self.alpha_warmup and (self.attention not in ENTMAX_NAMES or not (math.isfinite(self.alpha_warmup) and self.alpha_warmup > 0)):
-            raise ValueError(f"--alpha-warmup {self.alpha_warmup}: needs --attention {' or '.join(ENTMAX_NAMES)} and a fraction of the steps (< 1) or a step count > 0")
-        if (self.alpha != 1.5 or self.learn_alpha) and self.attention != "entmax-alpha":
-            raise ValueError(f"--alpha/--learn-alpha: need --attention entmax-alpha, not {self.attention}")
+            raise UserError(f"--alpha-lr {self.alpha_lr}: needs --learn-alpha and a learning rate > 0")
+        if self.alpha_warmup and (anneal != "alpha" or not (math.isfinite(self.alpha_warmup) and self.alpha_warmup > 0)):
+            raise UserError(f"--alpha-warmup {self.alpha_warmup}: needs --attention {' or '.join(names_with(anneal='alpha'))} and a fraction of the steps (< 1) or a step count > 0")
+        if (self.alpha != 1.5 or self.learn_alpha) and setting != "alpha":
+            raise UserError(f"--alpha/--learn-alpha: need --attention {' or '.join(names_with(setting='alpha'))}, not {self.attention}")
+        learned = "lam" if self.learn_lam else "alpha" if self.learn_alpha else None
         try:
             return AttentionSpec(self.attention, lam, blur=self.blur, blur_size=self.blur_size, blur_sigma=self.blur_sigma,
-                                 learn_lam=self.learn_lam, alpha=self.alpha, learn_alpha=self.learn_alpha,
-                                 sparse_layers=self.sparse_layers)
+                                 learned=learned, alpha=self.alpha, sparse_layers=self.sparse_layers)
         except ValueError as e:
-            msg = re.sub(r"^(\w+)=(.*?):", lambda m: f"{option_name(m.group(1))} {m.group(2).strip(chr(39))}:", str(e))  # blur_size=4: -> --blur-size 4:
+            msg = re.sub(r"^learned=(\w+)", r"--learn-\1", str(e))  # learned=lam needs ... -> --learn-lam needs ...
+            msg = re.sub(r"^(\w+)=(.*?):", lambda m: f"{option_name(m.group(1))} {m.group(2).strip(chr(39))}:", msg)  # blur_size=4: -> --blur-size 4:
             msg = msg.replace("sparse_layers=", "--sparse-layers ").replace("a sparse attention", "a sparse --attention")
-            msg = re.sub(r"^(learn_lam|learn_alpha) ", lambda m: f"{option_name(m.group(1))} ", msg)
-            raise ValueError(f"--alpha {self.alpha}: {msg}" if "alpha" in msg and not msg.startswith(("--alpha", "--learn")) else msg) from None
+            raise UserError(f"--alpha {self.alpha}: {msg}" if "alpha" in msg and not msg.startswith(("--alpha", "--learn")) else msg) from None
 
     @property
     def head_lr(self) -> float | None:
@@ -220,9 +224,9 @@ HEAD_MODES = ("split", "full")
 def check_mini_shape(score_scale, head_mode) -> None:
     """ValueError naming --score-scale or --head-mode when either is not one of its choices (None: the default)."""
     if score_scale is not None and score_scale not in SCORE_SCALES:
-        raise ValueError(f"--score-scale {score_scale!r}: expected one of {', '.join(SCORE_SCALES)} (none = the paper's bare dot product)")
+        raise UserError(f"--score-scale {score_scale!r}: expected one of {', '.join(SCORE_SCALES)} (none = the paper's bare dot product)")
     if head_mode is not None and head_mode not in HEAD_MODES:
-        raise ValueError(f"--head-mode {head_mode!r}: expected one of {', '.join(HEAD_MODES)}")
+        raise UserError(f"--head-mode {head_mode!r}: expected one of {', '.join(HEAD_MODES)}")
 
 
 def is_mini_alias(model) -> bool:
@@ -257,38 +261,38 @@ class PretrainConfig:
     resume: bool = True  # False: an earlier run in output_dir is moved aside (.replaced-<date>/) and pre-training starts afresh
 
     def spec(self) -> AttentionSpec:
-        from attnkit.attention.spec import AttentionSpec  # torch: only when a run is set up, not for --help
+        from attnkit.attention.spec import AttentionSpec
 
         return AttentionSpec(self.attention, self.lam)
 
     def validate(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"--kind {self.kind!r}: expected one of {', '.join(KINDS)} (MiniSA, MiniSSA, MiniNTA)")
+            raise UserError(f"--kind {self.kind!r}: expected one of {', '.join(KINDS)} (MiniSA, MiniSSA, MiniNTA)")
         if self.lemmatize:
             lemmatizer(self.lemmatize)
         self.spec()
         for name in ("layers", "heads", "dim", "batch_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)}")
+                raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)}")
         if not isinstance(self.max_length, int) or self.max_length < 3:  # 2 holds [CLS] and [SEP] alone: nothing to mask
-            raise ValueError(f"--max-length {self.max_length}: expected a whole number of tokens of at least 3 ([CLS], a "
+            raise UserError(f"--max-length {self.max_length}: expected a whole number of tokens of at least 3 ([CLS], a "
                              "token to mask, [SEP])")
         check_seed(self.seed)
         check_mini_shape(self.score_scale, self.head_mode)
         if self.head_mode == "split" and self.dim % self.heads:
-            raise ValueError(f"--dim {self.dim} is not divisible by --heads {self.heads}")
+            raise UserError(f"--dim {self.dim} is not divisible by --heads {self.heads}")
         if not (isinstance(self.epochs, (int, float)) and math.isfinite(self.epochs) and self.epochs > 0):
-            raise ValueError(f"--epochs {self.epochs}: expected a number of epochs > 0")
+            raise UserError(f"--epochs {self.epochs}: expected a number of epochs > 0")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"--lr {self.lr}: expected a learning rate > 0")
+            raise UserError(f"--lr {self.lr}: expected a learning rate > 0")
         if self.max_train_samples is not None and self.max_train_samples < 1:
-            raise ValueError(f"--max-train-samples {self.max_train_samples}: expected a whole number >= 1")
+            raise UserError(f"--max-train-samples {self.max_train_samples}: expected a whole number >= 1")
         if self.logging_steps < 1:
-            raise ValueError(f"--logging-steps {self.logging_steps}: expected a whole number >= 1")
+            raise UserError(f"--logging-steps {self.logging_steps}: expected a whole number >= 1")
         if self.max_length > MAX_POSITIONS:
-            raise ValueError(f"--max-length {self.max_length}: MiniBERT has {MAX_POSITIONS} positions at most")
+            raise UserError(f"--max-length {self.max_length}: MiniBERT has {MAX_POSITIONS} positions at most")
         if not 0 < self.mlm_probability < 1:
-            raise ValueError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
+            raise UserError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
 
 
 # ----------------------------------------------------------------------------- adapting an encoder to a sparse map
@@ -297,8 +301,6 @@ class PretrainConfig:
 ADAPT_ALPHA_START = 1.01
 #: sparsegen-lin's anneal starts at the lam whose temperature 1 - lam is this many times larger (a much denser map)
 ADAPT_LAM_FACTOR = 8.0
-#: the sparse maps attnkit adapt anneals to, and softmax (the control)
-ADAPT_ATTENTIONS = ("softmax", "sparsemax", "sparsegen-lin", "entmax15", "entmax-alpha")
 
 
 @dataclass
@@ -333,59 +335,59 @@ class AdaptConfig:
     keep_checkpoints: bool = False
 
     def spec(self) -> AttentionSpec:
-        from attnkit.attention.spec import AttentionSpec  # torch: only when a run is set up, not for --help
+        from attnkit.attention.normalisers import normaliser  # torch: only when a run is set up, not for --help
+        from attnkit.attention.spec import AttentionSpec
 
         try:
-            return AttentionSpec(self.attention, self.lam if self.attention == "sparsegen-lin" else 0.0,
-                                 alpha=self.alpha if self.attention == "entmax-alpha" else 1.5,
-                                 sparse_layers=self.sparse_layers)
+            setting = normaliser(self.attention).setting
+            return AttentionSpec(self.attention, self.lam if setting == "lam" else 0.0,
+                                 alpha=self.alpha if setting == "alpha" else 1.5, sparse_layers=self.sparse_layers)
         except ValueError as e:
-            raise ValueError(str(e).replace("sparse_layers=", "--sparse-layers ").replace("a sparse attention", "a sparse --attention")) from None
+            raise UserError(str(e).replace("sparse_layers=", "--sparse-layers ").replace("a sparse attention", "a sparse --attention")) from None
 
     def validate(self) -> None:
-        if self.attention not in ADAPT_ATTENTIONS:
-            raise ValueError(f"--attention {self.attention}: attnkit adapt takes {', '.join(ADAPT_ATTENTIONS)}")
+        if self.attention not in NormaliserChoices(adapt_only=True):
+            raise UserError(f"--attention {self.attention}: attnkit adapt takes {', '.join(NormaliserChoices(adapt_only=True))}")
         if not self.tasks and not self.text_files:
-            raise ValueError("no text to adapt on: give --task (its training split) or --text-file")
+            raise UserError("no text to adapt on: give --task (its training split) or --text-file")
         if len(set(self.tasks)) != len(self.tasks) or len(set(self.text_files)) != len(self.text_files):
-            raise ValueError("a --task or --text-file given twice: each is read once")
+            raise UserError("a --task or --text-file given twice: each is read once")
         for t in self.tasks:
             if ":" in t:
                 name, _, split = t.partition(":")
-                raise ValueError(f"--task {t}: attnkit adapt reads training texts only (never {split} texts, which would "
+                raise UserError(f"--task {t}: attnkit adapt reads training texts only (never {split} texts, which would "
                                  f"leak into the evaluation): give --task {name}")
         if not isinstance(self.max_steps, int) or self.max_steps < 1:
-            raise ValueError(f"--max-steps {self.max_steps}: expected a number of steps >= 1")
+            raise UserError(f"--max-steps {self.max_steps}: expected a number of steps >= 1")
         if not (isinstance(self.anneal, (int, float)) and math.isfinite(self.anneal) and self.anneal >= 0) or (self.anneal >= 1 and self.anneal != int(self.anneal)):
-            raise ValueError(f"--anneal {self.anneal}: expected a fraction of the steps (< 1) or a whole step count, >= 0")
+            raise UserError(f"--anneal {self.anneal}: expected a fraction of the steps (< 1) or a whole step count, >= 0")
         if not (isinstance(self.head_warmup, (int, float)) and math.isfinite(self.head_warmup) and self.head_warmup >= 0) or (self.head_warmup >= 1 and self.head_warmup != int(self.head_warmup)):
-            raise ValueError(f"--head-warmup {self.head_warmup}: expected a fraction of the steps (< 1) or a whole step count, >= 0")
+            raise UserError(f"--head-warmup {self.head_warmup}: expected a fraction of the steps (< 1) or a whole step count, >= 0")
         if self.head_warmup >= 1 and self.head_warmup >= self.max_steps:
-            raise ValueError(f"--head-warmup {self.head_warmup:g}: the run has {self.max_steps} steps, so the encoder would never train")
+            raise UserError(f"--head-warmup {self.head_warmup:g}: the run has {self.max_steps} steps, so the encoder would never train")
         if self.anneal >= 1 and self.anneal > self.max_steps:
-            raise ValueError(f"--anneal {self.anneal:g}: the run has {self.max_steps} steps, so the anneal would never reach its "
+            raise UserError(f"--anneal {self.anneal:g}: the run has {self.max_steps} steps, so the anneal would never reach its "
                              "target; give a fraction of the steps (< 1) or fewer steps")
         for name, v in (("--batch-size", self.batch_size), ("--logging-steps", self.logging_steps), ("--save-steps", self.save_steps)):
             if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} {v}: expected a whole number >= 1")
+                raise UserError(f"{name} {v}: expected a whole number >= 1")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"--lr {self.lr}: expected a learning rate > 0")
+            raise UserError(f"--lr {self.lr}: expected a learning rate > 0")
         if not (isinstance(self.warmup_ratio, (int, float)) and math.isfinite(self.warmup_ratio) and 0 <= self.warmup_ratio < 1):
-            raise ValueError(f"--warmup {self.warmup_ratio}: expected a fraction of the steps, >= 0 and < 1")
+            raise UserError(f"--warmup {self.warmup_ratio}: expected a fraction of the steps, >= 0 and < 1")
         if not (isinstance(self.weight_decay, (int, float)) and math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise ValueError(f"--weight-decay {self.weight_decay}: expected a finite number >= 0")
+            raise UserError(f"--weight-decay {self.weight_decay}: expected a finite number >= 0")
         if not isinstance(self.max_length, int) or self.max_length < 3:
-            raise ValueError(f"--max-length {self.max_length}: expected a whole number of tokens of at least 3 ([CLS], a token, [SEP])")
+            raise UserError(f"--max-length {self.max_length}: expected a whole number of tokens of at least 3 ([CLS], a token, [SEP])")
         if self.max_train_samples is not None and (not isinstance(self.max_train_samples, int) or self.max_train_samples < 1):
-            raise ValueError(f"--max-train-samples {self.max_train_samples}: expected a whole number >= 1")
+            raise UserError(f"--max-train-samples {self.max_train_samples}: expected a whole number >= 1")
         if not 0 < self.mlm_probability < 1:
-            raise ValueError(f"--mlm-probability {self.mlm_probability}: expected a fraction in (0, 1)")
+            raise UserError(f"--mlm-probability {self.mlm_probability}: expected a fraction in (0, 1)")
         if self.precision not in PRECISIONS:
-            raise ValueError(f"precision {self.precision!r}: expected one of {', '.join(PRECISIONS)} (--bf16, --fp16, or neither)")
+            raise UserError(f"precision {self.precision!r}: expected one of {', '.join(PRECISIONS)} (--bf16, --fp16, or neither)")
         check_seed(self.seed)
-        self.spec()
-        if self.attention == "entmax-alpha" and not self.alpha > ADAPT_ALPHA_START:
-            raise ValueError(f"--alpha {self.alpha:g}: the anneal starts at alpha {ADAPT_ALPHA_START:g}; give a target above it "
+        if self.spec().normaliser.setting == "alpha" and not self.alpha > ADAPT_ALPHA_START:
+            raise UserError(f"--alpha {self.alpha:g}: the anneal starts at alpha {ADAPT_ALPHA_START:g}; give a target above it "
                              "(1.5: 1.5-entmax)")
 
     def head_warmup_steps(self) -> int:

@@ -19,15 +19,12 @@ from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
 
 from attnkit.analysis.explain import plot_learned_lam
 from attnkit.attention import kernels
-from attnkit.attention.spec import LEARNED, AttentionSpec, learned_values, spec_of
+from attnkit.attention.learned import learned_values
+from attnkit.attention.normalisers import LEARNED
+from attnkit.attention.spec import AttentionSpec, spec_of
 from attnkit.errors import UserError
 from attnkit.models.build import build_classifier
-from attnkit.models.checkpoint import (
-    load_model,
-    load_tokenizer,
-    save_checkpoint,
-    set_attention,
-)
+from attnkit.models.checkpoint import load_model, load_tokenizer, save_checkpoint, set_attention
 from attnkit.models.freeze import freeze_parameters
 from attnkit.models.resolve import checkpoint_dir
 from attnkit.runfiles.names import RUN_INFO

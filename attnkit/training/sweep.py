@@ -33,7 +33,7 @@ from transformers import AutoConfig
 
 from attnkit.analysis.explain import attention_maps, figure_path, pyplot, save_figure, view_sentence
 from attnkit.analysis.stats import Family, rule_text
-from attnkit.errors import DataFormatError
+from attnkit.errors import DataFormatError, UserError
 from attnkit.models.checkpoint import load_model, load_tokenizer
 from attnkit.models.resolve import resolve_model
 from attnkit.runfiles.names import LOCK_FILE, MODEL_DIR
@@ -134,7 +134,7 @@ def _check_same(rec: dict, base: TrainConfig, where: str) -> None:
     old, new = same_paths(old), same_paths(new)
     diff = [f"{option_name(k)}: {old.get(k)!r} there, {new.get(k)!r} now" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if diff:
-        raise ValueError(f"{where} was trained with other settings ({'; '.join(diff)}): rerun with the same options, "
+        raise UserError(f"{where} was trained with other settings ({'; '.join(diff)}): rerun with the same options, "
                          "or give a new --output-dir")
 
 
@@ -169,32 +169,32 @@ def run_sweep(base: TrainConfig, values: list[float], seeds: list[int], out_dir:
     ``param``: the setting swept over ``values`` ("lam": sparsegen-lin, "alpha": alpha-entmax), each against a
     softmax baseline per seed. ``report_only``: train nothing, report the finished cells (an error if there are none)."""
     if is_qa_task(base.task):
-        raise ValueError(f"attnkit sweep takes a classification task; {base.task} is span QA")
+        raise UserError(f"attnkit sweep takes a classification task; {base.task} is span QA")
     if param not in SWEPT:
-        raise ValueError(f"a sweep sweeps one of {', '.join(SWEPT)}, not {param!r}")
+        raise UserError(f"a sweep sweeps one of {', '.join(SWEPT)}, not {param!r}")
     if not values or not seeds:
-        raise ValueError(f"attnkit sweep needs at least one --{param}s value and one --seeds value")
+        raise UserError(f"attnkit sweep needs at least one --{param}s value and one --seeds value")
     for seed in seeds:
         check_seed(seed, "--seeds")
     for name, vs in ((f"--{param}s", [float(x) for x in values]), ("--seeds", list(seeds))):
         twice = sorted({f"{v:g}" for v in vs if vs.count(v) > 1})
         if twice:
-            raise ValueError(f"{name}: {', '.join(twice)} given more than once (each cell is trained once)")
+            raise UserError(f"{name}: {', '.join(twice)} given more than once (each cell is trained once)")
     out = Path(out_dir)
     cells = sweep_cells(values, seeds, param)
     for c in cells:  # a bad lam or alpha fails now, not after hours of training
         try:
             cell_config(base, c, out).spec()
         except ValueError as e:
-            raise ValueError(f"--{param}s {c.value:g}: {e}") from None
+            raise UserError(f"--{param}s {c.value:g}: {e}") from None
     check_view(base, view_layer, view_head)  # and a bad figure setting before anything is written
     if path_problem(out, "folder") not in ("", "does not exist"):
-        raise ValueError(f"--output-dir {out} {path_problem(out, 'folder')}")
+        raise UserError(f"--output-dir {out} {path_problem(out, 'folder')}")
     if is_run_folder(out):
-        raise ValueError(f"--output-dir {out} holds {describe_run(out)}, not a sweep of `attnkit sweep`: nothing was "
+        raise UserError(f"--output-dir {out} holds {describe_run(out)}, not a sweep of `attnkit sweep`: nothing was "
                          "changed; pick a new or empty folder (a sweep trains its cells in folders of its own)")
     if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()) and not _is_sweep_folder(out):
-        raise ValueError(f"--output-dir {out} is not empty and holds no attnkit sweep (sweep.json or cell folders such as "
+        raise UserError(f"--output-dir {out} is not empty and holds no attnkit sweep (sweep.json or cell folders such as "
                          f"{cells[0].name}/): pick a new or empty folder")
     made = first_missing(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -222,10 +222,10 @@ def _read_cell(path: Path) -> dict:
     try:
         rec = read_json(path, "the record of a finished sweep cell", expect=None)
     except (OSError, ValueError) as e:
-        raise ValueError(f"{e if isinstance(e, DataFormatError) else f'{path} cannot be read ({e})'}: move it out of the "
+        raise UserError(f"{e if isinstance(e, DataFormatError) else f'{path} cannot be read ({e})'}: move it out of the "
                          "cell's folder to train the cell again") from None
     if not (isinstance(rec, dict) and all(k in rec for k in SWEEP_RECORD_KEYS)):
-        raise ValueError(f"{path} is not the record of a finished sweep cell (it lacks {', '.join(SWEEP_RECORD_KEYS)}): move it "
+        raise UserError(f"{path} is not the record of a finished sweep cell (it lacks {', '.join(SWEEP_RECORD_KEYS)}): move it "
                          "out of the cell's folder to train the cell again")
     return rec
 
@@ -238,9 +238,9 @@ def check_view(base: TrainConfig, layer: int | None, head: int) -> None:
         config = AutoConfig.from_pretrained(resolve_model(base.model))
         layers, heads = config.num_hidden_layers, config.num_attention_heads
     if layer is not None and not 0 <= layer < layers:
-        raise ValueError(f"--view-layer {layer}: the model has layers 0 to {layers - 1}")
+        raise UserError(f"--view-layer {layer}: the model has layers 0 to {layers - 1}")
     if not 0 <= head < heads:
-        raise ValueError(f"--view-head {head}: the model has heads 0 to {heads - 1}")
+        raise UserError(f"--view-head {head}: the model has heads 0 to {heads - 1}")
 
 
 def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | None, view_head: int, report_only: bool,
@@ -249,7 +249,7 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
     earlier = {(*swept(r), r["seed"]): r for r in (read_sweep_records(out / "sweep.json") if (out / "sweep.json").is_file() else [])}
     other = {p for p, _, _ in earlier} - {cells[0].param}
     if other:
-        raise ValueError(f"--output-dir {out} holds a sweep over {', '.join(sorted(other))}, not {cells[0].param}: pick another folder")
+        raise UserError(f"--output-dir {out} holds a sweep over {', '.join(sorted(other))}, not {cells[0].param}: pick another folder")
     records = []
     for i, cell in enumerate(cells, 1):
         done = out / cell.name / "sweep_cell.json"
@@ -271,7 +271,7 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
         summary = f"dev {rec['metric']} {rec['dev']:.4f}" + ("" if rec["test"] is None else f", test {rec['test']:.4f}")
         log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): {summary}, mean support {rec['mean_support']:.2f}")
     if not records:
-        raise ValueError(f"--report-only: no cell of this sweep has finished in {out} (a finished cell has its "
+        raise UserError(f"--report-only: no cell of this sweep has finished in {out} (a finished cell has its "
                          "sweep_cell.json, or a record in sweep.json)")
     if report_only:
         _write_reports(base, records, out)
@@ -401,7 +401,7 @@ def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Pat
         L = m.weights.shape[0]
         ly = L - 1 if layer is None else layer
         if not 0 <= ly < L or not 0 <= head < m.weights.shape[1]:
-            raise ValueError(f"--view-layer {ly} / --view-head {head}: the model has {L} layers and {m.weights.shape[1]} heads")
+            raise UserError(f"--view-layer {ly} / --view-head {head}: the model has {L} layers and {m.weights.shape[1]} heads")
         maps.append((r, m, ly))
     n = len(maps)
     toks = maps[0][1].tokens

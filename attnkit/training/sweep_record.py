@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnkit.attention.normalisers import names_with
 from attnkit.errors import DataFormatError, UserError
 from attnkit.runfiles.json_files import read_json
 
 #: what attnkit sweep varies, and the normaliser each value belongs to
-SWEPT = {"lam": "sparsegen-lin", "alpha": "entmax-alpha"}
+SWEPT = {setting: names_with(setting=setting)[0] for setting in ("lam", "alpha")}
 
 #: the keys every cell record of a sweep.json holds
 SWEEP_RECORD_KEYS = ("seed", "metric", "dev", "test", "mean_support", "run_dir")

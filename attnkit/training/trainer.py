@@ -15,12 +15,12 @@ from transformers import AutoConfig, Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import TrainOutput
 
 from attnkit.analysis.explain import plot_curves
-from attnkit.attention.spec import LEARNED
+from attnkit.attention.normalisers import LEARNED
 from attnkit.errors import UserError
 from attnkit.models.pooling import layer_weight_parameters
 from attnkit.models.resolve import check_max_length, resolve_model
-from attnkit.runfiles.names import WRITTEN_BY
 from attnkit.runfiles.atomic import is_main_process, write_json_atomic
+from attnkit.runfiles.names import WRITTEN_BY
 from attnkit.runfiles.ownership import make_way, write_folder_manifest
 from attnkit.training.checkpoints import (
     last_complete_checkpoint,
