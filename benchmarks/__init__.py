@@ -1,0 +1,1 @@
+"""Speed, memory, exactness and cost benchmarks of attnkit (``python -m benchmarks.<name>``)."""

@@ -4,7 +4,7 @@ Each cell is a real `attnkit train` run (in-process), so the table is reproducib
 command printed at its top. Runs already finished (their metrics.json exists) are reused,
 so an interrupted benchmark resumes where it stopped.
 
-    python benchmarks/accuracy.py --tasks sentube-auto sentube-tablets semeval2013 sst5 \
+    python -m benchmarks.accuracy --tasks sentube-auto sentube-tablets semeval2013 sst5 \
         --seeds 1 2 3 --out benchmarks/results/accuracy_ssaf.md
 
 The paper's settings (METHODS.md §1): lam per task, Adam lr 2e-5, batch 16, epochs per task.
@@ -21,12 +21,11 @@ import statistics
 import sys
 from pathlib import Path
 
+from attnkit.analysis.stats import format_paired, rule_text, verdicts_by_family
 from attnkit.tasks.squad import is_qa_task
 from attnkit.training.config import PAPER_EPOCHS, PAPER_LAM, TrainConfig
 from attnkit.training.finetune import train
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from studies.stats import format_paired, rule_text, verdicts_by_family  # noqa: E402
 
 #: what each method is paired with, seed by seed
 BASELINE = {"SSAF": "softmax", "SSAF(Np)": "Np"}
@@ -101,7 +100,7 @@ def main():
         "",
         *(["**A small budget, not the SSAF paper's** (fewer epochs or training examples than the paper's; the classification "
            "sets at the paper's budget: `studies/ssaf/ssaf_table2.py`, `studies/ssaf/results/ssaf_table2.md`).", ""] if small else []),
-        f"Command: `python benchmarks/accuracy.py {' '.join(sys.argv[1:])}`  ",
+        f"Command: `python -m benchmarks.accuracy {' '.join(sys.argv[1:])}`  ",
         f"Date: {dt.date.today().isoformat()}; machine: {platform.machine()}, {torch.get_num_threads()} threads; "
         f"torch {torch.__version__}, transformers {transformers.__version__}.  ",
         f"Accuracy in %, mean ± std over seeds {a.seeds}; dev = best epoch's dev accuracy, test = that checkpoint on test "

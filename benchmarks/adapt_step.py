@@ -6,7 +6,7 @@ logits at each position) as on the whole encoder. ``attnkit adapt`` computes tho
 (forward, backward, AdamW) both ways, side by side in one run (interleaved round by round, median kept), for softmax
 and 1.5-entmax, at batch x length with 15% of the tokens masked.
 
-    OMP_NUM_THREADS=1 python benchmarks/adapt_step.py --out benchmarks/results/adapt_step.json   [--batch 32 --length 128]
+    OMP_NUM_THREADS=1 python -m benchmarks.adapt_step --out benchmarks/results/adapt_step.json   [--batch 32 --length 128]
 """
 
 from __future__ import annotations
@@ -20,15 +20,13 @@ from pathlib import Path
 import torch
 from transformers import TrainingArguments
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from attnkit.attention.spec import AttentionSpec
+from attnkit.models.build import build_masked_lm
+from attnkit.runfiles.atomic import write_text_atomic
+from attnkit.training.adapt import AdaptTrainer, MaskedPositions
+from benchmarks.speed import environment, time_rounds
 
-from attnkit.attention.spec import AttentionSpec  # noqa: E402
-from attnkit.models.build import build_masked_lm  # noqa: E402
-from attnkit.runfiles.atomic import write_text_atomic  # noqa: E402
-from attnkit.training.adapt import AdaptTrainer, MaskedPositions  # noqa: E402
-from benchmarks.speed import environment, time_rounds  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def make_step(attention: str, masked_only: bool, batch: int, length: int, tmp: str):
@@ -72,7 +70,7 @@ def main(argv=None) -> int:
     lines += [f"| {r['attention']} | {r['decoder at']} | {r['shape']} | {r['ms']:.0f} | {r['ratio']:.2f}x |" for r in rows]
     print("\n".join(lines))
     if a.out:
-        env = environment() | {"command": "python benchmarks/adapt_step.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+        env = environment() | {"command": "python -m benchmarks.adapt_step " + " ".join(argv if argv is not None else sys.argv[1:])}
         write_text_atomic(a.out, json.dumps({"environment": env, "rows": rows}, indent=1) + "\n")
     return 0
 

@@ -1,6 +1,6 @@
-"""Sparse attention on a GPU, side by side with softmax (issue 27): one command, results as JSON + markdown.
+"""Sparse attention on a GPU, side by side with softmax: one command, results as JSON + markdown.
 
-    python benchmarks/gpu.py --out benchmarks/results/gpu.json
+    python -m benchmarks.gpu --out benchmarks/results/gpu.json
 
 1. the normaliser alone, forward + backward on scores [B, 12, L, L] (B x L^2 fixed near 8M entries), L in 128, 512,
    2048, 4096: softmax (eager), attnkit's pure-torch path, attnkit's Triton kernels, the ``entmax`` package where
@@ -232,7 +232,7 @@ def environment() -> dict:
 
 def save(out: str, title: str, env: dict, rows: list[dict], markdown: str) -> None:
     """``out`` (JSON: environment, the command that ran, rows) and the markdown table beside it, and the table printed."""
-    result = {"environment": env, "command": f"python benchmarks/{Path(sys.argv[0]).name} " + " ".join(sys.argv[1:]), "rows": rows}
+    result = {"environment": env, "command": f"python -m benchmarks.{Path(sys.argv[0]).stem} " + " ".join(sys.argv[1:]), "rows": rows}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(result, indent=2) + "\n")
     Path(out).with_suffix(".md").write_text(f"# {title}\n\n{json.dumps(env)}\n\n" + markdown)

@@ -1,6 +1,6 @@
 """attnkit's sparse maps on a GPU against the float64 reference on the CPU: one command, results as JSON + markdown.
 
-    python benchmarks/gpu_exact.py --out benchmarks/results/gpu_exact.json
+    python -m benchmarks.gpu_exact --out benchmarks/results/gpu_exact.json
 
 For sparsemax, sparsegen-lin (lam -4) and 1.5-entmax, rows of each ``--lengths`` (about 2M scores each) with -inf
 padding on a quarter of the rows, a fully masked row, a row of ties and a row shifted by 1e6, as float32, bfloat16
@@ -126,7 +126,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("benchmarks/gpu_exact.py: no CUDA device here (torch.cuda.is_available() is False): run it on a GPU machine", file=sys.stderr)
         return 2
-    from gpu import environment, save  # benchmarks/gpu.py: the same record of where and with what
+    from benchmarks.gpu import environment, save  # the same record of where and with what
 
     rows = run(a.lengths, a.entries, "cuda")
     env = {**environment(), "path": "triton" if kernels.triton_kernels() is not None else "torch"}

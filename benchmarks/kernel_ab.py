@@ -5,7 +5,7 @@ one, then times forward + backward of both on the same tensors, alternating A an
 prints the median time of each and the ratio B / A. Interleaving makes the ratio robust to a machine
 whose load changes during the run (other processes slow A and B alike).
 
-    python benchmarks/kernel_ab.py --base f502a18 --threads 1 --out benchmarks/results/kernel_ab_v12_v13.json
+    python -m benchmarks.kernel_ab --base f502a18 --threads 1 --out benchmarks/results/kernel_ab_v12_v13.json
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def main():
             rows.append({"shape": shape, "lam": lam, "a_ms": round(1e3 * ma, 4), "b_ms": round(1e3 * mb, 4), "b_over_a": round(mb / ma, 3)})
             print(f"{shape:>14} lam {lam:>4g}: A {1e3 * ma:.3f} ms  B {1e3 * mb:.3f} ms  B/A {mb / ma:.3f}", flush=True)
     res = {
-        "command": "python benchmarks/kernel_ab.py " + " ".join(f"--{k.replace('_', '-')} {v if not isinstance(v, list) else ' '.join(v)}" for k, v in vars(a).items() if v is not None),
+        "command": "python -m benchmarks.kernel_ab " + " ".join(f"--{k.replace('_', '-')} {v if not isinstance(v, list) else ' '.join(v)}" for k, v in vars(a).items() if v is not None),
         "a": f"{a.base} {where}", "b": "working tree", "what": "forward + backward, float32, median of rounds",
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads",
         "torch": torch.__version__, "rows": rows,

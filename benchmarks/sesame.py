@@ -4,10 +4,10 @@ Each cell is a real in-process `attnkit train` run; finished runs (their metrics
 reused, so an interrupted benchmark resumes. Results: a markdown table (mean ± std over
 seeds) and a JSON file with every run's metrics.
 
-    python benchmarks/sesame.py table3 --seeds 1 2 3 --out OUT.md     # small-budget grids (paper budget: studies/sesamebert)
-    python benchmarks/sesame.py table2 --seeds 1 2 3 --out OUT.md
-    python benchmarks/sesame.py hans   --seeds 1 2 3 --out OUT.md
-    python benchmarks/sesame.py cost   --out benchmarks/results/sesame_cost.md
+    python -m benchmarks.sesame table3 --seeds 1 2 3 --out OUT.md     # small-budget grids (paper budget: studies/sesamebert)
+    python -m benchmarks.sesame table2 --seeds 1 2 3 --out OUT.md
+    python -m benchmarks.sesame hans   --seeds 1 2 3 --out OUT.md
+    python -m benchmarks.sesame cost   --out benchmarks/results/sesame_cost.md
 
 The paper trains BERT-base for 3 epochs at batch 32, lr 3e-5. On 2 CPU cores that does
 not fit; ``--epochs``, ``--max-train-samples`` and ``--max-length`` shrink the runs and the
@@ -25,8 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from studies.stats import format_paired, provenance, rule_text, verdicts_by_family  # noqa: E402
+from attnkit.analysis.stats import format_paired, rule_text, verdicts_by_family
+from benchmarks.common import provenance
 
 VARIANTS = {  # name -> (se, blur placement)
     "plain": (False, "none"),
@@ -83,7 +83,7 @@ def _n(runs, a) -> str:
 
 SMALL_BUDGET = ("**A small budget, not the SesameBERT paper's** (fewer epochs, training examples or tokens than its 3 epochs, "
                 "whole train split, max length 128): every variant sits near chance or the majority class, so these numbers say "
-                "nothing about the paper's claims. The paper-budget tables: `studies/sesamebert/sesame_paper.py`, "
+                "nothing about the paper's claims. The paper-budget tables: `python -m studies.sesamebert.run`, "
                 "`studies/sesamebert/results/sesame_paper_bf16.md` (Table 2), `sesame_paper_table3_bf16.md`, `sesame_paper_hans_bf16.md`, "
                 "`sesame_paper_figure4_bf16.png`.")
 
@@ -97,7 +97,7 @@ def header(a, title, trains=True):
         f"# {title}",
         "",
         *([SMALL_BUDGET, ""] if small else []),
-        f"Command: `python benchmarks/sesame.py {' '.join(x for x in sys.argv[1:] if x != '--report-only')}`  ",
+        f"Command: `python -m benchmarks.sesame {' '.join(x for x in sys.argv[1:] if x != '--report-only')}`  ",
         f"Date: {dt.date.today().isoformat()}; machine: {platform.machine()}, {torch.get_num_threads()} torch threads (2-core VM, shared); "
         f"torch {torch.__version__}, transformers {transformers.__version__}.  ",
         f"Model {a.model}; {a.epochs:g} epoch(s), batch {a.batch_size}, lr {a.lr:g}, max length {a.max_length}, "
@@ -163,7 +163,7 @@ def table2(a):
 
 
 def hans(a):
-    from attnkit.cli import main as cli
+    import subprocess
 
     models = {  # name -> run kwargs
         "softmax (MiniLM)": dict(),
@@ -187,7 +187,7 @@ def hans(a):
                     args += ["--data-dir", a.data_dir]
                 if a.hans_per_subcase:
                     args += ["--hans-per-subcase", str(a.hans_per_subcase)]
-                assert cli(args) == 0
+                assert subprocess.run([sys.executable, "-m", "attnkit.cli", *args]).returncode == 0  # the CLI, as a subprocess
             rep = json.loads(rep_path.read_text())
             res.setdefault(name, []).append((m, rep))
             print(f"[bench] {name} seed {s}: MNLI dev-split acc {m['validation']['accuracy']:.4f}, HANS {rep['accuracy']:.4f}", flush=True)

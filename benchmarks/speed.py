@@ -10,7 +10,7 @@ Variants: softmax (eager), sdpa (transformers' fused softmax attention; steps on
 ``entmax.sparsemax``, ``entmax.entmax15`` and ``entmax.entmax_bisect`` (the references, ``pip install entmax``;
 skipped if absent), and attnkit's sparsemax, sparsegen-lin, 1.5-entmax and alpha-entmax (alpha 1.3).
 
-    python benchmarks/speed.py --out benchmarks/results/speed.json   [--quick]
+    python -m benchmarks.speed --out benchmarks/results/speed.json   [--quick]
 
 Writes a JSON file and prints a markdown table; the machine, versions and date go with them.
 Timings interleave the variants round by round and keep the median, because these machines are noisy.
@@ -30,7 +30,8 @@ from pathlib import Path
 import torch
 
 from attnkit import entmax15, entmax_bisect, sparsegen_lin, sparsemax
-from attnkit.attention.spec import NORMALISERS, AttentionSpec
+from attnkit.attention.normalisers import NORMALISERS
+from attnkit.attention.spec import AttentionSpec
 from attnkit.runfiles.atomic import write_text_atomic
 
 LAM = -4.0
@@ -101,8 +102,7 @@ def bench_normaliser(lengths, rounds, batch=32, heads=12):
 
 
 _MEMORY_CODE = """
-import resource, sys, torch
-sys.path.insert(0, {root!r})
+import resource, torch
 from benchmarks.speed import normaliser_fns
 L = {L}
 f = normaliser_fns()[{variant!r}]
@@ -134,8 +134,8 @@ def bench_memory(L=128):
     root = str(Path(__file__).resolve().parents[1])
     rows = {}
     for variant in normaliser_fns():
-        code = _MEMORY_CODE.format(root=root, L=L, variant=variant)
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        code = _MEMORY_CODE.format(L=L, variant=variant)  # run in the repository root: benchmarks is importable there
+        r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
         rows[variant] = int(r.stdout.strip().splitlines()[-1]) / 2**20
     base = rows["softmax"]
     return [{"bench": "normaliser fwd+bwd peak memory", "shape": f"[32,12,{L},{L}]", "variant": k, "ms": float("nan"), "mib": v, "ratio": v / base} for k, v in rows.items()]
@@ -284,7 +284,7 @@ def main():
     from attnkit.attention import kernels
 
     env["attnkit_backend"] = f"{kernels.backend()} ({kernels.backend_reason()})"
-    result = {"environment": env, "command": "python benchmarks/speed.py " + " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(a).items() if v not in (None, False)), "rows": rows}
+    result = {"environment": env, "command": "python -m benchmarks.speed " + " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(a).items() if v not in (None, False)), "rows": rows}
     write_text_atomic(Path(a.out), json.dumps(result, indent=2) + "\n")  # a run stopped early keeps the last results
     print(json.dumps(env))
     print(to_markdown(rows))

@@ -5,7 +5,7 @@ sentences (Rotten Tomatoes dev snippets), then, for lam in [-8, 0], reports the 
 size per row (mean, median, 95th percentile, max) and the largest difference between
 attnkit's map (the compiled kernel where it runs) and a plain float64 sort-based reference.
 
-    python benchmarks/support.py --out benchmarks/results/support.json
+    python -m benchmarks.support --out benchmarks/results/support.json
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def main():
         "mean_length": sum(lengths) / len(lengths),
         "max_length": max(lengths),
         "rows": rows,
-        "command": "python benchmarks/support.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items() if v is not None),
+        "command": "python -m benchmarks.support " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items() if v is not None),
     }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -1,4 +1,4 @@
-"""What made the records written before records carried their provenance (issue 38), read from git's history.
+"""What made the records that carry no provenance, read from git's history.
 
 A record written since ``studies.stats.provenance`` exists names the commit that made it (``provenance.git_commit``,
 and whether the tree was dirty). Older records cannot: the run is gone. What git still knows is written into them as
@@ -24,12 +24,10 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from attnkit.runfiles.atomic import write_text_atomic
+from studies.stats import git_output, locked, read_records
 
-from attnkit.runfiles.atomic import write_text_atomic  # noqa: E402
-from studies.stats import _git, locked, read_records  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 FIELD = "recorded_in"
 ATTENTION_CODE = "attnkit/attention"
@@ -37,7 +35,7 @@ ATTENTION_CODE = "attnkit/attention"
 
 def git(*args: str) -> str:
     """studies.stats' git runner in this repository ("" where git fails: a commit without the file, no git)."""
-    return _git(list(args), ROOT) or ""
+    return git_output(list(args), ROOT) or ""
 
 
 def record_files() -> list[Path]:

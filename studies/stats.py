@@ -131,7 +131,8 @@ def verdict(diffs: list[float]) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 # Provenance
 
-def _git(args: list[str], cwd: Path) -> str | None:
+def git_output(args: list[str], cwd: Path) -> str | None:
+    """``git ARGS``' output in ``cwd``, stripped; None where git fails or is missing."""
     try:
         out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
@@ -142,8 +143,8 @@ def _git(args: list[str], cwd: Path) -> str | None:
 def provenance(repo: str | Path | None = None) -> dict:
     """What made a record: git commit, whether the tree was dirty, and the attnkit, torch and transformers versions."""
     root = Path(repo) if repo is not None else Path(__file__).resolve().parent.parent
-    commit = _git(["rev-parse", "HEAD"], root)
-    status = _git(["status", "--porcelain", "--untracked-files=no"], root)
+    commit = git_output(["rev-parse", "HEAD"], root)
+    status = git_output(["status", "--porcelain", "--untracked-files=no"], root)
     out = {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
     for name in ("attnkit", "torch", "transformers"):
         try:

@@ -6,45 +6,35 @@ re-renders each and compares it byte for byte with the committed file).
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import sys
-from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
+from attnkit.training.sweep import sweep_table  # a sweep's committed table is attnkit sweep's own
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from attnkit.training.sweep import sweep_table  # noqa: E402  (a sweep's committed table is attnkit sweep's own)
 
 
-@lru_cache(maxsize=None)
-def script(path: str):
-    """A study's runner, loaded as a module from its file (relative to the repository root)."""
-    file = ROOT / path
-    if str(file.parent) not in sys.path:
-        sys.path.insert(0, str(file.parent))
-    spec = importlib.util.spec_from_file_location(f"_study_{file.stem}", file)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def script(name: str):
+    """A study's module, by its dotted name (``studies.ssaf.ssaf_table2``)."""
+    return importlib.import_module(name)
 
 
 def _records(path: Path) -> list:
     return json.loads(path.read_text()) if path.is_file() else []
 
 
-SSAF = "studies/ssaf/ssaf_table2.py"
-FAITH = "studies/faithfulness/faithfulness.py"
-SESAME = "studies/sesamebert/sesame_paper.py"
+SSAF = "studies.ssaf.ssaf_table2"
+FAITH = "studies.faithfulness.faithfulness"
+SESAME = "studies.sesamebert.render"
 SSAF_DIR = ROOT / "studies" / "ssaf" / "results"
 FAITH_DIR = ROOT / "studies" / "faithfulness" / "results"
 SESAME_DIR = ROOT / "studies" / "sesamebert" / "results"
-MINI = "studies/minibert/render.py"
+MINI = "studies.minibert.render"
 MINI_DIR = ROOT / "studies" / "minibert" / "results"
-ADAPT = "studies/adapt/render.py"
+ADAPT = "studies.adapt.render"
 ADAPT_DIR = ROOT / "studies" / "adapt"
 
 
@@ -67,7 +57,7 @@ def tables() -> dict[Path, Callable[[], str]]:
         SESAME_DIR / "sesame_paper_table3_bf16.md": lambda: sp().render_table3(_records(SESAME_DIR / "sesame_paper_table3_bf16.json"), "bf16"),
         SESAME_DIR / "sesame_paper_hans_bf16.md": lambda: sp().render_hans(_records(SESAME_DIR / "sesame_paper_hans_bf16.json"), "bf16"),
     }
-    if (MINI_DIR / "minibert_study.md").is_file():  # MiniBERT's study (issue 39), once its first table is committed
+    if (MINI_DIR / "minibert_study.md").is_file():  # MiniBERT's study, where its table is committed
         out[MINI_DIR / "minibert_study.md"] = lambda: script(MINI).render(_records(MINI_DIR / "records.json"))
     out[ADAPT_DIR / "results.md"] = lambda: script(ADAPT).render(ADAPT_DIR / "records.json")
     return out

@@ -499,12 +499,9 @@ def test_roberta_family_with_se_and_blur(tiny_roberta):
 
 
 def _weights_digest(model_dir: Path) -> str:
-    import importlib.util
+    from studies.sesamebert import cells
 
-    spec = importlib.util.spec_from_file_location("sesame_paper", Path(__file__).resolve().parents[1] / "studies" / "sesamebert" / "sesame_paper.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.weights_digest(model_dir)  # the digest the benchmark records
+    return cells.weights_digest(model_dir)  # the digest the benchmark records
 
 
 def test_paper_sigmas_below_a_third_train_the_very_same_model_as_no_blur(tiny_bert, tiny_task, tmp_path):
@@ -548,14 +545,10 @@ def test_half_precision_is_blurred_in_float32_and_rounded_once():
 def test_initial_se_weights_are_those_of_the_model_a_run_starts_from(tiny_bert, tiny_task, tmp_path):
     """Figure 4 sets the SE weights of each trained run beside those of the model it started from: rebuilt the way
     train() seeds and builds it, its SE weights are those of a run whose steps are below float32's resolution (lr 1e-30)."""
-    import importlib.util
     import types
 
     from attnkit.training.finetune import train
-
-    spec = importlib.util.spec_from_file_location("sesame_paper", Path(__file__).resolve().parents[1] / "studies" / "sesamebert" / "sesame_paper.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from studies.sesamebert import cells as mod
     a = types.SimpleNamespace(work_dir=str(tmp_path), data_dir=str(tiny_task), model=str(tiny_bert), epochs=1, batch_size=16, lr=1e-30,
                               max_length=32, train_subset={}, holdout=0.0, precision="fp32")
     cfg = mod.cell_config("csv", "weighted|SE+blur", "context", 0.5, 7, a, pooling="weighted", se=True)

@@ -1,21 +1,17 @@
 """The verdicts and the paired tables the study runners publish (studies/ssaf, studies/sesamebert, studies/faithfulness)."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-_STUDIES = Path(__file__).resolve().parent.parent / "studies"
-_PATH = _STUDIES / "ssaf" / "ssaf_table2.py"
+from studies.sesamebert.cells import kernel_weights
 
 
 @pytest.fixture(scope="module")
 def t2():
-    spec = importlib.util.spec_from_file_location("ssaf_table2", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from studies.ssaf import ssaf_table2
+
+    return ssaf_table2
 
 
 def test_verdict_is_a_two_sided_paired_t_test_at_5_percent(t2):
@@ -76,18 +72,18 @@ def test_entmax_section_pairs_each_map_with_softmax_and_ssaf_and_pools_sets(t2):
 
 @pytest.fixture(scope="module")
 def sesame():
-    import sys
+    """studies/sesamebert's cells and tables, one namespace."""
+    import types
 
-    sys.path[:0] = [str(_PATH.parent), str(_STUDIES / "sesamebert")]
-    spec = importlib.util.spec_from_file_location("sesame_paper", _STUDIES / "sesamebert" / "sesame_paper.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from studies.sesamebert import cells, render
+
+    public = lambda mod: {k: v for k, v in vars(mod).items() if not k.startswith("_")}  # noqa: E731
+    return types.SimpleNamespace(**{**public(cells), **public(render)})
 
 
 def _srec(variant, seed, dev, sha="x", heldout=None, sigma=None, blur="none"):
     return {"task": "rte", "variant": variant, "blur": blur, "blur_sigma": sigma, "seed": seed, "metric": "accuracy",
-            "kernel": None if sigma is None else [round(x, 4) for x in __import__("sesame_paper").kernel_weights(sigma)],
+            "kernel": None if sigma is None else [round(x, 4) for x in kernel_weights(sigma)],
             "dev_metric": dev, "heldout_metric": heldout, "weights_sha256": sha, "holdout": 0.1 if heldout is not None else 0.0}
 
 
@@ -252,9 +248,8 @@ def test_sesame_table3_and_hans_pair_by_seed(sesame):
 
 
 def test_faithfulness_table_lists_models_that_are_not_table2s_to_the_bit():
-    spec = importlib.util.spec_from_file_location("faithfulness_bench", _STUDIES / "faithfulness" / "faithfulness.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from studies.faithfulness import faithfulness as mod
+
     ex = {e: {"aopc_comprehensiveness": 0.1, "aopc_sufficiency": 0.2} for e in ("attention", "rollout", "received", "grad_x_input", "integrated_gradients", "random")}
 
     def rec(method, seed, model, table2):
@@ -268,9 +263,8 @@ def test_faithfulness_table_lists_models_that_are_not_table2s_to_the_bit():
 
 
 def test_faithfulness_table_pairs_by_seed_under_holm_and_reports_tie_shares():
-    spec = importlib.util.spec_from_file_location("faithfulness_bench", _STUDIES / "faithfulness" / "faithfulness.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from studies.faithfulness import faithfulness as mod
+
     names = ("attention", "rollout", "received", "grad_x_input", "integrated_gradients", "random")
 
     def rec(method, seed, comp, tie=None):
@@ -299,9 +293,8 @@ def test_faithfulness_table_pairs_by_seed_under_holm_and_reports_tie_shares():
 def test_faithfulness_table_marks_positional_pairs_and_lists_the_verdicts_that_moved():
     """A pair with a record measured by positional ties is marked †; given the positional records, the comparisons now
     all tie-free are listed beside their old verdict, "moved" where it changed."""
-    spec = importlib.util.spec_from_file_location("faithfulness_bench", _STUDIES / "faithfulness" / "faithfulness.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from studies.faithfulness import faithfulness as mod
+
     names = ("attention", "rollout", "received", "grad_x_input", "integrated_gradients", "random")
 
     def rec(method, seed, comp, fresh):
@@ -338,9 +331,8 @@ def test_faithfulness_table_marks_positional_pairs_and_lists_the_verdicts_that_m
 def test_the_last_layer_recipe_is_a_holm_family_of_its_own():
     """1.5-entmax in the last layer only answers issue 37's question: adding its comparison leaves the maps' Holm
     family (and so their verdicts) as it was."""
-    spec = importlib.util.spec_from_file_location("faithfulness_bench", _STUDIES / "faithfulness" / "faithfulness.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from studies.faithfulness import faithfulness as mod
+
     names = ("attention", "rollout", "received", "grad_x_input", "integrated_gradients", "random")
 
     def rec(method, seed, comp):

@@ -1,6 +1,6 @@
 """The adapt study's tables and figure, from its records (``studies/adapt/records.json``) alone.
 
-    python studies/adapt/render.py            # writes results.md, frontier.png/.svg beside the records
+    python -m studies.adapt.render            # writes results.md, frontier.png/.svg beside the records
 
 Accuracy: per set, each method's test accuracy (mean ± sd over seeds) and, paired by seed, its difference to plain
 softmax (Holm across the methods of one set) and, for the adapted 1.5-entmax rows, to adapted softmax. Faithfulness
@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from pathlib import Path
+
+from studies import figures
+from studies.stats import OWN_FAMILY_TEXT, family_key, format_paired, paired_test, rule_text, verdicts_by_family
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from studies import figures  # noqa: E402
-from studies.stats import OWN_FAMILY_TEXT, family_key, format_paired, paired_test, rule_text, verdicts_by_family  # noqa: E402
 
 TASK_NAMES = {"sst2-ptb": "SST-2", "sentube-auto": "SenTube-A", "sst5-phrases": "SST-1", "semeval2013": "SemEval-2013"}
 ORDER = ("softmax", "entmax15", "entmax15-last", "adapted-softmax", "adapted-entmax15", "adapted-entmax15+distill")

@@ -1,4 +1,4 @@
-"""Faithful and as accurate as softmax? Adapting the encoder to 1.5-entmax before fine-tuning (issue 37).
+"""Faithful and as accurate as softmax? Adapting the encoder to 1.5-entmax before fine-tuning.
 
 Every cell is a real run of the command line: ``attnkit adapt`` (continued MLM on the pooled *training* texts of the
 five sentiment sets, alpha annealed 1.01 -> 1.5 over the first half of the steps; the softmax control on the same
@@ -20,8 +20,8 @@ A scheduler runs the jobs as subprocesses, ``--workers`` at a time, in priority 
 appends each finished cell's record to ``--json`` at once; a cell already there is skipped, so an interrupted study
 resumes. ``--deadline`` stops launching jobs after that many seconds and ends the running ones before it ends.
 
-    python studies/adapt/run.py --data-dir ../shared/data --bf16 --workers 14 --seeds 1 2 3     # on a GPU
-    python studies/adapt/run.py --render-only                                                   # the tables
+    python -m studies.adapt.run --data-dir ../shared/data --bf16 --workers 14 --seeds 1 2 3     # on a GPU
+    python -m studies.adapt.run --render-only                                                   # the tables
 """
 
 from __future__ import annotations
@@ -38,12 +38,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from studies.stats import read_records  # records are read and replaced under one lock: studies.stats
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from studies.stats import read_records  # noqa: E402  (records are read and replaced under one lock: studies.stats)
 
 #: the study's sets: where 1.5-entmax loses (SST-1, SST-2, SenTube-A) and SemEval-2013, in the order they are run
 TASKS = ("sst2-ptb", "sentube-auto", "sst5-phrases", "semeval2013")
@@ -57,6 +55,8 @@ EPOCHS = {"sst2-ptb": 4, "sst5-phrases": 4, "sentube-auto": 5, "sentube-tablets"
 SUBSET = {"sst5-phrases": 5000}
 #: the command line, run by this Python (a lent GPU's venv may not put the ``attnkit`` script on PATH)
 ATTNKIT = [sys.executable, "-m", "attnkit.cli"]
+#: this module's per-cell measurements, run the same way (the repository root is on the jobs' PYTHONPATH)
+SELF = [sys.executable, "-m", "studies.adapt.run"]
 
 
 @dataclass(frozen=True)
@@ -140,12 +140,12 @@ def train_job(a, task: str, method: str, seed: int) -> Job:
         deps.append(("train", task, m.teacher, seed))
     if a.smoke:
         cmd += ["--max-steps", "2", "--max-train-samples", "16", "--max-eval-samples", "16", "--batch-size", "4"]
-    stats = [sys.executable, str(Path(__file__).resolve()), "--cell-stats", str(run), task]
+    stats = [*SELF, "--cell-stats", str(run), task]
     if a.data_dir:
         stats += ["--data-dir", a.data_dir]
     cmds = [cmd, stats]
     if task in FAITH_TASKS and not a.no_faithfulness:
-        faith = [sys.executable, str(Path(__file__).resolve()), "--cell-faithfulness", str(run), task, str(seed),
+        faith = [*SELF, "--cell-faithfulness", str(run), task, str(seed),
                  "--max-examples", str(4 if a.smoke else a.max_examples), "--ig-steps", str(2 if a.smoke else a.ig_steps)]
         cmds.append(faith + (["--data-dir", a.data_dir] if a.data_dir else []))
     return Job(("train", task, method, seed), cmds, tuple(deps),
@@ -317,7 +317,8 @@ def schedule(a) -> int:
     t_start = time.time()
     log_dir = Path(a.work_dir) / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
 
     def say(msg: str) -> None:
         line = f"[{time.time() - t_start:7.1f}s] {msg}"

@@ -1,22 +1,23 @@
-"""Is sparse attention more interpretable? Faithfulness and plausibility of each attention map's explanations (issue 25).
+"""Is sparse attention more interpretable? Faithfulness and plausibility of each attention map's explanations.
 
-For each (task, method, seed) it takes the model of Table 2's run (``studies/ssaf/ssaf_table2.py``, same budget and run
-folder; a missing model is trained there again with the same settings — not always bit for bit the same model, as
-the compiled kernel's rounding has changed between versions, so each record keeps the explained model's test score
-beside the one Table 2 recorded), explains the first
+For each (task, method, seed) it takes the model of Table 2's run (``studies.common.run_cell``, same budget and run
+folder as ``studies/ssaf``; a missing model is trained there again with the same settings — not always bit for bit the
+same model, as the compiled kernel's rounding has changed between versions, so each record keeps the explained model's
+test score beside the one Table 2 recorded), explains the first
 ``--max-examples`` test texts with ``attnkit.analysis.faithfulness`` (ERASER comprehensiveness / sufficiency AOPC of
 the attention, rollout, received-attention, gradient and random rankings; Kendall's tau between attention and
 gradients; on sst2-ptb the plausibility against SST's word labels) and appends one record per cell to ``--json`` at
 once (a cell already there is skipped). The markdown table gives mean ± std over seeds and, paired by seed, each
 sparse map minus softmax with a verdict.
 
-    OMP_NUM_THREADS=1 python studies/faithfulness/faithfulness.py --tasks sst2-ptb --methods softmax SSAF entmax15 --data-dir ../shared/data
-    OMP_NUM_THREADS=1 python studies/faithfulness/faithfulness.py --tasks semeval2013 --methods MiniSA MiniSSA MiniNTA --data-dir ../shared/data
+    OMP_NUM_THREADS=1 python -m studies.faithfulness.faithfulness --tasks sst2-ptb --methods softmax SSAF entmax15 --data-dir ../shared/data
+    OMP_NUM_THREADS=1 python -m studies.faithfulness.faithfulness --tasks semeval2013 --methods MiniSA MiniSSA MiniNTA --data-dir ../shared/data
 
-MiniBERT's cells (``MiniSA``/``MiniSSA``/``MiniNTA``) take the models of MiniBERT's runner (``minibert.py`` (MLM on the task's
-training text, then fine-tuned; 1 layer x 1 head, d = 32), trained there where missing; their paired comparison is
-against MiniSA (the kind with every projection), since all three use softmax.
-    python studies/faithfulness/faithfulness.py --render-only
+MiniBERT's cells (``MiniSA``/``MiniSSA``/``MiniNTA``) take the models of :mod:`studies.faithfulness.minibert_models`
+(MLM on the task's training text, then fine-tuned; 1 layer x 1 head, d = 32), trained there where missing; their paired
+comparison is against MiniSA (the kind with every projection), since all three use softmax.
+
+    python -m studies.faithfulness.faithfulness --render-only
 """
 
 from __future__ import annotations
@@ -33,35 +34,32 @@ from pathlib import Path
 
 from attnkit.runfiles.atomic import write_text_atomic
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS = Path(__file__).resolve().parent / "results"
-#: Table 2's runner (studies/ssaf) and MiniBERT's (studies/minibert)
-for _d in (ROOT / "studies" / "minibert", ROOT / "studies" / "ssaf", ROOT):
-    sys.path.insert(0, str(_d))
-import minibert  # noqa: E402  (MiniBERT's runs and their settings)
-from studies import figures  # noqa: E402  (the frontier figure, shared with studies/adapt)
-import ssaf_table2  # noqa: E402  (the runs, their settings; the shared record and verdict code of studies.stats)
+from studies import figures
+from studies import stats
+from studies.common import ENTMAX_METHODS, TABLE2_RESULTS, TABLE2_SETTINGS, TASKS, run_cell
+from studies.faithfulness import minibert_models
 
-#: the records measured before issue 38, when tied words entered the top k by position (kept for the verdicts that moved)
+RESULTS = Path(__file__).resolve().parent / "results"
+#: the records measured when tied words entered the top k by position (kept for the verdicts that moved)
 POSITIONAL = RESULTS / "faithfulness_positional.json"
 #: the rankings the table compares (random is the floor)
 SHOWN = ("attention", "rollout", "received", "grad_x_input", "integrated_gradients", "random")
-#: MiniBERT's attention kinds (``minibert.py``'s runs: MLM on the task's text, then fine-tuned; 1 layer x 1 head)
+#: MiniBERT's attention kinds (``minibert_models``: MLM on the task's text, then fine-tuned; 1 layer x 1 head)
 MINI = {"MiniSA": "sa", "MiniSSA": "ssa", "MiniNTA": "nta"}
 #: what each method is compared with, paired by seed (MiniBERT's projections-free kinds against its full MiniSA)
 BASELINE = {"MiniSSA": "MiniSA", "MiniNTA": "MiniSA"}
 
 
 #: comparisons that answer another study's question, each its own Holm family (so that adding one does not change the
-#: correction of the maps' family): 1.5-entmax in the last layer only is issue 37's recipe (studies/adapt); the one rule
+#: correction of the maps' family): 1.5-entmax in the last layer only is the recipe (studies/adapt); the one rule
 #: of every study table (studies.stats.OWN_FAMILY)
-OWN_FAMILY = ssaf_table2.OWN_FAMILY
+OWN_FAMILY = stats.OWN_FAMILY
 
 
 def family(task: str, base: str, ranking: str, measure: str, method: str) -> tuple:
     """The Holm family of one comparison: the maps compared with one baseline on one set, for each ranking and measure;
     a method of :data:`OWN_FAMILY` alone."""
-    return ssaf_table2.family_key((task, base, ranking, measure), method)
+    return stats.family_key((task, base, ranking, measure), method)
 
 
 def baseline(method: str) -> str | None:
@@ -73,19 +71,18 @@ def baseline(method: str) -> str | None:
 def model_run(task: str, method: str, seed: int, a) -> Path:
     """The run folder of the cell's model; trained (Table 2's or MiniBERT's settings) where it has no model."""
     if method in MINI:
-        mb = minibert.defaults()
-        mb.data_dir, mb.work_dir = a.data_dir, a.mini_work_dir
+        mb = minibert_models.settings(data_dir=a.data_dir, work_dir=a.mini_work_dir)
         run = Path(mb.work_dir) / f"{task}__{MINI[method]}1x1__s{seed}__mlm"
         if not (run / "model" / "config.json").is_file():
-            print(f"[faithfulness] {task} {method} seed {seed}: training MiniBERT in {run} (minibert.py's settings)", flush=True)
-            minibert.run_finetune(task, MINI[method], seed, "mlm", 1, 1, mb)
+            print(f"[faithfulness] {task} {method} seed {seed}: training MiniBERT in {run} (MiniBERT's first grid's settings)", flush=True)
+            minibert_models.run_finetune(task, MINI[method], seed, "mlm", 1, 1, mb)
         return run
     run = Path(a.work_dir) / f"{task}__{method}__s{seed}"
     if not (run / "model" / "config.json").is_file():
         print(f"[faithfulness] {task} {method} seed {seed}: no model in {run}: training it (Table 2's settings)", flush=True)
-        rec = ssaf_table2.run_cell(task, method, seed, a)
-        if (task, method, seed) not in {(r["task"], r["method"], r["seed"]) for r in ssaf_table2.read_records(Path(a.table2_json))}:
-            ssaf_table2.add_record(Path(a.table2_json), rec)
+        rec = run_cell(task, method, seed, a)
+        if (task, method, seed) not in {(r["task"], r["method"], r["seed"]) for r in stats.read_records(Path(a.table2_json))}:
+            stats.add_record(Path(a.table2_json), rec)
     return run
 
 
@@ -96,7 +93,7 @@ def model_scores(run: Path, task: str, method: str, seed: int, a) -> dict:
     key = m.get("main_metric", "accuracy")
     out = {"model_test_metric": (m.get("test") or {}).get(key)}
     if method not in MINI:
-        rec = next((r for r in ssaf_table2.read_records(Path(a.table2_json)) if (r["task"], r["method"], r["seed"]) == (task, method, seed)), None)
+        rec = next((r for r in stats.read_records(Path(a.table2_json)) if (r["task"], r["method"], r["seed"]) == (task, method, seed)), None)
         out["table2_test_metric"] = rec.get("test_accuracy") if rec else None  # Table 2 scores accuracy
     return out
 
@@ -119,7 +116,7 @@ def faithfulness_cell(task: str, method: str, seed: int, a) -> dict:
             **model_scores(run, task, method, seed, a), **rep,
             "seconds": round(time.time() - t0, 1), "torch_threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None,
             "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-            "provenance": ssaf_table2.provenance(), "weights_sha256": ssaf_table2.weights_sha256(run / "model")}
+            "provenance": stats.provenance(), "weights_sha256": stats.weights_sha256(run / "model")}
 
 
 def top_words(scores: list[float], k: int, seed: int) -> list[int]:
@@ -212,7 +209,7 @@ def _ms(xs: list[float], scale: float = 100.0, digits: int = 1) -> str:
 
 
 def tie_note(recs: list[dict]) -> list[str]:
-    """How the records ordered tied words: at random over seeded draws (attnkit since issue 38) or by position."""
+    """How the records ordered tied words: at random over seeded draws (``tie_draws`` in the record) or by position."""
     old = sum("tie_draws" not in r for r in recs)
     if not old:
         return [f"Tied words ordered at random, every erasure measure the mean over {sorted({r['tie_draws'] for r in recs})} "
@@ -224,7 +221,7 @@ def tie_note(recs: list[dict]) -> list[str]:
 
 
 def tie_section(by: dict) -> list[str]:
-    """The share of top-k slots that ties decided, per model and ranking (records made since issue 38)."""
+    """The share of top-k slots that ties decided, per model and ranking (records with ``tie_draws``)."""
     rows = []
     for (task, method), cell in sorted(by.items()):
         rs = [cell[s] for s in sorted(cell) if "tie_draws" in cell[s]]
@@ -277,7 +274,7 @@ def verdicts(by: dict) -> dict:
     """(task, method, ranking, measure) -> the paired test as the table calls it (Holm across the methods compared with
     one baseline on one set, for each ranking and measure)."""
     cells = [(c, m) for c in paired_cells(by) for m in MEASURES if c[m]]
-    tests = ssaf_table2.verdicts_by_family([c[m] for c, m in cells], [family(c["task"], c["base"], c["ranking"], m, c["method"]) for c, m in cells])
+    tests = stats.verdicts_by_family([c[m] for c, m in cells], [family(c["task"], c["base"], c["ranking"], m, c["method"]) for c, m in cells])
     return {(c["task"], c["method"], c["ranking"], m): (t, c["seeds"], c["positional"]) for (c, m), t in zip(cells, tests)}
 
 
@@ -324,11 +321,11 @@ def render(recs: list[dict], before: list[dict] | None = None) -> str:
              "table), words removed (ERASER), k = 1, 5, 10, 20, 50% of the words. Comprehensiveness AOPC (higher: the ranking",
              "found what the model uses) and sufficiency AOPC (lower: those words alone keep the prediction), in points of",
              "probability (× 100), mean ± std over seeds; plausibility: average precision (× 100) against SST's word labels.",
-             f"Measured on (from the records): {ssaf_table2.run_settings(recs)}.",
+             f"Measured on (from the records): {stats.run_settings(recs)}.",
              *tie_note(recs),
              "", "| task | method | seeds | texts | ranking | comprehensiveness AOPC | sufficiency AOPC | plausibility AP |",
              "|---|---|---|---|---|---|---|---|"]
-    order = ["softmax", "SSAF", *ssaf_table2.ENTMAX_METHODS, *MINI]
+    order = ["softmax", "SSAF", *ENTMAX_METHODS, *MINI]
     for (task, method), cell in sorted(by.items(), key=lambda kv: (kv[0][0], order.index(kv[0][1]) if kv[0][1] in order else len(order))):
         rs = [cell[s] for s in sorted(cell)]
         for e in SHOWN:
@@ -340,13 +337,13 @@ def render(recs: list[dict], before: list[dict] | None = None) -> str:
               "The attention ranking of a sparse map minus softmax's attention ranking (MiniBERT: MiniSSA and MiniNTA minus",
               "MiniSA), same task and seed, in points: mean ± std of the differences [95% CI] (seeds better, t, p) and the verdict. Better",
               "is higher comprehensiveness, lower sufficiency, higher plausibility.",
-              ssaf_table2.rule_text(family="the methods compared with one baseline on one set, for each ranking and measure "
-                                             f"({ssaf_table2.OWN_FAMILY_TEXT})"),
+              stats.rule_text(family="the methods compared with one baseline on one set, for each ranking and measure "
+                                             f"({stats.OWN_FAMILY_TEXT})"),
               "MiniBERT's classifier averages the attention",
               "outputs over the tokens rather than reading [CLS], so its `received` ranking is the one its prediction uses.", "",
               "| task | method − baseline | ranking | comprehensiveness | verdict | sufficiency (baseline − method) | verdict | plausibility | verdict |",
               "|---|---|---|---|---|---|---|---|---|"]
-    fam = ssaf_table2.Family()
+    fam = stats.Family()
     positional = False
     for c in paired_cells(by):
         mark = " †" if c["positional"] else ""
@@ -404,14 +401,14 @@ def frontier(recs: list[dict], stem: Path) -> list[Path]:
 def keep_positional(path: Path, task: str, method: str, seed: int) -> None:
     """Before a cell measured with positional ties is measured again (``--remeasure``), its record goes into
     ``faithfulness_positional.json`` (where it is not there yet), so the before/after table keeps it."""
-    old = [r for r in ssaf_table2.read_records(path) if (r["task"], r["method"], r["seed"]) == (task, method, seed) and "tie_draws" not in r]
-    if old and (task, method, seed) not in {(r["task"], r["method"], r["seed"]) for r in ssaf_table2.read_records(POSITIONAL)}:
-        ssaf_table2.add_record(POSITIONAL, old[0])
+    old = [r for r in stats.read_records(path) if (r["task"], r["method"], r["seed"]) == (task, method, seed) and "tie_draws" not in r]
+    if old and (task, method, seed) not in {(r["task"], r["method"], r["seed"]) for r in stats.read_records(POSITIONAL)}:
+        stats.add_record(POSITIONAL, old[0])
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasks", nargs="+", default=["sst2-ptb", "sentube-auto"], choices=ssaf_table2.TASKS)
+    ap.add_argument("--tasks", nargs="+", default=["sst2-ptb", "sentube-auto"], choices=TASKS)
     ap.add_argument("--methods", nargs="+", default=["softmax", "SSAF", "entmax15"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     ap.add_argument("--max-examples", type=int, default=300, help="first N test texts per run (default 300)")
@@ -419,14 +416,14 @@ def main():
     ap.add_argument("--tie-draws", type=int, default=5, help="seeded draws of the order of tied words the erasure measures average over")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--work-dir", default="runs/ssaf_table2", help="Table 2's run folders (models are kept there)")
-    ap.add_argument("--mini-work-dir", default="runs/bench_minibert", help="MiniBERT's run folders (minibert.py)")
+    ap.add_argument("--mini-work-dir", default="runs/bench_minibert", help="MiniBERT's run folders (studies/faithfulness/minibert_models.py)")
     ap.add_argument("--json", default=str(RESULTS / "faithfulness.json"))
     ap.add_argument("--md", default=str(RESULTS / "faithfulness.md"))
-    ap.add_argument("--table2-json", default=str(ssaf_table2.RESULTS / "ssaf_table2.json"),
+    ap.add_argument("--table2-json", default=str(TABLE2_RESULTS / "ssaf_table2.json"),
                     help="where a model trained again records its Table 2 cell, if it lacks one")
     ap.add_argument("--render-only", action="store_true")
     ap.add_argument("--remeasure", action="store_true",
-                    help="measure again the cells recorded before issue 38 (ties ranked by position; no tie_draws in the "
+                    help="measure again the cells recorded with ties ranked by position ( no tie_draws in the "
                          "record), training their model again where it is gone; the new record replaces the old")
     ap.add_argument("--example", nargs="+", metavar="METHOD", default=None,
                     help="instead of the table: one test sentence explained by these methods' models side by side "
@@ -434,12 +431,12 @@ def main():
     ap.add_argument("--example-out", default=str(RESULTS / "faithfulness_example"),
                     help="writes <this>.png, .svg, .json and .md")
     a = ap.parse_args()
-    for k, v in vars(ssaf_table2.defaults()).items():  # the Table 2 settings run_cell reads (lr, model, ...)
+    for k, v in TABLE2_SETTINGS.items():  # the Table 2 settings run_cell reads (lr, model, ...)
         if not hasattr(a, k):
             setattr(a, k, v)
     if a.example:
         rec, text = example(a.tasks[0], a.example, a.seeds[0], a)
-        rec["provenance"] = ssaf_table2.provenance()
+        rec["provenance"] = stats.provenance()
         stem = Path(a.example_out)
         write_text_atomic(stem.with_suffix(".json"), json.dumps(rec, indent=1) + "\n")
         write_text_atomic(stem.with_suffix(".md"), text)
@@ -450,16 +447,16 @@ def main():
         for task in a.tasks:
             for seed in a.seeds:
                 for method in a.methods:
-                    done = {(r["task"], r["method"], r["seed"]) for r in ssaf_table2.read_records(path)
+                    done = {(r["task"], r["method"], r["seed"]) for r in stats.read_records(path)
                             if not (a.remeasure and "tie_draws" not in r)}
                     if (task, method, seed) in done:
                         continue
                     print(f"[faithfulness] {task} {method} seed {seed}", flush=True)
                     keep_positional(path, task, method, seed)
-                    ssaf_table2.add_record(path, faithfulness_cell(task, method, seed, a))
-                    write_text_atomic(md, render(ssaf_table2.read_records(path), ssaf_table2.read_records(POSITIONAL)))
-    write_text_atomic(md, render(ssaf_table2.read_records(path), ssaf_table2.read_records(POSITIONAL)))
-    frontier(ssaf_table2.read_records(path), md.with_name("frontier"))
+                    stats.add_record(path, faithfulness_cell(task, method, seed, a))
+                    write_text_atomic(md, render(stats.read_records(path), stats.read_records(POSITIONAL)))
+    write_text_atomic(md, render(stats.read_records(path), stats.read_records(POSITIONAL)))
+    frontier(stats.read_records(path), md.with_name("frontier"))
     print(md.read_text())
 
 

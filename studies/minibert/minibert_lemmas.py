@@ -1,10 +1,11 @@
 """MiniBERT on SemEval-2013 with and without lemmatisation (``--lemmatize en``), several seeds.
 
-Each cell: `attnkit pretrain` (MLM on the training text, lemmatised or not) then `attnkit train --model <pre>`
+Each cell: `attnkit pretrain` (MLM on the training text, lemmatised or not) then `attnkit train --model <pre>`, run as
+subprocesses
 (which inherits the lemmatisation), the budget of the MiniBERT benchmark's CLI timing (5 MLM epochs, 4 fine-tuning
 epochs, batch 32, max length 64). Cells whose metrics.json exists are reused.
 
-    OMP_NUM_THREADS=1 python studies/minibert/minibert_lemmas.py --data-dir ../shared/data --out studies/minibert/results/minibert_lemmas
+    OMP_NUM_THREADS=1 python -m studies.minibert.minibert_lemmas --data-dir ../shared/data --out studies/minibert/results/minibert_lemmas
 """
 
 from __future__ import annotations
@@ -14,9 +15,14 @@ import datetime as dt
 import json
 import platform
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
-from attnkit.cli import main as cli
+
+def cli(args: list[str]) -> int:
+    """The command line (``attnkit ARGS``) run as a subprocess; its exit status."""
+    return subprocess.run([sys.executable, "-m", "attnkit.cli", *args]).returncode
 
 
 def run(seed: int, lemmatize: str | None, a) -> dict:
@@ -51,7 +57,7 @@ def main():
     lines = [
         "# MiniBERT on SemEval-2013, with and without lemmatisation",
         "",
-        f"`python studies/minibert/minibert_lemmas.py --data-dir ../shared/data --kind {a.kind} --seeds {' '.join(map(str, a.seeds))}`; "
+        f"`python -m studies.minibert.minibert_lemmas --data-dir ../shared/data --kind {a.kind} --seeds {' '.join(map(str, a.seeds))}`; "
         f"{dt.date.today().isoformat()}, {platform.machine()}, one torch thread. Mini{a.kind.upper()}, 1 layer x 1 head, d = 32, "
         "MLM pre-training (5 epochs) then fine-tuning (4 epochs, batch 32, length 64); accuracy in %, mean ± std over seeds.",
         "",

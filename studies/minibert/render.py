@@ -3,20 +3,18 @@
 :func:`render` is the table (``results/minibert_study.md``, registered in ``studies/tables.py``: it re-renders byte
 for byte from the committed records); :func:`render_all` writes it, the same text into the block between
 ``<!-- tables:begin -->`` and ``<!-- tables:end -->`` of ``studies/minibert/README.md``, and the figure
-``results/figure2.png``. ``python studies/minibert/study.py --render`` calls it; nothing is run.
+``results/figure2.png``. ``python -m studies.minibert.study --render`` calls it; nothing is run.
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 from collections import defaultdict
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))
+from studies.stats import MARGIN, format_paired, paired_test, rule_text, verdicts_by_family
 
-from studies.stats import MARGIN, format_paired, paired_test, rule_text, verdicts_by_family  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 README = HERE / "README.md"
 TABLE = HERE / "results" / "minibert_study.md"

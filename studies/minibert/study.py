@@ -1,4 +1,4 @@
-"""MiniBERT at the paper's protocol (issue 39): Tables 2-4 and Figure 2 of paper 004, with verdicts.
+"""MiniBERT at the paper's protocol: Tables 2-4 and Figure 2 of paper 004, with verdicts.
 
 One record per run (a fine-tuning run, with the MLM pre-training it starts from) is appended to
 ``studies/minibert/results/records.json`` as the run lands, and that file is committed every few minutes, so an
@@ -21,8 +21,8 @@ on itself (diagonal), the mass on its top key; and, for the Figure 2 runs (1x1, 
 attention each word receives (``attnkit faithfulness``'s measures on the first 200 test texts, as lemmas: AOPC
 comprehensiveness of the ``received`` ranking against ``random``).
 
-    OMP_NUM_THREADS=1 nohup python studies/minibert/study.py --data-dir ../shared/data > /tmp/minibert_runs.log 2>&1 &
-    python studies/minibert/study.py --render     # tables into studies/minibert/README.md's marked block
+    OMP_NUM_THREADS=1 nohup python -m studies.minibert.study --data-dir ../shared/data > /tmp/minibert_runs.log 2>&1 &
+    python -m studies.minibert.study --render     # tables into studies/minibert/README.md's marked block
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -262,7 +261,6 @@ def record(j: dict, m: dict, pre: dict | None, a, shape: dict, faith: dict | Non
 def run_all(a) -> None:
     import torch
 
-    sys.path.insert(0, str(ROOT))
     from studies.stats import provenance
 
     torch.set_num_threads(1)
@@ -303,8 +301,7 @@ def rendered(records: list[dict], path: Path) -> list[Path]:
     try:
         import importlib
 
-        sys.path.insert(0, str(HERE))
-        import render
+        from studies.minibert import render
 
         importlib.reload(render)  # a render.py edited while the study runs is the one used
         render.render_all(records)
@@ -344,8 +341,7 @@ def parser() -> argparse.ArgumentParser:
 def main() -> None:
     a = parser().parse_args()
     if a.render:
-        sys.path.insert(0, str(HERE))
-        from render import render_all
+        from studies.minibert.render import render_all
 
         render_all(load_records(Path(a.records)))
         return

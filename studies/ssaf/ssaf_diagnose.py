@@ -1,4 +1,4 @@
-"""Why does SSAF trail softmax on a task? The diagnostics of issue 12, item 4, on the bundled MiniLM.
+"""Why does SSAF trail softmax on a task? Diagnostics of the attention swap on the bundled MiniLM.
 
 On ``--sentences`` dev texts of ``--task`` it measures, per layer and head:
 
@@ -16,7 +16,7 @@ On ``--sentences`` dev texts of ``--task`` it measures, per layer and head:
 
 Writes ``OUT.json`` and ``OUT.png``::
 
-    python studies/ssaf/ssaf_diagnose.py --task semeval2013 --data-dir ../shared/data --runs /work/runs \
+    python -m studies.ssaf.ssaf_diagnose --task semeval2013 --data-dir ../shared/data --runs /work/runs \
         --out studies/ssaf/results/ssaf_diagnose_semeval2013
 """
 
@@ -36,11 +36,8 @@ from attnkit.attention.spec import AttentionSpec
 from attnkit.models.build import build_classifier
 from attnkit.models.checkpoint import load_model, load_tokenizer
 from attnkit.tasks import load_task
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from attnkit.training.config import PAPER_LAM  # noqa: E402
-from studies.ssaf.ssaf_table2 import TASKS  # noqa: E402
-from benchmarks.support import recorded_scores  # noqa: E402
+from attnkit.training.config import PAPER_LAM
+from studies.common import TASKS, recorded_scores
 
 SCAN = (-12.0, -8.0, -6.0, -4.0, -3.0, -2.0, -1.0, 0.0)
 
@@ -272,7 +269,7 @@ def main():
                     "support_mean": np.mean(trained, 0).round(3).tolist(),
                     "support_mean_all": round(float(np.mean(trained)), 3)} if trained else None,
         "curves": cur, "curves_task": cur_task,
-        "command": "python studies/ssaf/ssaf_diagnose.py " + " ".join(sys.argv[1:]),
+        "command": "python -m studies.ssaf.ssaf_diagnose " + " ".join(sys.argv[1:]),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")

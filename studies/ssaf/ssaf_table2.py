@@ -8,14 +8,14 @@ markdown table with paired differences and verdicts is re-rendered, so an interr
 stopped: a cell already in the json is skipped, a cell whose run folder holds checkpoints resumes from them.
 
     # one worker per task, one torch thread each (2 cores: two workers at most)
-    OMP_NUM_THREADS=1 python studies/ssaf/ssaf_table2.py --tasks sentube-auto --data-dir ../shared/data
-    python studies/ssaf/ssaf_table2.py --render-only          # the table from the json alone
+    OMP_NUM_THREADS=1 python -m studies.ssaf.ssaf_table2 --tasks sentube-auto --data-dir ../shared/data
+    python -m studies.ssaf.ssaf_table2 --render-only       # the table from the json alone
 
 Methods: ``softmax``, ``SSAF`` (sparsegen-lin at the paper's lam), ``Np`` / ``SSAF(Np)`` (the same from random
-weights, at ``--np-epochs``/``--np-lr`` with warm-up), and the remedies of issue 12 (``SSAF+learned-lam``: lam
+weights, at ``--np-epochs``/``--np-lr`` with warm-up), and the remedies (``SSAF+learned-lam``: lam
 learned per layer and head; ``SSAF+lam-warmup``: lam starts 4x denser and reaches the target after the first
 10% of the steps; the learning rate has no warm-up, as in the softmax and SSAF rows; ``SSAF+learned-lam-fast``: lam
-learned per layer and head on its own learning rate, ``--lam-lr 1e-3``), and the entmax maps of issue 24
+learned per layer and head on its own learning rate, ``--lam-lr 1e-3``), and the entmax maps
 (``entmax15``: 1.5-entmax; ``entmax15+alpha-warmup``: alpha starts at 1, softmax, and reaches 1.5 after the first
 10% of the steps; ``alpha-entmax-learned``: alpha learned per layer and head from 1.5 on its own learning rate,
 ``--alpha-lr 1e-3``). Every record also holds the mean non-zeros per attention row of the trained model on the
@@ -25,76 +25,27 @@ first 256 dev texts, so that accuracy and sparsity stand side by side.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
-import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 
 from attnkit.runfiles.atomic import write_text_atomic
-from attnkit.training.config import PAPER_EPOCHS, PAPER_LAM
-
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS = Path(__file__).resolve().parent / "results"
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-from studies.stats import (  # noqa: E402,F401  (the shared record, pairing and verdict code; sesame_paper and faithfulness use it through here too)
-    OWN_FAMILY, OWN_FAMILY_TEXT, Family, add_record, family_key, format_paired, locked, mean_sd as _ms, paired, paired_test,
+from studies.common import (  # noqa: F401  (Table 2's runs, shared with studies/faithfulness)
+    ALPHA_LR, ALPHA_WARMUP, ENTMAX_METHODS, LAM_LR, SPARSE_LAYERS, SUBSET, SUPPORT_TEXTS, TABLE2_RESULTS, TABLE2_SETTINGS, TASKS,
+    curves, dev_support, machine, method_settings, run_cell,
+)
+from studies.stats import (  # noqa: F401  (the shared record, pairing and verdict code)
+    OWN_FAMILY, OWN_FAMILY_TEXT, Family, add_record, family_key, format_paired, locked, mean_sd, paired, paired_test,
     provenance, read_records, rule_text, run_settings, verdict, verdicts_by_family, weights_sha256, write_records,
 )
-#: Table 2's sets in its order; each runs at the paper's lam and epochs (config.PAPER_LAM, PAPER_EPOCHS: METHODS.md §1).
-#: sst2-ptb: GLUE's sst2 has no test labels, the same sentences from the SST trees have them
-TASKS = ("sentube-auto", "sentube-tablets", "semeval2013", "sst2-ptb", "sst5-phrases")
+
+RESULTS = TABLE2_RESULTS
 #: the SSAF paper's reported accuracy (BERT-base), softmax -> SSAF, as restated in ../shared/METHODS.md §1
 PAPER_TABLE = {"sentube-auto": (70.3, 72.4), "sentube-tablets": (73.3, 75.0), "semeval2013": (76.2, 77.3),
                "sst2-ptb": (93.5, 94.7), "sst5-phrases": (55.2, 56.2)}
-#: --lam-lr of SSAF+learned-lam-fast: at the weights' 2e-5 lam moved at most 0.016 from its start in 5 epochs
-LAM_LR = 1e-3
-#: the entmax methods (issue 24) and their normaliser; entmax15+alpha-warmup starts at softmax (alpha 1) and
-#: reaches 1.5 after the first ALPHA_WARMUP of the steps; alpha-entmax-learned learns alpha per layer and head from 1.5;
-#: entmax15-last is 1.5-entmax in the last layer only, the others softmax (issue 37: ``--sparse-layers last``)
-ENTMAX_METHODS = {"entmax15": "entmax15", "entmax15+alpha-warmup": "entmax15", "alpha-entmax-learned": "entmax-alpha",
-                  "entmax15-last": "entmax15"}
-#: the layers each method makes sparse where not all (TrainConfig.sparse_layers)
-SPARSE_LAYERS = {"entmax15-last": "last"}
-ALPHA_WARMUP = 0.1
-#: --alpha-lr of alpha-entmax-learned: as lam at the weights' 2e-5 (LAM_LR above), alpha needs its own rate to move
-ALPHA_LR = 1e-3
-#: dev texts the mean non-zeros per attention row are measured on (as attnkit sweep does)
-SUPPORT_TEXTS = 256
-#: SST-1 trains on a random subset (drawn with the run's seed) of its 159k phrases that fits a 2-core machine at
-#: 4 epochs; SST-2 (sst2-ptb: 6,920 sentences) takes the whole split
-SUBSET = {"sst5-phrases": 5000}
 #: the same for Np -> SSAF(Np) (random init)
 PAPER_NP = {"sentube-auto": (66.8, 68.1), "sst2-ptb": (85.2, 86.4)}
-
-
-def method_settings(method: str, task: str, a) -> dict:
-    """TrainConfig fields of one method on one task."""
-    lam, epochs = PAPER_LAM[task], PAPER_EPOCHS[task]
-    scratch = "Np" in method
-    attention = "softmax" if method in ("softmax", "Np") else ENTMAX_METHODS.get(method, "sparsegen-lin")
-    base = dict(attention=attention, lam=lam,
-                from_scratch=scratch, epochs=a.np_epochs if scratch else epochs, lr=a.np_lr if scratch else a.lr,
-                warmup_ratio=a.np_warmup if scratch else 0.0)
-    if method == "SSAF+learned-lam":
-        base["learn_lam"] = True
-    elif method == "SSAF+learned-lam-fast":  # the lam parameters on their own learning rate (--lam-lr)
-        base.update(learn_lam=True, lam_lr=LAM_LR)
-    elif method == "SSAF+lam-warmup":
-        base.update(lam_warmup=0.1)
-    elif method == "entmax15+alpha-warmup":
-        base.update(alpha_warmup=ALPHA_WARMUP)
-    elif method == "alpha-entmax-learned":
-        base.update(learn_alpha=True, alpha=1.5, alpha_lr=ALPHA_LR)
-    elif method in SPARSE_LAYERS:
-        base.update(sparse_layers=SPARSE_LAYERS[method])
-    elif method not in ("softmax", "SSAF", "Np", "SSAF(Np)", "entmax15"):
-        raise SystemExit(f"unknown method {method!r}")
-    return base
 
 
 def truncated_share(task: str, data_dir: str | None, max_length: int) -> float:
@@ -104,21 +55,6 @@ def truncated_share(task: str, data_dir: str | None, max_length: int) -> float:
     texts = list(load_task(task, data_dir).splits["train"]["text"])
     ids = load_tokenizer("minilm")(texts, truncation=False)["input_ids"]
     return sum(len(x) > max_length for x in ids) / len(ids)
-
-
-def curves(run_dir: Path) -> dict:
-    """Dev accuracy per epoch and the logged training losses: from metrics.json's log_history, else (runs of an
-    older attnkit) from the newest checkpoint's trainer_state.json."""
-    metrics = run_dir / "metrics.json"
-    hist = json.loads(metrics.read_text()).get("log_history") if metrics.is_file() else None
-    if hist is None:
-        states = sorted(run_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
-        if not states:
-            return {}
-        hist = json.loads(states[-1].read_text())["log_history"]
-    dev = [round(h["eval_accuracy"], 4) for h in hist if "eval_accuracy" in h]
-    loss = [round(h["loss"], 4) for h in hist if "loss" in h]
-    return {"dev_curve": dev, "train_loss_curve": loss}
 
 
 def fill_from_runs(path: Path, work_dir: Path) -> list[str]:
@@ -146,78 +82,7 @@ def fill_from_runs(path: Path, work_dir: Path) -> list[str]:
     return filled
 
 
-def run_cell(task: str, method: str, seed: int, a) -> dict:
-    from attnkit.training.config import TrainConfig
-    from attnkit.training.finetune import train
-
-    out = Path(a.work_dir) / f"{task}__{method}__s{seed}"
-    s = method_settings(method, task, a)
-    fields = {k: v for k, v in s.items() if k in TrainConfig.__dataclass_fields__}
-    subset = a.train_subset if a.train_subset is not None else SUBSET.get(task)
-    cfg = TrainConfig(task=task, data_dir=a.data_dir, model=a.model, batch_size=16, max_length=a.max_length, seed=seed,
-                      output_dir=str(out), logging_steps=a.logging_steps, group_by_length=True,
-                      max_train_samples=subset, **fields)
-    t0 = time.time()
-    m = train(cfg)
-    rec = {
-        "task": task, "method": method, "seed": seed, "lam": s["lam"] if method != "softmax" and method != "Np" else None,
-        "epochs": cfg.epochs, "lr": cfg.lr, "batch_size": cfg.batch_size, "max_length": cfg.max_length,
-        "train_size": m["train_size"], "dev_accuracy": m["validation"]["accuracy"], "test_accuracy": m["test"]["accuracy"],
-        "test_macro_f1": m["test"].get("macro_f1"),
-        "train_seconds": round(m["train"].get("train_runtime", time.time() - t0), 1),
-        "train_subset": subset, "warmup_ratio": cfg.warmup_ratio, "from_scratch": cfg.from_scratch, "group_by_length": True,
-        "torch_threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None,
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(), "precision": cfg.precision,
-    }
-    if "lam_learned" in m:
-        rec["lam_learned"] = m["lam_learned"]
-    for key in ("alpha_learned",):
-        if key in m:
-            rec[key] = m[key]
-    if cfg.attention != "sparsegen-lin" or cfg.alpha_warmup:
-        rec["attention"] = cfg.attention
-    if cfg.alpha_warmup:
-        rec["alpha_warmup"] = cfg.alpha_warmup
-    if cfg.sparse_layers is not None:
-        rec["sparse_layers"] = cfg.sparse_layers
-    rec.update(dev_support(out, task, a.data_dir, cfg.max_length))
-    if cfg.lam_lr is not None:
-        rec["lam_lr"] = cfg.lam_lr
-    if cfg.alpha_lr is not None:
-        rec["alpha_lr"] = cfg.alpha_lr
-    rec.update(curves(out))
-    rec["provenance"] = provenance()
-    rec["weights_sha256"] = weights_sha256(out / "model")  # faithfulness reuses these models: checked, not inferred
-    return rec
-
-
-def dev_support(run_dir: Path, task: str, data_dir: str | None, max_length: int) -> dict:
-    """Mean non-zeros per attention row (every layer and head, real tokens) of the run's saved model on the first
-    SUPPORT_TEXTS dev texts: accuracy and sparsity side by side."""
-    from attnkit.models.checkpoint import load_model, load_tokenizer
-    from attnkit.tasks import load_task
-    from attnkit.training.sweep import mean_support
-
-    dev = load_task(task, data_dir).splits["validation"]
-    n = min(SUPPORT_TEXTS, len(dev))
-    texts = list(dev["text"][:n])
-    pairs = list(dev["text_pair"][:n]) if "text_pair" in dev.column_names else None
-    model_dir = run_dir / "model"
-    sup = mean_support(load_model(model_dir), load_tokenizer(model_dir), texts, pairs, max_length=max_length)
-    return {"dev_nonzeros_per_row": round(sup["mean"], 3), "dev_nonzeros_per_layer": [round(x, 3) for x in sup["per_layer"]],
-            "dev_mean_length": round(sup["mean_length"], 2), "support_texts": n}
-
-
 # ----------------------------------------------------------------------------- rendering
-
-
-def machine() -> str:
-    """Where a record's run trained: the processor and its cores, and the GPU where the Trainer had one."""
-    import torch
-
-    gpu = f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
-    return f"{platform.machine()}, {os.cpu_count()} cores{gpu}"
 
 
 #: the header line of every table here that reads a family of comparisons
@@ -231,7 +96,7 @@ def sparse_nonzeros(r: dict) -> float:
     layers = r.get("dev_nonzeros_per_layer")
     if not r.get("sparse_layers") or not layers:
         return r["dev_nonzeros_per_row"]
-    from attnkit.attention.spec import sparse_layer_set
+    from attnkit.attention.placement import sparse_layer_set
 
     return statistics.mean(layers[i] for i in sorted(sparse_layer_set(r["sparse_layers"], len(layers))))
 
@@ -261,8 +126,8 @@ def entmax_section(by: dict, tasks: list[str], fam: Family) -> list[str]:
                 flat = [a for r in rs for row in r["alpha_learned"] for a in row]
                 alpha = f" (learned alpha {min(flat):.2f}–{max(flat):.2f})"
             rows.append(
-                f"| {t} | {meth}{alpha} | {','.join(map(str, sorted(cell)))} | {_ms([100 * r['test_accuracy'] for r in rs])} "
-                f"| {statistics.mean(nz):.2f} of {statistics.mean(length):.1f}{where} |" if nz else f"| {t} | {meth}{alpha} | {','.join(map(str, sorted(cell)))} | {_ms([100 * r['test_accuracy'] for r in rs])} | — |"
+                f"| {t} | {meth}{alpha} | {','.join(map(str, sorted(cell)))} | {mean_sd([100 * r['test_accuracy'] for r in rs])} "
+                f"| {statistics.mean(nz):.2f} of {statistics.mean(length):.1f}{where} |" if nz else f"| {t} | {meth}{alpha} | {','.join(map(str, sorted(cell)))} | {mean_sd([100 * r['test_accuracy'] for r in rs])} | — |"
             )
             rows[-1] += (f" {fam.add(vs_soft, family_key(('entmax − softmax', t), meth))} "
                          f"| {fam.add(vs_ssaf, family_key(('entmax − SSAF', t), meth))} |")
@@ -315,10 +180,10 @@ def render(recs: list[dict], trunc: dict[str, float]) -> str:
             r0 = rs[0]
             lam = f"{r0['lam']:g}" if r0["lam"] is not None and r0.get("attention", "sparsegen-lin") == "sparsegen-lin" else "—"
             f1s = [r.get("test_macro_f1") for r in rs]
-            f1 = _ms([100 * x for x in f1s]) if None not in f1s else "—"  # kept since 2026-11-23; older records lack it
+            f1 = mean_sd([100 * x for x in f1s]) if None not in f1s else "—"  # records without test_macro_f1 show —
             lines.append(
                 f"| {t} | {meth} | {lam} | {r0['epochs']:g} | {r0['lr']:g} | {r0['train_size']} | {','.join(map(str, sorted(cell)))} "
-                f"| {_ms([100 * r['dev_accuracy'] for r in rs])} | {_ms([100 * r['test_accuracy'] for r in rs])} "
+                f"| {mean_sd([100 * r['dev_accuracy'] for r in rs])} | {mean_sd([100 * r['test_accuracy'] for r in rs])} "
                 f"| {f1} | {statistics.mean(r['train_seconds'] for r in rs) / 60:.1f} |"
             )
     lines += [
@@ -388,22 +253,23 @@ def defaults() -> argparse.Namespace:
 
 
 def parser() -> argparse.ArgumentParser:
+    S = TABLE2_SETTINGS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", nargs="+", default=["sentube-auto", "sentube-tablets", "semeval2013"], choices=TASKS)
     ap.add_argument("--methods", nargs="+", default=["softmax", "SSAF"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
-    ap.add_argument("--model", default="minilm")
-    ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--lr", type=float, default=2e-5)
-    ap.add_argument("--np-lr", type=float, default=1e-4, help="learning rate of the random-init runs")
-    ap.add_argument("--np-epochs", type=float, default=10)
-    ap.add_argument("--np-warmup", type=float, default=0.1)
-    ap.add_argument("--max-length", type=int, default=128)
-    ap.add_argument("--train-subset", type=int, default=None,
+    ap.add_argument("--model", default=S["model"])
+    ap.add_argument("--data-dir", default=S["data_dir"])
+    ap.add_argument("--lr", type=float, default=S["lr"])
+    ap.add_argument("--np-lr", type=float, default=S["np_lr"], help="learning rate of the random-init runs")
+    ap.add_argument("--np-epochs", type=float, default=S["np_epochs"])
+    ap.add_argument("--np-warmup", type=float, default=S["np_warmup"])
+    ap.add_argument("--max-length", type=int, default=S["max_length"])
+    ap.add_argument("--train-subset", type=int, default=S["train_subset"],
                     help="train on a random subset of this size (drawn with the seed); default: the whole split, "
                          + ", ".join(f"{n} on {t}" for t, n in SUBSET.items()))
-    ap.add_argument("--logging-steps", type=int, default=50)
-    ap.add_argument("--work-dir", default="runs/ssaf_table2")
+    ap.add_argument("--logging-steps", type=int, default=S["logging_steps"])
+    ap.add_argument("--work-dir", default=S["work_dir"])
     ap.add_argument("--json", default=str(RESULTS / "ssaf_table2.json"))
     ap.add_argument("--md", default=str(RESULTS / "ssaf_table2.md"))
     ap.add_argument("--render-only", action="store_true")

@@ -7,6 +7,6 @@ bash .gpu/scripts/setup.sh 2>&1 | tee $OUT/setup.log
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee -a $OUT/setup.log
 ls -la .gpu/w1 | tee -a $OUT/setup.log
 t0=$(date +%s)
-timeout ${GPU_BENCH_TIMEOUT:-300} python3 benchmarks/gpu.py --out $OUT/gpu.json 2>&1 | tail -60
+timeout ${GPU_BENCH_TIMEOUT:-300} python3 -m benchmarks.gpu --out $OUT/gpu.json 2>&1 | tail -60
 echo "gpu.py exit ${PIPESTATUS[0]} after $(( $(date +%s) - t0 )) s"
 ls $OUT

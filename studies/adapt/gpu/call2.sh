@@ -11,7 +11,7 @@ python3 -c "import attnkit, datasets" || { echo "attnkit is not installed any mo
 [ -f $OUT/adapt_records.json ] || cp studies/adapt/records.json $OUT/adapt_records.json
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export ATTNKIT_COMMIT=${ATTNKIT_COMMIT:-unknown} HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-python3 studies/adapt/run.py --data-dir $G/data --model $G/minilm --bf16 --workers ${WORKERS:-14} --seeds ${SEEDS:-1 2 3} \
+python3 -m studies.adapt.run --data-dir $G/data --model $G/minilm --bf16 --workers ${WORKERS:-14} --seeds ${SEEDS:-1 2 3} \
     --adapt-steps ${ADAPT_STEPS:-2000} --work-dir /tmp/adapt_study --json $OUT/adapt_records.json --log $OUT/study.log \
     --deadline ${DEADLINE:-540} --no-start-after ${NO_START_AFTER:-60} ${EXTRA:-} 2>&1 | grep -v "LOAD REPORT\|^Key\|^---\|MISSING\|^Notes\|^- MISSING\|^$" | tail -60
 for f in /tmp/adapt_study/logs/*.log; do echo "== $f"; tail -c 1200 "$f"; done > $OUT/last_logs.txt 2>/dev/null || true

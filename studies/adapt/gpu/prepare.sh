@@ -5,7 +5,7 @@
 # the machine stays warm 30 s; together they fit a 15-minute lease with DEADLINE about 545):
 #   call 1 [.gpu/wheels .gpu/data .gpu/minilm .gpu/scripts .gpu/w1]: bash .gpu/scripts/call1.sh
 #   call 2 [.gpu/w2 .gpu/scripts]: ATTNKIT_COMMIT=$(git rev-parse --short HEAD) DEADLINE=545 EXTRA="--methods ..." bash .gpu/scripts/call2.sh
-# then here: cp <files_at>/adapt_records.json studies/adapt/records.json && python studies/adapt/render.py
+# then here: cp <files_at>/adapt_records.json studies/adapt/records.json && python -m studies.adapt.render
 # (the tree is about 4.4 MB: call 1 carries about 61 MiB of the 64 allowed)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."

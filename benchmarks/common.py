@@ -1,0 +1,40 @@
+"""What the benchmarks share: the provenance a result file records (git commit, dirty tree, versions)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def git_output(args: list[str], cwd: Path) -> str | None:
+    """``git ARGS``' output in ``cwd``, stripped; None where git fails or is missing."""
+    try:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def provenance(repo: str | Path | None = None) -> dict:
+    """What made a result: git commit, whether the tree was dirty, and the attnkit, torch and transformers versions
+    (the same fields as ``studies.stats.provenance``)."""
+    root = Path(repo) if repo is not None else ROOT
+    commit = git_output(["rev-parse", "HEAD"], root)
+    status = git_output(["status", "--porcelain", "--untracked-files=no"], root)
+    out = {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
+    for name in ("attnkit", "torch", "transformers"):
+        try:
+            mod = __import__(name)
+            out[f"{name}_version"] = getattr(mod, "__version__", None)
+        except ImportError:
+            out[f"{name}_version"] = None
+    if out["attnkit_version"] is None:
+        try:
+            from importlib.metadata import version
+
+            out["attnkit_version"] = version("attnkit")
+        except Exception:  # noqa: BLE001 — not installed: leave it unknown
+            pass
+    return out

@@ -1,0 +1,1 @@
+"""Faithfulness and plausibility of each attention map's explanations."""

@@ -1,0 +1,1 @@
+"""MiniBERT: tiny BERTs with projection-free attention, at the paper's protocol."""

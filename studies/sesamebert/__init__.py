@@ -1,0 +1,1 @@
+"""SesameBERT at the paper's budget: blur and SE over layers (``python -m studies.sesamebert.run``)."""
