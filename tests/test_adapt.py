@@ -681,7 +681,7 @@ def test_the_distillation_loss_by_hand():
     """(1 - w) CE(labels) + w T^2 KL(softmax(teacher / T) || softmax(student / T)), batch mean, on two examples."""
     from transformers.modeling_outputs import SequenceClassifierOutput
 
-    from attnkit.training.finetune import DistillTrainer
+    from attnkit.training.distill import DistillTrainer
 
     s_logits = [[2.0, 0.0, -1.0], [0.5, 1.5, 0.0]]
     t_logits = [[1.0, 0.5, -2.0], [0.0, 3.0, 1.0]]

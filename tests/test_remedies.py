@@ -12,7 +12,9 @@ from attnkit.attention.spec import AttentionSpec
 from attnkit.attention.maps import sparsegen_lin
 from attnkit.models.build import build_classifier
 from attnkit.models.checkpoint import load_classifier, load_tokenizer, save_checkpoint
-from attnkit.training.finetune import LAM_WARMUP_FACTOR, TrainConfig, train, warmup_lam
+from attnkit.training.schedules import LAM_WARMUP_FACTOR
+from attnkit.training.finetune import TrainConfig, train
+from attnkit.training.schedules import warmup_lam
 
 SENTS = ["a great movie and a really good story", "bad", "it was not fun but the actor was superb"]
 
@@ -113,7 +115,7 @@ def test_lam_warmup_callback_sets_lam_by_step(tiny_bert):
     from types import SimpleNamespace
 
     from attnkit.attention.spec import spec_of
-    from attnkit.training.finetune import lam_warmup_callback
+    from attnkit.training.schedules import lam_warmup_callback
 
     model = build_classifier(tiny_bert, 2, AttentionSpec("sparsegen-lin", -6.0))
     cb = lam_warmup_callback(-6.0, 0.1)
