@@ -80,6 +80,34 @@ def add_model_io(p: argparse.ArgumentParser, *, batched: bool = True) -> None:
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: what torch picks, one per core)")
 
 
+def add_attention_options(t: argparse.ArgumentParser, d: TrainConfig) -> None:
+    """The settings of the map: lam and alpha, learned or warmed up, and the layers that use it."""
+    t.add_argument("--learn-lam", action="store_true", help="sparsegen-lin: learn lam per layer and head, started at --lam (lam < 1 by construction)")
+    t.add_argument("--lam-lr", type=float, default=None, help="with --learn-lam: learning rate of the lam parameters (default: --lr; at 2e-5 lam barely moves)")
+    t.add_argument("--lam-warmup", type=float, default=0.0, help="sparsegen-lin: start 4x denser and reach --lam after this fraction of the steps (< 1) or step count (default 0: off)")
+    t.add_argument("--alpha", type=float, default=None, help=f"entmax-alpha: alpha in [1, 2] (1 softmax, 1.5 1.5-entmax, 2 sparsemax; default {d.alpha:g})")
+    t.add_argument("--learn-alpha", action="store_true", help="entmax-alpha: learn alpha per layer and head (1 + sigmoid(a)), started at --alpha")
+    t.add_argument("--alpha-lr", type=float, default=None, help="with --learn-alpha: learning rate of the alpha parameters (default: --lr)")
+    t.add_argument("--alpha-warmup", type=float, default=0.0, help="entmax15/entmax-alpha: alpha starts at 1 (softmax) and reaches its target after this fraction of the steps (< 1) or step count (default 0: off)")
+    t.add_argument("--sparse-layers", default=None, metavar="LAYERS", type=layers_text,
+                   help="layers that use the sparse map, counted from 0: all (default), last, a range 4-5 or a list 0,5; the others keep softmax")
+
+
+def add_teacher_and_precision_options(t: argparse.ArgumentParser, d: TrainConfig) -> None:
+    """Distillation from a teacher, and mixed precision."""
+    t.add_argument("--teacher", default=None, metavar="RUN_OR_MODEL",
+                   help="distil from this fine-tuned model (e.g. the softmax run): the loss mixes the labels' cross-entropy and "
+                        "the KL divergence to the teacher's predictions (the teacher's logits computed per batch, no gradient)")
+    t.add_argument("--distill-weight", type=float, default=None, help=f"with --teacher: the teacher's share w of the loss, 0 < w <= 1 (default {d.distill_weight:g})")
+    t.add_argument("--distill-temperature", type=float, default=None, help=f"with --teacher: the softmax temperature T of both predictions (default {d.distill_temperature:g})")
+    prec = t.add_mutually_exclusive_group()
+    prec.add_argument("--bf16", dest="precision", action="store_const", const="bf16", default=d.precision,
+                      help="mixed precision: matrix products in bfloat16 under autocast, weights and optimizer in float32 "
+                           "(GPUs with bf16, and CPUs with AVX512-BF16 or AMX, where a step is several times faster); default float32")
+    prec.add_argument("--fp16", dest="precision", action="store_const", const="fp16",
+                      help="mixed precision in float16 with loss scaling (CUDA GPUs only)")
+
+
 def add_train_options(t: argparse.ArgumentParser) -> None:
     """Every option of ``attnkit train`` (also taken by ``attnkit sweep``)."""
     d = TrainConfig()
@@ -110,26 +138,8 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
                         "(a MiniBERT from scratch still builds its vocabulary from the whole training split)")
     t.add_argument("--eval-steps", type=int, default=None, help="evaluate and checkpoint every N steps (default: every epoch)")
     t.add_argument("--logging-steps", type=int, default=d.logging_steps)
-    t.add_argument("--learn-lam", action="store_true", help="sparsegen-lin: learn lam per layer and head, started at --lam (lam < 1 by construction)")
-    t.add_argument("--lam-lr", type=float, default=None, help="with --learn-lam: learning rate of the lam parameters (default: --lr; at 2e-5 lam barely moves)")
-    t.add_argument("--lam-warmup", type=float, default=0.0, help="sparsegen-lin: start 4x denser and reach --lam after this fraction of the steps (< 1) or step count (default 0: off)")
-    t.add_argument("--alpha", type=float, default=None, help=f"entmax-alpha: alpha in [1, 2] (1 softmax, 1.5 1.5-entmax, 2 sparsemax; default {d.alpha:g})")
-    t.add_argument("--learn-alpha", action="store_true", help="entmax-alpha: learn alpha per layer and head (1 + sigmoid(a)), started at --alpha")
-    t.add_argument("--alpha-lr", type=float, default=None, help="with --learn-alpha: learning rate of the alpha parameters (default: --lr)")
-    t.add_argument("--alpha-warmup", type=float, default=0.0, help="entmax15/entmax-alpha: alpha starts at 1 (softmax) and reaches its target after this fraction of the steps (< 1) or step count (default 0: off)")
-    t.add_argument("--sparse-layers", default=None, metavar="LAYERS", type=layers_text,
-                   help="layers that use the sparse map, counted from 0: all (default), last, a range 4-5 or a list 0,5; the others keep softmax")
-    t.add_argument("--teacher", default=None, metavar="RUN_OR_MODEL",
-                   help="distil from this fine-tuned model (e.g. the softmax run): the loss mixes the labels' cross-entropy and "
-                        "the KL divergence to the teacher's predictions (the teacher's logits computed per batch, no gradient)")
-    t.add_argument("--distill-weight", type=float, default=None, help=f"with --teacher: the teacher's share w of the loss, 0 < w <= 1 (default {d.distill_weight:g})")
-    t.add_argument("--distill-temperature", type=float, default=None, help=f"with --teacher: the softmax temperature T of both predictions (default {d.distill_temperature:g})")
-    prec = t.add_mutually_exclusive_group()
-    prec.add_argument("--bf16", dest="precision", action="store_const", const="bf16", default=d.precision,
-                      help="mixed precision: matrix products in bfloat16 under autocast, weights and optimizer in float32 "
-                           "(GPUs with bf16, and CPUs with AVX512-BF16 or AMX, where a step is several times faster); default float32")
-    prec.add_argument("--fp16", dest="precision", action="store_const", const="fp16",
-                      help="mixed precision in float16 with loss scaling (CUDA GPUs only)")
+    add_attention_options(t, d)
+    add_teacher_and_precision_options(t, d)
     t.add_argument("--threads", type=int, default=None, help="torch threads (default: what torch picks, one per core); 1 leaves a core free")
     t.add_argument("--lemmatize", default=None, metavar="LANG", help="replace texts by their lemmas (simplemma: en, fr, de, ...); recorded with the model, applied at prediction too")
     t.add_argument("--group-by-length", action="store_true", help="batch texts of similar length together (less padding, faster on CPU)")
@@ -287,16 +297,17 @@ def add_words_parser(sub) -> argparse.ArgumentParser:
 # ----------------------------------------------------------------------------- the parser
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="attnkit", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-v", "--verbose", action="store_true", help="show library logs and warnings")
-    sub = parser.add_subparsers(dest="command", metavar="{train,sweep,adapt,pretrain,evaluate,predict,explain,words,layer-weights,faithfulness,tasks}")
-
+def add_train_parser(sub) -> None:
+    """``attnkit train``."""
     t = sub.add_parser("train", help="fine-tune an encoder with softmax or sparse attention")
     add_train_options(t)
     t.add_argument("--recipe", default=None, choices=list(RECIPES),
                    help="; ".join(f"{n}: {recipe_options(n)} ({what})" for n, (_, what) in RECIPES.items())
                    + "; fills only the options you leave out, refuses one you give with another value")
+
+
+def add_sweep_parser(sub) -> None:
+    """``attnkit sweep``."""
     w = sub.add_parser("sweep", help="train every (lam, seed) cell (or (alpha, seed)) and a softmax baseline per seed; plot metric and support against lam")
     swept = w.add_mutually_exclusive_group(required=True)
     swept.add_argument("--lams", nargs="+", type=float, help="sparsegen-lin lam values (< 1, each once), e.g. -8 -6 -4 -2 0")
@@ -308,9 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train nothing: write sweep.json/.md and the figures from the cells finished so far in --output-dir")
     add_train_options(w)
     w.set_defaults(output_dir="runs/sweep")
-    add_pretrain_parser(sub)
-    add_adapt_parser(sub)
 
+
+def add_evaluate_parser(sub) -> None:
+    """``attnkit evaluate``."""
     e = sub.add_parser("evaluate", help="metrics of a trained model on a split, printed and written as JSON")
     add_model_io(e)
     e.add_argument("--task", default=None, help="dataset (default: the one the model was trained on)")
@@ -321,6 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--hans-per-subcase", type=positive_int, default=None, help="HANS only: evaluate the first N pairs of each of the 30 subcases (default all 1000)")
     e.add_argument("--plot", default=None, help="HANS only: bar chart file, .png or .svg (default: beside the JSON, with .png)")
 
+
+def add_predict_parser(sub) -> None:
+    """``attnkit predict``."""
     p = sub.add_parser("predict", help="label and probabilities for texts given as arguments or in a file")
     add_model_io(p)
     p.add_argument("texts", nargs="*", help="texts to classify")
@@ -333,6 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default=None, help="predict every row of this split; for GLUE test splits, writes the submission file (e.g. RTE.tsv)")
     p.add_argument("--output-dir", default=None, help="with --split: folder for the GLUE submission file (default <model>/glue_submission)")
 
+
+def add_explain_parser(sub) -> None:
+    """``attnkit explain``."""
     x = sub.add_parser("explain", help="draw one sentence's attention as a heatmap (PNG or SVG)")
     add_model_io(x, batched=False)
     x.add_argument("text", help="the sentence")
@@ -342,6 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--stats", default=None, help="also write the sparsity statistics to this JSON file")
     x.add_argument("--html", default=None, help="also write an interactive page (head view + model view of every layer and head) to this .html file")
 
+
+def add_layer_weights_parser(sub) -> None:
+    """``attnkit layer-weights``."""
     w = sub.add_parser("layer-weights", help="bar chart of a layer-pooling model's learned layer weights (SE, weighted average)")
     add_model_io(w)
     w.add_argument("--task", default=None, help="dataset whose texts are averaged over (default: the one the model was trained on)")
@@ -351,7 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--output", default=None, help="chart file, .png or .svg (default layer_weights.png); the values "
                                                                  "go beside it as JSON (layer_weights.json)")
 
-    add_words_parser(sub)
+
+def add_faithfulness_parser(sub) -> None:
+    """``attnkit faithfulness``."""
     f = sub.add_parser("faithfulness", help="how faithful (ERASER comprehensiveness/sufficiency) and plausible each explanation of a classifier is: attention, rollout, gradients, random",
                        description=FAITHFULNESS_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_io(f)
@@ -364,6 +387,19 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--output", default=None, help="JSON file (default: <model>/faithfulness_<task>_<split>.json); the curves are drawn "
                                                    "beside it (.png), or to --plot")
     f.add_argument("--plot", default=None, help="curves file, .png or .svg")
+
+
+def add_tasks_parser(sub) -> None:
+    """``attnkit tasks``."""
     k = sub.add_parser("tasks", help="list the datasets attnkit can load, and which are found under the data folder")
     k.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="attnkit", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="show library logs and warnings")
+    sub = parser.add_subparsers(dest="command", metavar="{train,sweep,adapt,pretrain,evaluate,predict,explain,words,layer-weights,faithfulness,tasks}")
+    for add in (add_train_parser, add_sweep_parser, add_pretrain_parser, add_adapt_parser, add_evaluate_parser, add_predict_parser,
+                add_explain_parser, add_layer_weights_parser, add_words_parser, add_faithfulness_parser, add_tasks_parser):
+        add(sub)
     return parser

@@ -150,7 +150,34 @@ def _tokenizer_top_id(folder: Path) -> tuple[Path | None, int | None]:
     return None, None
 
 
+_MISMATCH = "the config does not belong to these weights; restore the config.json written with them"
+
+
 def _check_weights_agree(folder: Path, cfg_file: Path, raw: dict) -> None:
+    """The weights in ``folder`` agree with ``raw`` (its config.json) and its tokenizer, and are finite."""
+    shapes, layers, bad = _scan_weights(folder)
+    n_layers = _config_value(raw, "num_hidden_layers", "n_layers", "num_layers")
+    if layers and n_layers is not None and n_layers != max(layers) + 1:
+        wf = next(iter(shapes.values()))[1]
+        raise ModelFolderError(f"{cfg_file} says num_hidden_layers {n_layers} but {wf.name} holds the weights of "
+                               f"{max(layers) + 1} layers: {_MISMATCH}")
+    _check_embeddings(folder, cfg_file, raw, shapes)
+    pos = next((k for k in sorted(shapes) if k.endswith("position_embeddings.weight")), None)
+    n_pos = _config_value(raw, "max_position_embeddings")
+    if pos is not None and len(shapes[pos][0]) == 2 and n_pos is not None and n_pos != shapes[pos][0][0]:
+        raise ModelFolderError(f"{cfg_file} says max_position_embeddings {n_pos} but {shapes[pos][1].name} holds "
+                               f"{shapes[pos][0][0]} positions ({pos}): {_MISMATCH}")
+    _check_labels(cfg_file, raw, shapes)
+    if bad is not None:
+        wf, k, n, total = bad
+        raise ModelFolderError(
+            f"{wf} holds {n} NaN or infinite values (of {total}) in {k}: the model would give NaN outputs (a diverged "
+            "run?); retrain, or restore the file from a copy")
+
+
+def _scan_weights(folder: Path):
+    """Every tensor's (shape, file), the layer numbers the weights hold, and the first tensor with a NaN or infinite
+    value (file, name, how many, of how many) or None. Whole-number weights are refused."""
     import torch
 
     shapes, layers, bad = {}, set(), None
@@ -170,37 +197,33 @@ def _check_weights_agree(folder: Path, cfg_file: Path, raw: dict) -> None:
                     t = sf.get_tensor(k)
                     if t.is_floating_point() and not bool(torch.isfinite(t).all()):
                         bad = (wf, k, int((~torch.isfinite(t)).sum()), t.numel())
-    n_layers = _config_value(raw, "num_hidden_layers", "n_layers", "num_layers")
-    if layers and n_layers is not None and n_layers != max(layers) + 1:
-        wf = next(iter(shapes.values()))[1]
-        raise ModelFolderError(
-            f"{cfg_file} says num_hidden_layers {n_layers} but {wf.name} holds the weights of {max(layers) + 1} layers: "
-            "the config does not belong to these weights; restore the config.json written with them")
+    return shapes, layers, bad
+
+
+def _check_embeddings(folder: Path, cfg_file: Path, raw: dict, shapes: dict) -> None:
+    """The word embeddings' width and rows agree with the config's hidden and vocabulary sizes and the tokenizer."""
     emb = next((k for k in sorted(shapes) if k.endswith(_EMBEDDING_KEYS)), None)
-    if emb is not None and len(shapes[emb][0]) == 2:
-        (rows, width), wf = shapes[emb]
-        hidden = _config_value(raw, "embedding_size") or _config_value(raw, "hidden_size", "dim", "d_model")
-        if hidden is not None and hidden != width:
-            raise ModelFolderError(
-                f"{cfg_file} says hidden size {hidden} but {wf.name} holds {width}-wide embeddings ({emb}): the config "
-                "does not belong to these weights; restore the config.json written with them")
-        vocab = _config_value(raw, "vocab_size")
-        if vocab is not None and vocab != rows:
-            raise ModelFolderError(
-                f"{cfg_file} says vocab_size {vocab} but {wf.name} holds embeddings of {rows} tokens ({emb}): the config "
-                "does not belong to these weights; restore the config.json written with them")
-        tok_file, top = _tokenizer_top_id(folder)
-        if top is not None and top >= rows:
-            raise ModelFolderError(
-                f"{tok_file} gives token ids up to {top} but {wf.name} holds embeddings of {rows} tokens ({emb}): the "
-                "tokenizer does not belong to these weights (a text with those tokens would fail); restore the "
-                "tokenizer files written with them")
-    pos = next((k for k in sorted(shapes) if k.endswith("position_embeddings.weight")), None)
-    n_pos = _config_value(raw, "max_position_embeddings")
-    if pos is not None and len(shapes[pos][0]) == 2 and n_pos is not None and n_pos != shapes[pos][0][0]:
+    if emb is None or len(shapes[emb][0]) != 2:
+        return
+    (rows, width), wf = shapes[emb]
+    hidden = _config_value(raw, "embedding_size") or _config_value(raw, "hidden_size", "dim", "d_model")
+    if hidden is not None and hidden != width:
+        raise ModelFolderError(f"{cfg_file} says hidden size {hidden} but {wf.name} holds {width}-wide embeddings ({emb}): "
+                               f"{_MISMATCH}")
+    vocab = _config_value(raw, "vocab_size")
+    if vocab is not None and vocab != rows:
+        raise ModelFolderError(f"{cfg_file} says vocab_size {vocab} but {wf.name} holds embeddings of {rows} tokens ({emb}): "
+                               f"{_MISMATCH}")
+    tok_file, top = _tokenizer_top_id(folder)
+    if top is not None and top >= rows:
         raise ModelFolderError(
-            f"{cfg_file} says max_position_embeddings {n_pos} but {shapes[pos][1].name} holds {shapes[pos][0][0]} "
-            f"positions ({pos}): the config does not belong to these weights; restore the config.json written with them")
+            f"{tok_file} gives token ids up to {top} but {wf.name} holds embeddings of {rows} tokens ({emb}): the "
+            "tokenizer does not belong to these weights (a text with those tokens would fail); restore the "
+            "tokenizer files written with them")
+
+
+def _check_labels(cfg_file: Path, raw: dict, shapes: dict) -> None:
+    """id2label names each class once, and as many classes as the classifier has outputs."""
     id2label = raw.get("id2label")
     if isinstance(id2label, dict) and len({str(v) for v in id2label.values()}) != len(id2label):
         seen = [str(v) for v in id2label.values()]
@@ -209,22 +232,15 @@ def _check_weights_agree(folder: Path, cfg_file: Path, raw: dict) -> None:
             f"{cfg_file} names label {twice!r} twice in id2label: its classes could not be told apart in the outputs; "
             "restore the config.json written with the weights")
     head = [k for k in shapes if k.split(".")[0] == "classifier" and k.endswith("weight") and len(shapes[k][0]) == 2]
-    if head:
-        out = next((k for k in head if "out_proj" in k), max(head, key=lambda k: [int(p) if p.isdigit() else -1 for p in k.split(".")]))
-        (n_out, _), wf = shapes[out]
-        id2label = raw.get("id2label")
-        n_labels = len(id2label) if isinstance(id2label, dict) and id2label else _config_value(raw, "num_labels")
-        if n_labels is not None and n_labels != n_out:
-            names = ", ".join(str(v) for v in id2label.values()) if isinstance(id2label, dict) else ""
-            raise ModelFolderError(
-                f"{cfg_file} says {n_labels} labels{f' ({names})' if names else ''} but the classifier in {wf.name} "
-                f"({out}) has {n_out} outputs: the config does not belong to these weights; restore the config.json "
-                "written with them")
-    if bad is not None:
-        wf, k, n, total = bad
-        raise ModelFolderError(
-            f"{wf} holds {n} NaN or infinite values (of {total}) in {k}: the model would give NaN outputs (a diverged "
-            "run?); retrain, or restore the file from a copy")
+    if not head:
+        return
+    out = next((k for k in head if "out_proj" in k), max(head, key=lambda k: [int(p) if p.isdigit() else -1 for p in k.split(".")]))
+    (n_out, _), wf = shapes[out]
+    n_labels = len(id2label) if isinstance(id2label, dict) and id2label else _config_value(raw, "num_labels")
+    if n_labels is not None and n_labels != n_out:
+        names = ", ".join(str(v) for v in id2label.values()) if isinstance(id2label, dict) else ""
+        raise ModelFolderError(f"{cfg_file} says {n_labels} labels{f' ({names})' if names else ''} but the classifier in "
+                               f"{wf.name} ({out}) has {n_out} outputs: {_MISMATCH}")
 
 
 set_folder_check(check_model_folder)  # the Auto classes check a folder as attnkit's loaders do

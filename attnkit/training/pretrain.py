@@ -236,12 +236,13 @@ def pretrain(cfg: PretrainConfig) -> dict:
         return _pretrain(cfg, out)
 
 
-def _pretrain(cfg: PretrainConfig, out: Path) -> dict:
-    set_seed(cfg.seed)
+def _training_texts(cfg: PretrainConfig) -> list[str]:
+    """The task's training texts (both sides of a pair), subsampled and lemmatised as asked. The ONLY text pre-training
+    reads: dev and test are never read."""
     data = load_task(cfg.task, cfg.data_dir)
     if "train" not in data.splits:
         raise UserError(f"task {cfg.task} has no train split (it has {', '.join(data.splits)})")
-    train = data.splits["train"]  # the ONLY text used here: dev/test are never read below
+    train = data.splits["train"]
     if cfg.max_train_samples is not None and len(train) > cfg.max_train_samples:
         train = train.shuffle(seed=cfg.seed).select(range(cfg.max_train_samples))
     texts = list(train["text"])
@@ -250,6 +251,23 @@ def _pretrain(cfg: PretrainConfig, out: Path) -> dict:
     if cfg.lemmatize:
         lem = lemmatizer(cfg.lemmatize)
         texts = [lem(t) for t in texts]
+    return texts
+
+
+def _pretraining_arguments(cfg: PretrainConfig, out: Path) -> TrainingArguments:
+    return TrainingArguments(
+        output_dir=str(out / "trainer"), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
+        per_device_eval_batch_size=max(64, cfg.batch_size), learning_rate=cfg.lr, seed=cfg.seed, data_seed=cfg.seed,
+        eval_strategy="no", save_strategy="no", logging_steps=cfg.logging_steps, report_to="none", disable_tqdm=False,
+        dataloader_num_workers=0,
+        prediction_loss_only=True,  # the MLM evaluation needs the loss, never V-sized logits
+        use_cpu=not torch.cuda.is_available(),
+    )
+
+
+def _pretrain(cfg: PretrainConfig, out: Path) -> dict:
+    set_seed(cfg.seed)
+    texts = _training_texts(cfg)
     t0 = time.time()
     tok = train_tokenizer(texts, cfg.vocab_size)
     model = new_mini(tok, kind=cfg.kind, layers=cfg.layers, heads=cfg.heads, dim=cfg.dim, spec=cfg.spec(),
@@ -259,23 +277,7 @@ def _pretrain(cfg: PretrainConfig, out: Path) -> dict:
         desc="tokenising",
     )
     check_maskable(ds, tok, cfg.mlm_probability, f"the training texts of task {cfg.task} ({len(texts)})")
-    args = TrainingArguments(
-        output_dir=str(out / "trainer"),
-        num_train_epochs=cfg.epochs,
-        per_device_train_batch_size=cfg.batch_size,
-        per_device_eval_batch_size=max(64, cfg.batch_size),
-        learning_rate=cfg.lr,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        eval_strategy="no",
-        save_strategy="no",
-        logging_steps=cfg.logging_steps,
-        report_to="none",
-        disable_tqdm=False,
-        dataloader_num_workers=0,
-        prediction_loss_only=True,  # the MLM evaluation needs the loss, never V-sized logits
-        use_cpu=not torch.cuda.is_available(),
-    )
+    args = _pretraining_arguments(cfg, out)
     trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=mlm_collator(tok, cfg.mlm_probability),
                       processing_class=tok)
     prepare_output(cfg, out, keep=())  # everything before training worked: only now is an earlier run moved aside
