@@ -158,7 +158,7 @@ def test_no_import_cycle():
 LAZY = {
     "attnkit": {"attnkit.attention.maps", "attnkit.attention.entmax", "attnkit.models.sparsify", "attnkit.models"},
     "attnkit.cli.main": {"attnkit.cli.commands", "attnkit.cli.outputs", "attnkit.cli.settings"},
-    "attnkit.training.config": {"attnkit.attention.spec", "attnkit.attention.normalisers", "attnkit.models.pooling"},
+    "attnkit.training.config": {"attnkit.attention.spec", "attnkit.attention.normalisers", "attnkit.models.pooling", "attnkit.models.mini"},
 }
 #: modules that must import no torch, transformers or datasets (checked in a fresh interpreter)
 LIGHT = ["attnkit", "attnkit.cli", "attnkit.cli.main", "attnkit.cli.parser", "attnkit.training.config", "attnkit.tasks",

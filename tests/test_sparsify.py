@@ -180,3 +180,25 @@ def test_sparsify_refuses_a_layer_that_asks_what_attnkit_cannot_do():
     with pytest.raises(ValueError, match="BiasedAttention passes its attention function position_bias") as e:
         attnkit.sparsify(model)
     assert "\n" not in str(e.value) and model.config.model_type == "llama"  # refused before any change
+
+
+def test_sparsify_takes_a_spec_or_the_settings_but_not_both():
+    from transformers import BertConfig, BertModel
+
+    from attnkit.attention.spec import AttentionSpec
+
+    def tiny():
+        torch.manual_seed(0)
+        return BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100))
+
+    spec = AttentionSpec("sparsegen-lin", -2.0, blur="value", sparse_layers="last")
+    by_spec = attnkit.sparsify(tiny(), spec=spec)
+    by_settings = attnkit.sparsify(tiny(), "sparsegen-lin", -2.0, blur="value", sparse_layers="last")
+    assert by_spec.config.attnkit == by_settings.config.attnkit == spec.to_dict()
+    ids = torch.tensor([[1, 5, 7, 2]])
+    with torch.no_grad():
+        assert torch.equal(by_spec.eval()(ids).last_hidden_state, by_settings.eval()(ids).last_hidden_state)
+    with pytest.raises(ValueError, match=r"sparsify\(spec=\.\.\., alpha=\.\.\.\): give the attention as spec or as settings"):
+        attnkit.sparsify(tiny(), alpha=1.2, spec=spec)
+    with pytest.raises(ValueError, match="takes an AttentionSpec, got str"):
+        attnkit.sparsify(tiny(), spec="entmax15")

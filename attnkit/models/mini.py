@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import math
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 from transformers import (
@@ -352,6 +354,20 @@ class MiniBertForSequenceClassification(MiniBertPreTrainedModel):
 def attention_parameter_count(model: nn.Module) -> int:
     """Parameters of the attention layers only (Wq, Wk, Wv, and W_o of full heads)."""
     return sum(p.numel() for m in model.modules() if isinstance(m, MiniBertAttention) for p in m.parameters())
+
+
+@dataclass(frozen=True)
+class MiniShape:
+    """A MiniBERT's shape: attention kind (sa | ssa | nta), layers, heads, width, vocabulary size, how scores are
+    scaled (sqrt: 1/sqrt(d_head); none: the paper's bare dot product) and how heads split the width (split | full)."""
+
+    kind: str = "sa"
+    layers: int = 1
+    heads: int = 1
+    dim: int = 32
+    vocab_size: int = 4000
+    score_scale: str = "sqrt"
+    head_mode: str = "split"
 
 
 def make_config(

@@ -78,9 +78,24 @@ def _sparsify_settings(attention: str, lam: float | None, alpha: float | None) -
     return (-4.0 if lam is None else lam), (AttentionSpec.alpha if alpha is None else alpha)
 
 
-def sparsify(model, attention: str = "sparsegen-lin", lam: float | None = None, *, blur: str = "none", blur_size: int = 3,
+def _spec_of_settings(spec: AttentionSpec | None, attention, lam, alpha, **rest) -> AttentionSpec:
+    """``spec`` itself, or the :class:`AttentionSpec` of the settings given one by one (not both)."""
+    if spec is None:
+        lam, alpha = _sparsify_settings(attention or "sparsegen-lin", lam, alpha)
+        return AttentionSpec(attention or "sparsegen-lin", lam, alpha=alpha, **rest)
+    if not isinstance(spec, AttentionSpec):
+        raise UserError(f"sparsify(spec=...) takes an AttentionSpec, got {type(spec).__name__}")
+    defaults = {"blur": "none", "blur_size": 3, "blur_sigma": 0.3, "learned": None, "sparse_layers": None}
+    given = [k for k, v in (("attention", attention), ("lam", lam), ("alpha", alpha)) if v is not None]
+    given += [k for k, v in rest.items() if v != defaults[k]]
+    if given:
+        raise UserError(f"sparsify(spec=..., {', '.join(given)}=...): give the attention as spec or as settings, not both")
+    return spec
+
+
+def sparsify(model, attention: str | None = None, lam: float | None = None, *, blur: str = "none", blur_size: int = 3,
              blur_sigma: float = 0.3, learned: str | None = None, alpha: float | None = None,
-             sparse_layers: str | None = None):
+             sparse_layers: str | None = None, spec: AttentionSpec | None = None):
     """Switch a loaded transformers model to attnkit's attention, in place, and return it.
 
     Works for a bare encoder and for its sequence classification, token classification, question answering and
@@ -92,14 +107,14 @@ def sparsify(model, attention: str = "sparsegen-lin", lam: float | None = None, 
     keys a sparse-attention indexer picked: ``ATTENTION_KEYWORDS`` in ``attnkit.attention.forward``). Decoders run too:
     grouped-query attention, soft-capping (Gemma-2), sliding windows, attention sinks (gpt-oss).
     ``lam`` (default -4) is sparsegen-lin's and ``alpha`` (default 1.5) entmax-alpha's: given with another attention,
-    they are refused, not ignored.
+    they are refused, not ignored. ``spec``: an :class:`AttentionSpec` instead of the settings one by one (then none of
+    them may be given). The default attention is sparsegen-lin.
     """
     register()
     if not hasattr(model, "config"):  # a torch module but not a transformers model: AttributeError 'config' before
         raise TypeError(f"sparsify takes a loaded transformers model (with a .config), got {type(model).__name__}")
-    lam, alpha = _sparsify_settings(attention, lam, alpha)
-    spec = AttentionSpec(attention, lam, blur=blur, blur_size=blur_size, blur_sigma=blur_sigma, learned=learned,
-                         alpha=alpha, sparse_layers=sparse_layers)
+    spec = _spec_of_settings(spec, attention, lam, alpha, blur=blur, blur_size=blur_size, blur_sigma=blur_sigma,
+                             learned=learned, sparse_layers=sparse_layers)
     if spec.sparse_layers is not None and getattr(model.config, "num_hidden_layers", None):
         sparse_layer_set(spec.sparse_layers, model.config.num_hidden_layers)  # a layer it lacks: refused before any change
     name = type(model).__name__

@@ -20,6 +20,7 @@ from attnkit.tasks.lemmas import lemmatizer
 from attnkit.errors import UserError
 
 if TYPE_CHECKING:
+    from attnkit.models.mini import MiniShape
     from attnkit.attention.spec import AttentionSpec
     from attnkit.models.pooling import HeadSpec
 
@@ -207,6 +208,13 @@ class TrainConfig:
 
         return HeadSpec(self.pooling, se=self.se, se_ratio=self.se_ratio)
 
+    def mini_shape(self) -> MiniShape:
+        """The shape of a MiniBERT trained from scratch (``--model mini``): the options given, else the defaults."""
+        from attnkit.models.mini import MiniShape  # torch: only when a run is set up, not for --help
+
+        given = {k: getattr(self, k) for k in ("kind", "layers", "heads", "dim", "vocab_size", "score_scale", "head_mode")}
+        return MiniShape(**{k: v for k, v in given.items() if v is not None})
+
 
 # ----------------------------------------------------------------------------- MiniBERT pre-training
 
@@ -259,6 +267,11 @@ class PretrainConfig:
     score_scale: str = "sqrt"  # none: the paper's bare dot product; sqrt: scores / sqrt(d_head) (BERT, the authors' package)
     head_mode: str = "split"  # split: H heads of d/H (BERT); full: H heads of width d and an output projection back to d
     resume: bool = True  # False: an earlier run in output_dir is moved aside (.replaced-<date>/) and pre-training starts afresh
+
+    def shape(self) -> MiniShape:
+        from attnkit.models.mini import MiniShape  # torch: only when a run is set up, not for --help
+
+        return MiniShape(self.kind, self.layers, self.heads, self.dim, self.vocab_size, self.score_scale, self.head_mode)
 
     def spec(self) -> AttentionSpec:
         from attnkit.attention.spec import AttentionSpec

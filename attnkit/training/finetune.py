@@ -195,11 +195,7 @@ def _starting_model(cfg: TrainConfig, splits, out: Path) -> str:
         return cfg.model
     train = splits["train"]
     texts = list(train["text"]) + (list(train["text_pair"]) if "text_pair" in train.column_names else [])
-    return str(init_mini_checkpoint(
-        texts, out / "mini_init", kind=cfg.kind or "sa", layers=cfg.layers or 1, heads=cfg.heads or 1,
-        dim=cfg.dim or 32, vocab_size=cfg.vocab_size or 4000, spec=cfg.spec(), seed=cfg.seed, extra={"task": cfg.task},
-        score_scale=cfg.score_scale or "sqrt", head_mode=cfg.head_mode or "split",
-    ))
+    return str(init_mini_checkpoint(texts, out / "mini_init", cfg.mini_shape(), cfg.spec(), seed=cfg.seed, extra={"task": cfg.task}))
 
 
 def _datasets(cfg: TrainConfig, data, enc):

@@ -44,11 +44,12 @@ from attnkit.models.checkpoint import save_checkpoint
 from attnkit.models.mini import (
     MiniBertForMaskedLM,
     MiniBertModel,
+    MiniShape,
     attention_parameter_count,
     make_config,
 )
-from attnkit.runfiles.json_files import finite_record
 from attnkit.runfiles.atomic import write_json_atomic
+from attnkit.runfiles.json_files import finite_record
 from attnkit.tasks import load_task
 from attnkit.tasks.lemmas import lemmatizer
 from attnkit.training.config import (
@@ -161,23 +162,21 @@ def train_tokenizer(texts, vocab_size: int = DEFAULT_VOCAB, max_length: int = MA
     )
 
 
-def new_mini(tokenizer, *, kind="sa", layers=1, heads=1, dim=32, spec: AttentionSpec | None = None, masked_lm=True,
-             score_scale: str = "sqrt", head_mode: str = "split"):
-    """A randomly initialised MiniBERT sized to ``tokenizer``'s vocabulary (``score_scale``/``head_mode``: mini.py)."""
-    cfg = make_config(len(tokenizer), kind=kind, layers=layers, heads=heads, dim=dim, spec=spec,
+def new_mini(tokenizer, shape: MiniShape, spec: AttentionSpec | None = None, masked_lm=True):
+    """A randomly initialised MiniBERT of ``shape``, sized to ``tokenizer``'s vocabulary."""
+    cfg = make_config(len(tokenizer), kind=shape.kind, layers=shape.layers, heads=shape.heads, dim=shape.dim, spec=spec,
                       pad_token_id=tokenizer.pad_token_id, max_position_embeddings=MAX_POSITIONS,
-                      score_scale=score_scale, head_mode=head_mode)
+                      score_scale=shape.score_scale, head_mode=shape.head_mode)
     return MiniBertForMaskedLM(cfg) if masked_lm else MiniBertModel(cfg)
 
 
-def init_mini_checkpoint(train_texts, out_dir, *, kind="sa", layers=1, heads=1, dim=32, vocab_size=DEFAULT_VOCAB,
-                         spec: AttentionSpec | None = None, seed: int = 42, extra: dict | None = None,
-                         score_scale: str = "sqrt", head_mode: str = "split") -> Path:
-    """Tokenizer trained on ``train_texts`` + random MiniBERT encoder, saved at ``out_dir`` (training from scratch)."""
+def init_mini_checkpoint(train_texts, out_dir, shape: MiniShape, spec: AttentionSpec | None = None, *, seed: int = 42,
+                         extra: dict | None = None) -> Path:
+    """Tokenizer trained on ``train_texts`` + random MiniBERT encoder of ``shape``, saved at ``out_dir`` (training
+    from scratch)."""
     set_seed(seed)
-    tok = train_tokenizer(train_texts, vocab_size)
-    model = new_mini(tok, kind=kind, layers=layers, heads=heads, dim=dim, spec=spec, masked_lm=False,
-                     score_scale=score_scale, head_mode=head_mode)
+    tok = train_tokenizer(train_texts, shape.vocab_size)
+    model = new_mini(tok, shape, spec, masked_lm=False)
     return save_checkpoint(model, out_dir, tok, extra={"init": "random (no MLM)", **(extra or {})})
 
 
@@ -270,8 +269,7 @@ def _pretrain(cfg: PretrainConfig, out: Path) -> dict:
     texts = _training_texts(cfg)
     t0 = time.time()
     tok = train_tokenizer(texts, cfg.vocab_size)
-    model = new_mini(tok, kind=cfg.kind, layers=cfg.layers, heads=cfg.heads, dim=cfg.dim, spec=cfg.spec(),
-                     score_scale=cfg.score_scale, head_mode=cfg.head_mode)
+    model = new_mini(tok, cfg.shape(), cfg.spec())
     ds = Dataset.from_dict({"text": texts}).map(
         lambda b: tok(b["text"], truncation=True, max_length=cfg.max_length), batched=True, remove_columns=["text"],
         desc="tokenising",
