@@ -134,7 +134,7 @@ def train_tokenizer(texts, vocab_size: int = DEFAULT_VOCAB, max_length: int = MA
     """A lower-cased WordPiece tokenizer trained on ``texts`` alone, as a transformers fast tokenizer.
 
     Characters that never occur in ``texts`` are not in the alphabet: they become [UNK]. The vocabulary is
-    :func:`wordpiece_vocab`'s, so the same texts give the same ids in every process (issue 39).
+    :func:`wordpiece_vocab`'s, so the same texts give the same ids in every process.
     Reload it with ``AutoTokenizer.from_pretrained(dir)`` after ``save_pretrained(dir)``.
     """
     if vocab_size < len(SPECIALS) + 1:
