@@ -1,4 +1,4 @@
-"""Is an explanation faithful to the model? ERASER's measures for a classifier's word rankings (issue 25).
+"""Is an explanation faithful to the model? ERASER's measures for a classifier's word rankings.
 
 For each example the classifier predicts a class ``c`` with probability ``p(c | x)``. Each explanation scores the
 example's **words** (whitespace-separated; a word's score is the sum over its word pieces, grouped by the fast
