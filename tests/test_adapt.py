@@ -759,3 +759,13 @@ def test_recipe_refuses_an_option_that_contradicts_it(extra, needles, tiny_bert,
     assert main(train_args(tiny_bert, data, tmp_path / "o", "--recipe", "faithful", *extra)) == 2
     one_line_error(capsys, *needles)
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("alpha", [1.0, 1.01])
+def test_the_api_refuses_an_alpha_the_anneal_cannot_reach_as_the_cli_does(alpha, capsys):
+    from attnkit.training.config import AdaptConfig
+
+    with pytest.raises(ValueError, match=rf"--alpha {alpha:g}: the anneal starts at alpha 1.01; give a target above it"):
+        AdaptConfig(attention="entmax-alpha", alpha=alpha, tasks=["sst2"]).validate()
+    assert main(["adapt", "--attention", "entmax-alpha", "--alpha", str(alpha), "--task", "sst2"]) == 2
+    assert "the anneal starts at alpha 1.01" in capsys.readouterr().err

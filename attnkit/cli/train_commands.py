@@ -155,8 +155,6 @@ def cmd_adapt(a) -> int:
         precision=a.precision, keep_checkpoints=a.keep_checkpoints,
     )
     cfg.validate()
-    if cfg.spec().normaliser.setting == "alpha" and cfg.alpha <= 1.01:
-        raise UserError(f"--alpha {cfg.alpha:g}: the anneal starts at alpha 1.01; give a target above it (1.5: 1.5-entmax)")
     m = adapt(cfg)
     if not is_main_process():
         return 0

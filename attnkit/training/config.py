@@ -363,6 +363,9 @@ class AdaptConfig:
             raise UserError(f"--attention {self.attention}: attnkit adapt takes {', '.join(NormaliserChoices(adapt_only=True))}")
         if not self.tasks and not self.text_files:
             raise UserError("no text to adapt on: give --task (its training split) or --text-file")
+        if self.spec().normaliser.setting == "alpha" and self.alpha <= ADAPT_ALPHA_START:
+            raise UserError(f"--alpha {self.alpha:g}: the anneal starts at alpha {ADAPT_ALPHA_START:g}; give a target above it "
+                            "(1.5: 1.5-entmax)")
         if len(set(self.tasks)) != len(self.tasks) or len(set(self.text_files)) != len(self.text_files):
             raise UserError("a --task or --text-file given twice: each is read once")
         for t in self.tasks:
