@@ -138,3 +138,27 @@ def test_a_glue_submission_that_cannot_be_written_keeps_the_earlier_file(tiny_be
     assert main(predict) == 2
     the_error(capsys.readouterr().err, f"cannot write {s / 'RTE.tsv'}: Read-only file system", "writable folder")
     assert snapshot(s) == before
+
+
+def test_a_write_removes_what_a_killed_write_of_the_same_file_left_and_nothing_else(tmp_path):
+    """A process killed inside an atomic write leaves its temporary file; the next write of that file removes it
+    (this host, process gone), never a live process's, another host's, or another file's."""
+    import os
+    import subprocess
+    import sys
+
+    from attnkit.runfiles import atomic
+    from attnkit.runfiles.atomic import write_json_atomic
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    host = atomic._HOST
+    left = tmp_path / f".out.json.tmp-{host}-{dead}-0"
+    live = tmp_path / f".out.json.tmp-{host}-{os.getppid()}-3"
+    other_host = tmp_path / f".out.json.tmp-elsewhere-{dead}-0"
+    other_file = tmp_path / f".other.json.tmp-{host}-{dead}-0"
+    for f in (left, live, other_host, other_file):
+        f.write_text("half a file")
+    write_json_atomic(tmp_path / "out.json", {"a": 1})
+    assert not left.exists()
+    assert live.exists() and other_host.exists() and other_file.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out.json", live.name, other_host.name, other_file.name])

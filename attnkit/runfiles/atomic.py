@@ -4,10 +4,13 @@ and a failed write names the file with the way out.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import json
 import os
+import re
+import socket
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -119,7 +122,8 @@ def atomic_path(path: str | os.PathLike):
     :func:`output_batch`: when the batch ends), on failure it is removed and ``path`` is left as it was. Missing
     folders are made; an OS error names ``path``."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{next(_TMP_SERIAL)}")
+    tmp = path.with_name(f".{path.name}.tmp-{_HOST}-{os.getpid()}-{next(_TMP_SERIAL)}")
+    _remove_stale_temporaries(path)
     batch, staged = _BATCH.get(), False
     try:
         if path.is_dir():
@@ -138,6 +142,34 @@ def atomic_path(path: str | os.PathLike):
     finally:
         if not staged and tmp.exists():
             tmp.unlink()
+
+
+_HOST = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname()) or "host"
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Remove the temporary files of writes to ``path`` that a killed process left (``.name.tmp-<host>-<pid>-<n>``
+    of this host whose process is gone). A live process's, another host's, or one of another shape are left alone."""
+    prefix = f".{path.name}.tmp-{_HOST}-"
+    try:
+        leftovers = [p for p in path.parent.iterdir() if p.name.startswith(prefix)] if path.parent.is_dir() else []
+    except OSError:
+        return
+    for p in leftovers:
+        pid = p.name[len(prefix):].split("-")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)) and p.is_file():
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: someone else's live process
+        return True
+    return True
 
 
 def special_file_problem(path: Path) -> str:
