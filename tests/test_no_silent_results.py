@@ -307,3 +307,15 @@ def test_the_cli_refusal_of_sparse_layers_with_softmax_reads_as_before(command, 
     line = one_line_error(capsys)
     assert line == f"attnkit {command}: error: --sparse-layers last: needs a sparse --attention (softmax is softmax in every layer)"
     assert not out.exists()
+
+
+def test_json_lines_hold_one_row_per_line_for_every_reader(tmp_path):
+    """Texts holding U+2028, U+2029 or U+0085 (lines in Python's splitlines and in JavaScript) stay one row per line."""
+    from attnkit.cli.outputs import write_jsonl
+
+    rows = [{"text": "a\u2028b"}, {"text": "c\u2029d\x85e é"}, {"text": "plain"}]
+    out = tmp_path / "p.jsonl"
+    write_jsonl(rows, str(out), "predictions")
+    text = out.read_text(encoding="utf-8")
+    assert len(text.splitlines()) == len(rows) == text.count("\n")
+    assert [json.loads(line) for line in text.splitlines()] == rows

@@ -101,9 +101,14 @@ def input_file(path: str, option: str) -> Path:
     return p
 
 
+#: characters other readers split lines on, which json.dumps(ensure_ascii=False) leaves raw inside strings
+_ESCAPED_SEPARATORS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
 def write_jsonl(rows: list[dict], output: str | None, what: str) -> None:
-    """JSON lines to ``output``, or to standard output."""
-    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    """JSON lines to ``output``, or to standard output: one row per line for every reader (the line separators that
+    Python's ``splitlines`` and JavaScript also split on, U+0085, U+2028 and U+2029, are written escaped)."""
+    lines = "".join(json.dumps(r, ensure_ascii=False).translate(_ESCAPED_SEPARATORS) + "\n" for r in rows)
     if output:
         write_text_atomic(output, lines)
         record_output(output, "attnkit predict")  # JSON lines carry no mark: the folder's ledger says attnkit wrote it
