@@ -22,6 +22,11 @@ threshold ``t = tau - max z`` lies in ``[-1, -n^(1 - alpha)]``, n = the row's un
    f <= 0 (at the root to rounding) or after ``MAXIT`` passes. For alpha = 2 Newton's step from below *is*
    Michelot's ``t <- (sum_{x > t} x - 1) / #{x > t}`` (f is piecewise linear), run from t = -1 until the support
    stops shrinking: the threshold is then exact (that of the found support, to float32 rounding of the sum);
+   Every threshold tried is >= -1, so a key block where no row of the query block has x > -1 never holds support:
+   the first search pass flags the key blocks that may (a bitmask of 64 * NWORDS blocks kept in registers; blocks
+   past it always run) and every later pass, the output's included, skips the others without loading K (exact:
+   their terms are 0). This pays off for structured scores (windows, padding, peaked heads); on i.i.d. random
+   scores nearly every 64 x 64 tile holds some x > -1;
 3. one output pass: ``o_i = sum_j p_ij v_j / sum_j p_ij`` (the division makes the weights sum to 1 to float32
    precision whatever the threshold's last bit), and U_i; key blocks with no support in the query block
    (max_j x_ij <= t_i for every row) skip the p, q and the two products with V.
@@ -65,6 +70,8 @@ BLOCK_N = 16 if _INTERPRET else 64
 NBISECT = 3
 MAXIT = 40
 TOL = 2.0**-21
+#: the forward's bitmask of key blocks that may hold support: 64 * NWORDS blocks (longer rows: the rest always run)
+NWORDS = 8
 
 
 @triton.jit
@@ -96,6 +103,21 @@ def _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d
 
 
 @triton.jit
+def _tile_bit(bits, widx, j):
+    """Whether key block j was flagged (blocks past the bitmask's 64 * NW always are)."""
+    w = j // 64
+    word = tl.sum(tl.where(widx == w, bits, 0), 0)
+    return (((word >> (j % 64)) & 1) != 0) | (w >= widx.shape[0])
+
+
+@triton.jit
+def _flag_tile(bits, widx, j, x, live):
+    """bits with key block j's flag set where some live row has x > -1 there (x = z - row max)."""
+    hit = tl.max(tl.max(tl.where(live[:, None], x, float("-inf")), 1), 0) > -1.0
+    return bits | tl.where(widx == j // 64, hit.to(tl.int64) << (j % 64), 0)
+
+
+@triton.jit
 def _pow_on(x, t, e):
     """[x - t]_+ ^ e (with 0^0 = 0: only where x > t), x - t > 0 read through log2 / exp2."""
     on = x > t[:, None]
@@ -110,7 +132,7 @@ def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX,
          H, Lq, Lk, D, scale, TOL,
          HAS_BIAS: tl.constexpr, NEED_AUX: tl.constexpr, IEEE: tl.constexpr,
          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-         NBISECT: tl.constexpr, MAXIT: tl.constexpr):
+         NBISECT: tl.constexpr, MAXIT: tl.constexpr, NWORDS: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -145,15 +167,26 @@ def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX,
     # 2. the threshold t = tau - m in [-1, -n^(1 - alpha)]
     lo = tl.full([BLOCK_M], -1.0, dtype=tl.float32)
     hi = -tl.exp2((1.0 - alpha) * tl.log2(tl.maximum(n, 1.0)))
+    # every t tried from here on is >= -1: a key block where no live row has x > -1 never holds support. The first
+    # pass flags the blocks that may (a bitmask of 64 * NWORDS blocks in registers), the later ones skip the others
+    widx = tl.arange(0, NWORDS)
+    bits = tl.zeros([NWORDS], dtype=tl.int64)
+    npass = pid_m * 0
     if not sparsemax:
         for _ in range(NBISECT):
             mid = 0.5 * (lo + hi)
             f = tl.zeros([BLOCK_M], dtype=tl.float32)
             for start_n in range(0, Lk, BLOCK_N):
-                z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk,
-                                       skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
-                pm, on, dd = _pow_on(z - m0[:, None], mid, r)
-                f += tl.sum(pm, 1)
+                j = start_n // BLOCK_N
+                if (npass == 0) | _tile_bit(bits, widx, j):
+                    z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok,
+                                           Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
+                    x = z - m0[:, None]
+                    if npass == 0:
+                        bits = _flag_tile(bits, widx, j, x, live)
+                    pm, on, dd = _pow_on(x, mid, r)
+                    f += tl.sum(pm, 1)
+            npass += 1
             above = f > 1.0  # the root lies above mid
             lo = tl.where(above, mid, lo)
             hi = tl.where(above, hi, mid)
@@ -167,14 +200,19 @@ def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX,
         df = tl.zeros([BLOCK_M], dtype=tl.float32)
         ks = tl.zeros([BLOCK_M], dtype=tl.float32)
         for start_n in range(0, Lk, BLOCK_N):
-            z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk,
-                                   skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
-            x = z - m0[:, None]
-            p1, on, dd = _pow_on(x, t, r - 1.0)  # [x - t]_+^(r - 1); its sum is -f'(t) / r
-            pm = p1 * dd
-            f += tl.sum(pm, 1)
-            df += tl.sum(p1, 1)
-            ks += tl.sum(on.to(tl.float32), 1)
+            j = start_n // BLOCK_N
+            if (npass == 0) | _tile_bit(bits, widx, j):
+                z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk,
+                                       skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
+                x = z - m0[:, None]
+                if npass == 0:
+                    bits = _flag_tile(bits, widx, j, x, live)
+                p1, on, dd = _pow_on(x, t, r - 1.0)  # [x - t]_+^(r - 1); its sum is -f'(t) / r
+                pm = p1 * dd
+                f += tl.sum(pm, 1)
+                df += tl.sum(p1, 1)
+                ks += tl.sum(on.to(tl.float32), 1)
+        npass += 1
         f = f - 1.0
         # exact for sparsemax: the support did not shrink since the last step (Michelot)
         stop = done | (f <= 0.0) | (sm_rows & (ks == k_prev))
@@ -194,19 +232,20 @@ def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX,
     lq = tl.zeros([BLOCK_M], dtype=tl.float32)
     t_live = tl.where(live, t, float("inf"))
     for start_n in range(0, Lk, BLOCK_N):
-        z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn,
-                               skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
-        x = z - m0[:, None]
-        if tl.max(tl.max(x - t_live[:, None], 1), 0) > 0.0:
-            v = tl.load(V + v_base + (start_n + offs_n)[:, None] * svn + offs_d[None, :] * svd,
-                        mask=col_ok[:, None] & d_ok[None, :], other=0.0)
-            p, on, dd = _pow_on(x, t_live, r)
-            l += tl.sum(p, 1)
-            acc += _dot(p, v, IEEE)
-            if NEED_AUX:
-                qq, on, dd = _pow_on(x, t_live, c_q)
-                lq += tl.sum(qq, 1)
-                acc_u += _dot(qq, v, IEEE)
+        if (npass == 0) | _tile_bit(bits, widx, start_n // BLOCK_N):
+            z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn,
+                                   skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
+            x = z - m0[:, None]
+            if tl.max(tl.max(x - t_live[:, None], 1), 0) > 0.0:
+                v = tl.load(V + v_base + (start_n + offs_n)[:, None] * svn + offs_d[None, :] * svd,
+                            mask=col_ok[:, None] & d_ok[None, :], other=0.0)
+                p, on, dd = _pow_on(x, t_live, r)
+                l += tl.sum(p, 1)
+                acc += _dot(p, v, IEEE)
+                if NEED_AUX:
+                    qq, on, dd = _pow_on(x, t_live, c_q)
+                    lq += tl.sum(qq, 1)
+                    acc_u += _dot(qq, v, IEEE)
     out = acc / tl.where(l > 0.0, l, 1.0)[:, None]
     o_mask = row_ok[:, None] & d_ok[None, :]
     tl.store(OUT + b * sob + h * soh + rows[:, None] * som + offs_d[None, :] * sod, out.to(OUT.dtype.element_ty),
@@ -386,7 +425,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tenso
                *q.stride(), *k.stride(), *v.stride(), *out.stride(), *bs, *a.stride(),
                H, Lq, Lk, D, float(scale), TOL,
                HAS_BIAS=has_bias, NEED_AUX=need_aux, IEEE=_ieee(q.dtype),
-               BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BD, NBISECT=NBISECT, MAXIT=MAXIT)
+               BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BD, NBISECT=NBISECT, MAXIT=MAXIT, NWORDS=NWORDS)
     return out, tau, aux
 
 
