@@ -37,6 +37,11 @@ __all__ = ["forward", "backward", "weights", "BLOCK_ENTRIES"]
 #: Python overhead stays small; a block is always at least one row of one head.
 BLOCK_ENTRIES = 1 << 20
 MIN_BLOCK_ENTRIES = 1 << 16
+#: query rows per block: the GEMMs of a block run per (batch, head) slice, and on fewer rows than this they lose
+#: much of their speed (measured on 2 cores: 16 rows 5.3 GFLOP/s, 128 rows 9.1, 512 rows 10)
+ROW_BLOCK = 128
+#: split the work into one part per torch thread, each run single-threaded in a worker thread (see _run_parts)
+WORKERS = True
 
 
 def _compute_dtype(t: torch.Tensor) -> torch.dtype:
@@ -56,26 +61,77 @@ def _kinds(alpha: torch.Tensor) -> list[tuple[int, int, str]]:
     return runs
 
 
-def _chunks(B: int, H: int, Lq: int, Lk: int, D: int, runs):
-    """Blocks (b0, b1, h0, h1, kind, i0, i1) within the entry budget: every batch entry at once where the head run
-    covers every head (else one batch entry at a time), fewer batch entries, then fewer heads, where a block would
-    otherwise hold fewer than 16 query rows; query rows in blocks."""
-    budget = max(MIN_BLOCK_ENTRIES, min(BLOCK_ENTRIES, B * H * Lq * D // 4))
-    want = min(Lq, 16)
-    for h0, h1, kind in runs:
+def _parts(B: int, H: int, workers: int) -> list[tuple[int, int, int, int]]:
+    """The (batch, head) slices split into at most ``workers`` parts (b0, b1, h0, h1): whole batch entries where
+    there are enough of them, else head ranges of each batch entry. Parts never share a slice, so their blocks never
+    write the same rows of out, tau, dq, dk or dv."""
+    if workers <= 1 or B * H == 1:
+        return [(0, B, 0, H)]
+    if B >= workers:
+        step = -(-B // workers)
+        return [(b, min(B, b + step), 0, H) for b in range(0, B, step)]
+    per_b = -(-workers // B)
+    step = -(-H // per_b)
+    return [(b, b + 1, h, min(H, h + step)) for b in range(B) for h in range(0, H, step)]
+
+
+def _chunks(part, H: int, Lq: int, Lk: int, budget: int, runs):
+    """Blocks (b0, b1, h0, h1, kind, i0, i1) of one part within ``budget`` score entries: :data:`ROW_BLOCK` query
+    rows (fewer where one head's rows would exceed the budget), as many (batch, head) slices as the budget holds:
+    whole batch entries where the head run covers every head, else heads of one batch entry."""
+    pb0, pb1, ph0, ph1 = part
+    rows = max(1, min(Lq, ROW_BLOCK, budget // Lk))
+    slices = max(1, budget // (rows * Lk))  # (batch, head) slices per block
+    for r0, r1, kind in runs:
+        h0, h1 = max(r0, ph0), min(r1, ph1)
+        if h0 >= h1:
+            continue
         nh = h1 - h0
-        nb, hs = (B, nh) if nh == H else (1, nh)
-        if budget // (nb * hs * Lk) < want and nb > 1:
-            nb = max(1, budget // (want * hs * Lk))
-        if budget // (nb * hs * Lk) < want and nb == 1:
-            hs = max(1, min(hs, budget // (want * Lk)))
-        rows = max(1, min(Lq, budget // (nb * hs * Lk)))
-        for b0 in range(0, B, nb):
-            b1 = min(B, b0 + nb)
+        nb, hs = (min(pb1 - pb0, slices // H), H) if nh == H and slices >= H else (1, min(nh, slices))
+        for b0 in range(pb0, pb1, nb):
+            b1 = min(pb1, b0 + nb)
             for hh0 in range(h0, h1, hs):
                 hh1 = min(h1, hh0 + hs)
                 for i0 in range(0, Lq, rows):
                     yield b0, b1, hh0, hh1, kind, i0, min(Lq, i0 + rows)
+
+
+_pool = None
+
+
+def _run_parts(B: int, H: int, Lq: int, Lk: int, D: int, alpha: torch.Tensor, device, work) -> None:
+    """Run ``work(block)`` over every block. On the CPU with more than one torch thread the (batch, head) slices
+    are split into one part per thread, each run in a worker thread with one torch thread (its GEMMs and row
+    kernels inline): one parallel region per call instead of one per op (a per-op OpenMP barrier costs a scheduler
+    slice whenever another process holds a core: measured 10x slower on a shared 2-core machine). Elsewhere, one
+    part, each op parallel on its own."""
+    budget = max(MIN_BLOCK_ENTRIES, min(BLOCK_ENTRIES, B * H * Lq * D // 4))
+    runs = _kinds(alpha)
+    threads = torch.get_num_threads() if device.type == "cpu" else 1
+    parts = _parts(B, H, threads if WORKERS else 1)
+    if len(parts) == 1:
+        for blk in _chunks(parts[0], H, Lq, Lk, budget, runs):
+            work(blk)
+        return
+    global _pool
+    from concurrent.futures import ThreadPoolExecutor
+
+    if _pool is None or _pool._max_workers < len(parts):
+        _pool = ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="attnkit-flash")
+    per = max(1, budget // len(parts))
+    grad_mode = torch.is_grad_enabled()
+
+    def run(part):
+        torch.set_num_threads(1)
+        with torch.set_grad_enabled(grad_mode):
+            for blk in _chunks(part, H, Lq, Lk, per, runs):
+                work(blk)
+
+    try:
+        for f in [_pool.submit(run, part) for part in parts]:
+            f.result()
+    finally:
+        torch.set_num_threads(threads)  # (MKL's thread count is process-wide: restored for the caller)
 
 
 def _bh(t3: torch.Tensor, H: int, b0, b1, h0, h1) -> torch.Tensor:
@@ -177,14 +233,16 @@ def forward(q, k, v, bias, alpha, scale):
     bias = _bias4(bias, B, H, Lq, Lk, dtype)
     out = torch.empty(B * H, Lq, v.shape[-1], dtype=dtype, device=q.device)
     tau = torch.empty(B * H, Lq, dtype=dtype, device=q.device)
-    for blk in _chunks(B, H, Lq, Lk, D, _kinds(alpha)):
+
+    def work(blk):
         b0, b1, h0, h1, kind, i0, i1 = blk
         s = _scores(q3, k3, bias, H, blk, scale, dtype)
         a_rows = _alpha_rows(alpha, blk, s.shape, dtype) if kind == "alpha" else None
         p = _row_map(s, kind, a_rows)
         torch.bmm(p, _bh(v3, H, b0, b1, h0, h1), out=_bh(out, H, b0, b1, h0, h1)[:, i0:i1])
         _bh(tau, H, b0, b1, h0, h1)[:, i0:i1] = _tau_from(s, p, kind, a_rows)
-        del s, p
+
+    _run_parts(B, H, Lq, Lk, D, alpha, q.device, work)
     return out.view(B, H, Lq, -1).to(q.dtype), tau.view(B, H, Lq), None
 
 
@@ -200,8 +258,9 @@ def backward(q, k, v, bias, alpha, scale, out, tau, aux, grad_out, need_alpha_gr
     dq = torch.empty_like(q3)
     dk = torch.zeros_like(k3)
     dv = torch.zeros_like(v3)
-    dalpha = torch.zeros(H, dtype=torch.float64, device=q.device) if need_alpha_grad else None
-    for blk in _chunks(B, H, Lq, Lk, D, _kinds(alpha)):
+    dalpha = torch.zeros(B, H, dtype=torch.float64, device=q.device) if need_alpha_grad else None
+
+    def work(blk):
         b0, b1, h0, h1, kind, i0, i1 = blk
         s = _scores(q3, k3, bias, H, blk, scale, dtype)
         a_rows = _alpha_rows(alpha, blk, s.shape, dtype) if (kind == "alpha" or need_alpha_grad) else None
@@ -214,12 +273,13 @@ def backward(q, k, v, bias, alpha, scale, out, tau, aux, grad_out, need_alpha_gr
         del p, dp, s
         torch.bmm(ds, kb, out=_bh(dq, H, b0, b1, h0, h1)[:, i0:i1])
         _bh(dk, H, b0, b1, h0, h1).baddbmm_(ds.transpose(1, 2), qb, alpha=scale)
-        if ga is not None:
-            dalpha[h0:h1] += ga.view(b1 - b0, h1 - h0, i1 - i0).sum((0, 2)).to(torch.float64)
-        del ds
+        if ga is not None:  # per batch entry: parts never share a (batch, head) slice
+            dalpha[b0:b1, h0:h1] += ga.view(b1 - b0, h1 - h0, i1 - i0).sum(2).to(torch.float64)
+
+    _run_parts(B, H, Lq, Lk, D, alpha, q.device, work)
     dq.mul_(scale)
     shape = lambda t, x: t.view(x.shape).to(x.dtype)  # noqa: E731
-    return shape(dq, q), shape(dk, k), shape(dv, v), (dalpha.to(alpha.dtype) if dalpha is not None else None)
+    return shape(dq, q), shape(dk, k), shape(dv, v), (dalpha.sum(0).to(alpha.dtype) if dalpha is not None else None)
 
 
 @torch.no_grad()
@@ -232,9 +292,12 @@ def weights(q, k, bias, alpha, scale, tau):
     tau3 = tau.to(dtype).reshape(B * H, Lq)
     bias = _bias4(bias, B, H, Lq, Lk, dtype)
     p_all = torch.empty(B * H, Lq, Lk, dtype=dtype, device=q.device)
-    for blk in _chunks(B, H, Lq, Lk, D, _kinds(alpha)):
+
+    def work(blk):
         b0, b1, h0, h1, kind, i0, i1 = blk
         s = _scores(q3, k3, bias, H, blk, scale, dtype)
         a_rows = _alpha_rows(alpha, blk, s.shape, dtype) if kind == "alpha" else None
         _bh(p_all, H, b0, b1, h0, h1)[:, i0:i1] = _p_from_tau(s, _bh(tau3, H, b0, b1, h0, h1)[:, i0:i1], kind, a_rows)
+
+    _run_parts(B, H, Lq, Lk, D, alpha, q.device, work)
     return p_all.view(B, H, Lq, Lk).to(q.dtype)

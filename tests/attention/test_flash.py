@@ -202,7 +202,7 @@ def key_masks(B=2, Lk=45):
     right = torch.ones(B, Lk, dtype=torch.bool)
     right[0, 30:] = False
     left = torch.ones(B, Lk, dtype=torch.bool)
-    left[1, :12] = False
+    left[B - 1, :12] = False
     scattered = torch.rand(B, Lk, generator=torch.Generator().manual_seed(4)) > 0.4
     scattered[:, 0] = True
     return {"right": right, "left": left, "scattered": scattered}
@@ -454,3 +454,22 @@ def test_the_mask_gets_no_gradient(gen):
     out = sparse_attention(q, k, v, mask, attention="entmax15")
     out.sum().backward()
     assert mask.grad is None and q.grad is not None
+
+
+@pytest.mark.parametrize("B,H", [(2, 3), (1, 3), (3, 1)])
+def test_worker_threads_split_the_slices_exactly(B, H, monkeypatch, gen):
+    """With 2 torch threads the CPU backend runs one part of the (batch, head) slices per worker thread: the same
+    results, alpha's gradient summed over the parts, and the caller's thread count restored."""
+    monkeypatch.setattr(flash, "_force_backend", "cpu")
+    monkeypatch.setattr(flash_cpu, "BLOCK_ENTRIES", 600)
+    monkeypatch.setattr(flash_cpu, "MIN_BLOCK_ENTRIES", 600)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        q, k, v = qkv(gen, B=B, H=H)
+        alpha = torch.linspace(1.2, 1.9, H, dtype=F64).requires_grad_()
+        check_against_reference(q, k, v, key_masks(B)["left"] if B == 2 else None, attention="entmax-alpha", alpha=alpha)
+        assert torch.get_num_threads() == 2
+        assert len(flash_cpu._parts(B, H, 2)) == (1 if B * H == 1 else 2 if B >= 2 else min(2, H))
+    finally:
+        torch.set_num_threads(before)
