@@ -1,0 +1,262 @@
+"""Flash sparse attention: exact sparse attention that never holds the L x L matrix (issue 47).
+
+    out = sparse_attention(q, k, v, mask, attention="entmax15")          # (B, H, Lq, D)
+    p   = attention_weights(q, k, v, mask, attention="entmax15")         # (B, H, Lq, Lk), only when asked
+
+computes ``map(scale * q kᵀ + bias) v`` row by row, where ``map`` is one of the sparse maps of attnkit:
+
+- ``"sparsemax"``;
+- ``"sparsegen-lin"`` with ``lam < 1``: sparsemax of ``scores / (1 - lam)``;
+- ``"entmax15"`` (1.5-entmax, exact closed form);
+- ``"entmax-alpha"`` with ``alpha`` a float in (1, 2] or a tensor (H,) of one alpha per head (its gradient flows:
+  learned alpha per head).
+
+Every map is ``p = [z - tau]_+^(1 / (alpha - 1))``, ``z = (alpha - 1) s``, ``sum_j p_j = 1`` (sparsemax: alpha = 2),
+so the forward keeps only the threshold ``tau`` of each row (B, H, Lq) and the backward recomputes the scores a
+block of rows at a time: no (B, H, Lq, Lk) tensor is allocated, forward or backward.
+
+Inputs: q (B, H, Lq, D), k and v (B, H, Lk, D), one dtype among float32, bfloat16, float16 (float64 too, on the
+CPU); computed in float32 (float64 for float64 inputs), returned in the inputs' dtype; ``scale`` defaults to
+``1 / sqrt(D)``. ``mask``: None; a boolean key mask (B, Lk), True = attend (any padding pattern); or a 4-D boolean
+(True = attend) or additive float mask broadcastable to (B, H, Lq, Lk) (0 / -inf or finite values, as transformers
+builds them: values at or below half the dtype's lowest are taken as -inf, as attnkit's own attention does). Every
+mask becomes one additive ``bias`` tensor broadcastable to (B, H, Lq, Lk) by ``expand`` (never materialised larger
+than given). A row with no key to attend gives zeros (never NaN) and zero gradients. The mask gets no gradient.
+
+Backends (the same contract, see :mod:`attnkit.attention.flash_cpu`): CPU tensors run :mod:`flash_cpu` (blocked
+torch and attnkit's compiled row kernel); CUDA tensors, and any tensor with ``ATTNKIT_KERNEL=triton``, run
+:mod:`attnkit.attention.flash_triton` where it and triton are importable (with ``TRITON_INTERPRET=1`` its kernels run
+on CPU tensors), else the blocked torch backend (device-agnostic; exact, slower).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+
+import torch
+
+from . import flash_cpu, kernels
+
+__all__ = ["sparse_attention", "attention_weights", "ATTENTIONS", "backend_for"]
+
+#: the maps this module computes
+ATTENTIONS = ("sparsemax", "sparsegen-lin", "entmax15", "entmax-alpha")
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+try:  # attnkit's one-line error (a ValueError too, so callers may catch either)
+    from attnkit.errors import UserError as _UserError
+
+    class FlashArgumentError(_UserError, ValueError):
+        """A wrong argument of :func:`sparse_attention` / :func:`attention_weights`, said in one line."""
+except ImportError:  # this file run without the package
+    class FlashArgumentError(ValueError):
+        """A wrong argument of :func:`sparse_attention` / :func:`attention_weights`, said in one line."""
+
+#: tests and benchmarks may force a backend: None (by the rules above), "cpu" or "triton"
+_force_backend: str | None = None
+_triton_module = None
+_triton_why = "not loaded yet"
+
+
+def _err(msg: str) -> FlashArgumentError:
+    return FlashArgumentError(msg)
+
+
+def _load_triton():
+    """:mod:`attnkit.attention.flash_triton`, or None (not written yet, triton missing, ...), imported once."""
+    global _triton_module, _triton_why
+    if _triton_module is None and _triton_why == "not loaded yet":
+        try:
+            _triton_module = importlib.import_module(f"{__package__}.flash_triton")
+            _triton_why = "flash_triton"
+        except ImportError as e:
+            _triton_why = f"flash_triton unavailable ({e})"
+    return _triton_module
+
+
+def backend_for(t: torch.Tensor):
+    """The backend module that runs for tensors like ``t``."""
+    choice = _force_backend
+    if choice is None:
+        choice = "triton" if (t.device.type == "cuda" or kernels.MODE == "triton" or os.environ.get("ATTNKIT_KERNEL", "").strip().lower() == "triton") else "cpu"
+    if choice == "triton":
+        mod = _load_triton()
+        if mod is not None:
+            return mod
+        if _force_backend == "triton":
+            raise _err(f"the triton backend was asked for, but {_triton_why}")
+    return flash_cpu
+
+
+# ----------------------------------------------------------------------------- arguments
+
+
+def _check_qkv(q, k, v) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise _err(f"{name} must be a torch.Tensor (B, H, L, D), got {type(t).__name__}")
+        if t.dim() != 4:
+            raise _err(f"{name} must be 4-D (B, H, L, D), got shape {tuple(t.shape)}")
+        if t.dtype not in _DTYPES:
+            raise _err(f"{name} must be float32, bfloat16 or float16 (float64 on the CPU), got {t.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise _err(f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise _err(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if q.dtype == torch.float64 and q.device.type != "cpu":
+        raise _err(f"float64 inputs run on the CPU only, got them on {q.device}")
+    B, H, Lq, D = q.shape
+    if k.shape[:2] != (B, H) or k.shape[3] != D:
+        raise _err(f"k must be (B, H, Lk, D) = ({B}, {H}, Lk, {D}) to match q {tuple(q.shape)}, got {tuple(k.shape)}")
+    if v.shape != k.shape:
+        raise _err(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+    if min(B, H, Lq, D, k.shape[2]) == 0:
+        raise _err(f"q and k must have no empty dimension, got q {tuple(q.shape)}, k {tuple(k.shape)}")
+
+
+def _check_scale(scale, D: int) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(D)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise _err(f"scale must be a positive finite number (default 1/sqrt(D)), got {scale!r}")
+    s = float(scale)
+    if not (math.isfinite(s) and s > 0):
+        raise _err(f"scale must be a positive finite number (default 1/sqrt(D)), got scale={scale!r}")
+    return s
+
+
+def _check_lam(lam) -> float:
+    if lam is None:
+        raise _err("lam is required for attention='sparsegen-lin' (a finite number below 1)")
+    if isinstance(lam, bool) or not isinstance(lam, (int, float)):
+        raise _err(f"lam must be a finite number below 1 (sparsegen-lin divides by 1 - lam), got {lam!r}")
+    lam_f = float(lam)
+    if not math.isfinite(lam_f) or lam_f >= 1.0:
+        raise _err(f"lam must be a finite number below 1 (sparsegen-lin divides by 1 - lam), got lam={lam!r}")
+    return lam_f
+
+
+def _check_alpha(alpha, H: int, device, dtype) -> torch.Tensor:
+    """alpha as a tensor (H,) in the compute dtype (float64 for float64 inputs, else float32); a tensor keeps its
+    graph (its gradient flows back)."""
+    if alpha is None:
+        raise _err("alpha is required for attention='entmax-alpha' (a float in (1, 2] or a tensor (H,) of one per head)")
+    if isinstance(alpha, torch.Tensor):
+        if not alpha.is_floating_point():
+            raise _err(f"alpha must be a float in (1, 2] or a floating-point tensor (H,), got dtype {alpha.dtype}")
+        if alpha.dim() == 0:
+            alpha = alpha.reshape(1).expand(H)
+        if alpha.shape != (H,):
+            raise _err(f"alpha must be a float in (1, 2] or a tensor (H,) = ({H},), one per head, got shape {tuple(alpha.shape)}")
+        if alpha.device != device:
+            raise _err(f"alpha must be on the inputs' device {device}, got {alpha.device}")
+        if device.type == "cpu":  # (on a GPU this read would wait for the device: not checked there)
+            a = alpha.detach()
+            if not bool(((a > 1) & (a <= 2)).all()):
+                raise _err(f"alpha must lie in (1, 2] for every head (1 is softmax, which is not sparse; above 2 the "
+                           f"threshold's Newton steps are not guaranteed), got {a.tolist()}")
+        return alpha.to(dtype)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise _err(f"alpha must be a float in (1, 2] or a tensor (H,) of one per head, got {alpha!r}")
+    a = float(alpha)
+    if not (math.isfinite(a) and 1 < a <= 2):
+        raise _err(f"alpha must be a float in (1, 2] (1.5: 1.5-entmax, 2: sparsemax; 1 is softmax, not sparse), got alpha={alpha!r}")
+    return torch.full((H,), a, dtype=dtype, device=device)
+
+
+def _bias(mask, B: int, H: int, Lq: int, Lk: int, device, dtype):
+    """Every mask as one additive float ``bias`` broadcastable to (B, H, Lq, Lk) (-inf = masked), or None."""
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor):
+        raise _err(f"mask must be None or a torch.Tensor, got {type(mask).__name__}")
+    if mask.device != device:
+        raise _err(f"mask must be on the inputs' device {device}, got {mask.device}")
+    if mask.dim() == 2:
+        if mask.dtype != torch.bool:
+            raise _err(f"a 2-D mask is a key mask (B, Lk) and must be boolean (True = attend), got {mask.dtype}")
+        if mask.shape != (B, Lk):
+            raise _err(f"a 2-D mask is a key mask (B, Lk) = ({B}, {Lk}), got shape {tuple(mask.shape)}")
+        mask = mask[:, None, None, :]
+    elif mask.dim() != 4:
+        raise _err(f"mask must be a key mask (B, Lk) = ({B}, {Lk}) or 4-D, broadcastable to (B, H, Lq, Lk) = "
+                   f"({B}, {H}, {Lq}, {Lk}), got shape {tuple(mask.shape)}")
+    want = (B, H, Lq, Lk)
+    if any(m not in (1, w) for m, w in zip(mask.shape, want)):
+        raise _err(f"mask of shape {tuple(mask.shape)} does not broadcast to (B, H, Lq, Lk) = {want}")
+    if mask.dtype == torch.bool:
+        return torch.where(mask, torch.zeros((), dtype=dtype, device=device), torch.full((), -math.inf, dtype=dtype, device=device))
+    if not mask.is_floating_point():
+        raise _err(f"mask must be boolean (True = attend) or an additive float mask, got dtype {mask.dtype}")
+    if device.type == "cpu" and bool((torch.isnan(mask) | torch.isposinf(mask)).any()):
+        raise _err("an additive mask must hold 0, finite values or -inf (no NaN, no +inf)")
+    neg = mask <= torch.finfo(mask.dtype).min / 2  # transformers' "very negative": exactly -inf, as attnkit's attention
+    return mask.to(dtype).masked_fill(neg, -math.inf)
+
+
+def _prepare(q, k, v, mask, attention, alpha, lam, scale):
+    _check_qkv(q, k, v)
+    if not isinstance(attention, str) or attention not in ATTENTIONS:
+        raise _err(f"attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")
+    if alpha is not None and attention != "entmax-alpha":
+        raise _err(f"alpha is only for attention='entmax-alpha', got attention={attention!r} with alpha={alpha!r}")
+    if lam is not None and attention != "sparsegen-lin":
+        raise _err(f"lam is only for attention='sparsegen-lin', got attention={attention!r} with lam={lam!r}")
+    B, H, Lq, D = q.shape
+    Lk = k.shape[2]
+    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    scale_f = _check_scale(scale, D)
+    bias = _bias(mask, B, H, Lq, Lk, q.device, dtype)
+    if attention == "entmax-alpha":
+        alpha_t = _check_alpha(alpha, H, q.device, dtype)
+    else:
+        alpha_t = torch.full((H,), 1.5 if attention == "entmax15" else 2.0, dtype=dtype, device=q.device)
+    if attention == "sparsegen-lin":
+        lam_f = _check_lam(lam)
+        scale_f = scale_f / (1.0 - lam_f)
+        if bias is not None:
+            bias = bias / (1.0 - lam_f)
+    if bias is not None:
+        bias = bias.expand(B, H, Lq, Lk)  # zero strides: never materialised larger than given
+    return q.contiguous(), k.contiguous(), v.contiguous(), bias, alpha_t, scale_f
+
+
+# ----------------------------------------------------------------------------- autograd
+
+
+class _FlashSparseAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, bias, alpha, scale, backend):
+        out, tau, aux = backend.forward(q, k, v, bias, alpha.detach(), scale)
+        ctx.backend, ctx.scale = backend, scale
+        ctx.save_for_backward(q, k, v, bias, alpha, out, tau, aux)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        q, k, v, bias, alpha, out, tau, aux = ctx.saved_tensors
+        need_alpha = ctx.needs_input_grad[4]
+        dq, dk, dv, dalpha = ctx.backend.backward(q, k, v, bias, alpha.detach(), ctx.scale, out, tau, aux,
+                                                  grad_out.contiguous(), need_alpha)
+        return dq, dk, dv, None, (dalpha.to(alpha.dtype) if need_alpha else None), None, None
+
+
+def sparse_attention(q, k, v, mask=None, *, attention="entmax15", alpha=None, lam=None, scale=None) -> torch.Tensor:
+    """Exact sparse attention ``map(scale * q kᵀ + bias) v``, (B, H, Lq, D) in the inputs' dtype, with no L x L
+    matrix in the forward or the backward; gradients for q, k, v and a tensor ``alpha``. See the module's docstring."""
+    q, k, v, bias, alpha_t, scale_f = _prepare(q, k, v, mask, attention, alpha, lam, scale)
+    return _FlashSparseAttention.apply(q, k, v, bias, alpha_t, scale_f, backend_for(q))
+
+
+def attention_weights(q, k, v, mask=None, *, attention="entmax15", alpha=None, lam=None, scale=None) -> torch.Tensor:
+    """The map p (B, H, Lq, Lk) that :func:`sparse_attention` applies, from the same thresholds, materialised (for
+    inspection: no gradient flows through it). Same arguments as :func:`sparse_attention`."""
+    q, k, v, bias, alpha_t, scale_f = _prepare(q, k, v, mask, attention, alpha, lam, scale)
+    backend = backend_for(q)
+    with torch.no_grad():
+        _, tau, _ = backend.forward(q, k, v, bias, alpha_t.detach(), scale_f)
+        return backend.weights(q, k, bias, alpha_t.detach(), scale_f, tau)

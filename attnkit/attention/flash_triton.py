@@ -1,0 +1,477 @@
+"""Flash sparse attention in Triton (issue 47): exact alpha-entmax attention that never holds the L x L matrix.
+
+Scores ``s = scale * q k^T + bias`` (bias: any additive float32 tensor broadcastable to (B, H, Lq, Lk), -inf =
+masked, read through its strides, never materialised), ``z = (alpha - 1) s`` with one alpha per head, and
+
+    p_ij = [z_ij - tau_i]_+ ^ (1 / (alpha - 1)),    sum_j p_ij = 1,
+
+sparsemax at alpha = 2 exactly (the threshold then exact), alpha-entmax otherwise (alpha in (1, 2]). The structure
+follows AdaSplash (Goncalves et al., ICML 2025; github.com/deep-spin/adasplash, ``adasplash_no_block_mask.py``): a
+program per (query block, batch x head) keeps its query block in fast memory and loops over key blocks; the
+backward recomputes the score blocks (a dK/dV kernel per key block, a dQ kernel per query block) from the stored
+threshold and ``U_i = sum_j q_ij v_j / sum_j q_ij`` with ``q_ij = p_ij^(2 - alpha)`` (AdaSplash's ``out2``, the
+analogue of FlashAttention's ``rowsum(dO o O)``).
+
+Forward, one kernel (:func:`_fwd`), per query block, on each row shifted by its max (``x = z - max z``, so the
+threshold ``t = tau - max z`` lies in ``[-1, -n^(1 - alpha)]``, n = the row's unmasked keys):
+
+1. one pass over the key blocks: the row max and n;
+2. for alpha != 2, ``NBISECT`` bisection passes on f(t) = sum_j [x_j - t]_+^r - 1 (r = 1 / (alpha - 1)) narrow the
+   bracket; then Newton passes from its lower end. f is convex and decreasing for alpha <= 2, so Newton's steps from
+   below rise to the root without passing it; they stop when the step falls to float32 noise (``TOL``), when
+   f <= 0 (at the root to rounding) or after ``MAXIT`` passes. For alpha = 2 Newton's step from below *is*
+   Michelot's ``t <- (sum_{x > t} x - 1) / #{x > t}`` (f is piecewise linear), run from t = -1 until the support
+   stops shrinking: the threshold is then exact (that of the found support, to float32 rounding of the sum);
+   Every threshold tried is >= -1, so a key block where no row of the query block has x > -1 never holds support:
+   the first search pass flags the key blocks that may (a bitmask of 64 * NWORDS blocks kept in registers; blocks
+   past it always run) and every later pass, the output's included, skips the others without loading K (exact:
+   their terms are 0). This pays off for structured scores (windows, padding, peaked heads); on i.i.d. random
+   scores nearly every 64 x 64 tile holds some x > -1;
+3. one output pass: ``o_i = sum_j p_ij v_j / sum_j p_ij`` (the division makes the weights sum to 1 to float32
+   precision whatever the threshold's last bit), and U_i; key blocks with no support in the query block
+   (max_j x_ij <= t_i for every row) skip the p, q and the two products with V.
+
+Backward (:func:`backward`): ``delta_i = dO_i . U_i`` (torch, O(L D)); with ``dp_ij = dO_i . v_j``,
+
+    ds_ij = q_ij (dp_ij - delta_i),   dq = scale ds k,   dk = scale ds^T q,   dv = p^T dO,
+    dalpha (per row) = (sum_j dp p - delta) / (alpha - 1)^2 - (sum_j dp p log p - delta sum_j p log p) / (alpha - 1)
+
+(the closed forms of :mod:`attnkit.attention.entmax`, ``_grad_scores`` and ``_dp_dalpha``), the row terms of
+dalpha accumulated in the dQ kernel and summed over batch and rows in torch. Tiles with no support skip all but
+the score product.
+
+Masked entries (bias -inf), keys past Lk and rows past Lq are masked by index; a fully masked row gets tau = +inf,
+out = 0, U = 0 and zero gradients (never NaN). Inputs float32/bf16/fp16: float32 rows take IEEE float32 products
+(no TF32); 16-bit rows take 16-bit operands with float32 accumulation (as FlashAttention: the products of q k^T are
+exact in float32; p, q and ds are rounded to the input dtype for their products with V, dO, K, Q); thresholds, row
+sums and all accumulation in float32. (Under the interpreter bf16 operands are upcast instead: its bf16 tl.dot is
+wrong in triton 3.9.)
+
+Runs on CUDA tensors, and on CPU tensors under ``TRITON_INTERPRET=1`` (set before triton is imported), which is how
+it is tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["forward", "backward", "weights", "BLOCK_M", "BLOCK_N"]
+
+#: default tile sizes: small under the interpreter (the tests' tiny shapes), FlashAttention-like on a GPU
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+BLOCK_M = 16 if _INTERPRET else 64
+BLOCK_N = 16 if _INTERPRET else 64
+#: bisection passes before Newton's (alpha != 2), Newton's pass limit, and Newton's stopping step (the shifted
+#: threshold lies in [-1, 0): absolute, a few float32 ulps of 1)
+NBISECT = 3
+MAXIT = 40
+TOL = 2.0**-21
+#: the forward's bitmask of key blocks that may hold support: 64 * NWORDS blocks (longer rows: the rest always run)
+NWORDS = 8
+
+
+@triton.jit
+def _dot(a, b, IEEE: tl.constexpr):
+    """a @ b accumulated in float32: IEEE float32 products of float32 operands, or (16-bit inputs) a rounded to b's
+    dtype and 16-bit products, as FlashAttention."""
+    if IEEE:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a.to(b.dtype), b, out_dtype=tl.float32)
+
+
+@triton.jit
+def _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn,
+            scale, am1, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr):
+    """One key block: (z, k, col_ok) with z = (alpha - 1) (scale q k^T + bias), -inf where masked or out of range."""
+    cols = start_n + offs_n
+    col_ok = cols < Lk
+    k = tl.load(K + k_base + cols[:, None] * skn + offs_d[None, :] * skd, mask=col_ok[:, None] & d_ok[None, :], other=0.0)
+    qk = _dot(q, tl.trans(k), IEEE)
+    s = qk * scale
+    if HAS_BIAS:
+        bm = row_ok[:, None] & col_ok[None, :]
+        bias = tl.load(BIAS + bias_base + rows[:, None] * sbm + cols[None, :] * sbn, mask=bm, other=0.0).to(tl.float32)
+        s = s + bias
+    z = s * am1
+    z = tl.where(col_ok[None, :], z, float("-inf"))
+    return z, k, col_ok
+
+
+@triton.jit
+def _tile_bit(bits, widx, j):
+    """Whether key block j was flagged (blocks past the bitmask's 64 * NW always are)."""
+    w = j // 64
+    word = tl.sum(tl.where(widx == w, bits, 0), 0)
+    return (((word >> (j % 64)) & 1) != 0) | (w >= widx.shape[0])
+
+
+@triton.jit
+def _flag_tile(bits, widx, j, x, live):
+    """bits with key block j's flag set where some live row has x > -1 there (x = z - row max)."""
+    hit = tl.max(tl.max(tl.where(live[:, None], x, float("-inf")), 1), 0) > -1.0
+    return bits | tl.where(widx == j // 64, hit.to(tl.int64) << (j % 64), 0)
+
+
+@triton.jit
+def _pow_on(x, t, e):
+    """[x - t]_+ ^ e (with 0^0 = 0: only where x > t), x - t > 0 read through log2 / exp2."""
+    on = x > t[:, None]
+    d = tl.where(on, x - t[:, None], 1.0)
+    return tl.where(on, tl.exp2(e * tl.log2(d)), 0.0), on, d
+
+
+@triton.jit
+def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX,
+         sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+         sob, soh, som, sod, sbb, sbh, sbm, sbn, sab, sah, sam, sad,
+         H, Lq, Lk, D, scale, TOL,
+         HAS_BIAS: tl.constexpr, NEED_AUX: tl.constexpr, IEEE: tl.constexpr,
+         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+         NBISECT: tl.constexpr, MAXIT: tl.constexpr, NWORDS: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < Lq
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd,
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    k_base = b * skb + h * skh
+    v_base = b * svb + h * svh
+    bias_base = b * sbb + h * sbh
+    alpha = tl.load(ALPHA + h).to(tl.float32)
+    am1 = alpha - 1.0
+    r = 1.0 / am1
+    sparsemax = alpha == 2.0
+    sm_rows = (tl.zeros([BLOCK_M], dtype=tl.float32) + alpha) == 2.0  # the same, row-wise
+
+    # 1. the row max and the count of unmasked keys
+    m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    n = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for start_n in range(0, Lk, BLOCK_N):
+        z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn,
+                               skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
+        m = tl.maximum(m, tl.max(z, 1))
+        n += tl.sum((z > float("-inf")).to(tl.float32), 1)
+    live = row_ok & (m > float("-inf"))
+    m0 = tl.where(live, m, 0.0)
+
+    # 2. the threshold t = tau - m in [-1, -n^(1 - alpha)]
+    lo = tl.full([BLOCK_M], -1.0, dtype=tl.float32)
+    hi = -tl.exp2((1.0 - alpha) * tl.log2(tl.maximum(n, 1.0)))
+    # every t tried from here on is >= -1: a key block where no live row has x > -1 never holds support. The first
+    # pass flags the blocks that may (a bitmask of 64 * NWORDS blocks in registers), the later ones skip the others
+    widx = tl.arange(0, NWORDS)
+    bits = tl.zeros([NWORDS], dtype=tl.int64)
+    npass = pid_m * 0
+    if not sparsemax:
+        for _ in range(NBISECT):
+            mid = 0.5 * (lo + hi)
+            f = tl.zeros([BLOCK_M], dtype=tl.float32)
+            for start_n in range(0, Lk, BLOCK_N):
+                j = start_n // BLOCK_N
+                if (npass == 0) | _tile_bit(bits, widx, j):
+                    z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok,
+                                           Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
+                    x = z - m0[:, None]
+                    if npass == 0:
+                        bits = _flag_tile(bits, widx, j, x, live)
+                    pm, on, dd = _pow_on(x, mid, r)
+                    f += tl.sum(pm, 1)
+            npass += 1
+            above = f > 1.0  # the root lies above mid
+            lo = tl.where(above, mid, lo)
+            hi = tl.where(above, hi, mid)
+    t = lo
+    done = ~live
+    k_prev = tl.full([BLOCK_M], -1.0, dtype=tl.float32)
+    it = pid_m * 0
+    active = tl.max((~done).to(tl.int32), 0)
+    while active > 0:
+        f = tl.zeros([BLOCK_M], dtype=tl.float32)
+        df = tl.zeros([BLOCK_M], dtype=tl.float32)
+        ks = tl.zeros([BLOCK_M], dtype=tl.float32)
+        for start_n in range(0, Lk, BLOCK_N):
+            j = start_n // BLOCK_N
+            if (npass == 0) | _tile_bit(bits, widx, j):
+                z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk,
+                                       skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
+                x = z - m0[:, None]
+                if npass == 0:
+                    bits = _flag_tile(bits, widx, j, x, live)
+                p1, on, dd = _pow_on(x, t, r - 1.0)  # [x - t]_+^(r - 1); its sum is -f'(t) / r
+                pm = p1 * dd
+                f += tl.sum(pm, 1)
+                df += tl.sum(p1, 1)
+                ks += tl.sum(on.to(tl.float32), 1)
+        npass += 1
+        f = f - 1.0
+        # exact for sparsemax: the support did not shrink since the last step (Michelot)
+        stop = done | (f <= 0.0) | (sm_rows & (ks == k_prev))
+        step = tl.where(stop | (df <= 0.0), 0.0, f / (r * tl.where(df > 0.0, df, 1.0)))
+        t = t + step
+        # alpha != 2: the step fell to float32 noise (Newton's next would be far smaller still)
+        done = stop | ((step <= TOL) & ~sm_rows)
+        k_prev = ks
+        it += 1
+        active = tl.where(it < MAXIT, tl.max((~done).to(tl.int32), 0), 0)
+
+    # 3. the output, over the key blocks that hold support
+    c_q = (2.0 - alpha) * r  # q = p^(2 - alpha) = [x - t]_+^((2 - alpha) / (alpha - 1))
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    acc_u = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    l = tl.zeros([BLOCK_M], dtype=tl.float32)
+    lq = tl.zeros([BLOCK_M], dtype=tl.float32)
+    t_live = tl.where(live, t, float("inf"))
+    for start_n in range(0, Lk, BLOCK_N):
+        if (npass == 0) | _tile_bit(bits, widx, start_n // BLOCK_N):
+            z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn,
+                                   skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
+            x = z - m0[:, None]
+            if tl.max(tl.max(x - t_live[:, None], 1), 0) > 0.0:
+                v = tl.load(V + v_base + (start_n + offs_n)[:, None] * svn + offs_d[None, :] * svd,
+                            mask=col_ok[:, None] & d_ok[None, :], other=0.0)
+                p, on, dd = _pow_on(x, t_live, r)
+                l += tl.sum(p, 1)
+                acc += _dot(p, v, IEEE)
+                if NEED_AUX:
+                    qq, on, dd = _pow_on(x, t_live, c_q)
+                    lq += tl.sum(qq, 1)
+                    acc_u += _dot(qq, v, IEEE)
+    out = acc / tl.where(l > 0.0, l, 1.0)[:, None]
+    o_mask = row_ok[:, None] & d_ok[None, :]
+    tl.store(OUT + b * sob + h * soh + rows[:, None] * som + offs_d[None, :] * sod, out.to(OUT.dtype.element_ty),
+             mask=o_mask)
+    tl.store(TAU + pid_bh * Lq + rows, t_live + m0, mask=row_ok)
+    if NEED_AUX:
+        u = acc_u / tl.where(lq > 0.0, lq, 1.0)[:, None]
+        tl.store(AUX + b * sab + h * sah + rows[:, None] * sam + offs_d[None, :] * sad, u, mask=o_mask)
+
+
+@triton.jit
+def _bwd_kv(Q, K, V, BIAS, ALPHA, TAU, DO, DELTA, DK, DV,
+            sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdm, sdd, sbb, sbh, sbm, sbn,
+            H, Lq, Lk, D, scale,
+            HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """dK, dV of one key block (dk, dv contiguous (B, H, Lk, D)), looping over the query blocks."""
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < Lk
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    kv_mask = col_ok[:, None] & d_ok[None, :]
+    k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
+    v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
+    alpha = tl.load(ALPHA + h).to(tl.float32)
+    am1 = alpha - 1.0
+    r = 1.0 / am1
+    c_q = (2.0 - alpha) * r
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    for start_m in range(0, Lq, BLOCK_M):
+        rows = start_m + offs_m
+        row_ok = rows < Lq
+        qm = row_ok[:, None] & d_ok[None, :]
+        q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd, mask=qm, other=0.0)
+        t = tl.load(TAU + pid_bh * Lq + rows, mask=row_ok, other=float("inf"))
+        qk = _dot(q, tl.trans(k), IEEE)
+        s = qk * scale
+        if HAS_BIAS:
+            bias = tl.load(BIAS + b * sbb + h * sbh + rows[:, None] * sbm + cols[None, :] * sbn,
+                           mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+            s = s + bias
+        z = tl.where(col_ok[None, :], s * am1, float("-inf"))
+        if tl.max(tl.max(z - t[:, None], 1), 0) > 0.0:
+            do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdm + offs_d[None, :] * sdd, mask=qm, other=0.0)
+            delta = tl.load(DELTA + pid_bh * Lq + rows, mask=row_ok, other=0.0)
+            p, on, dd = _pow_on(z, t, r)
+            qq, on, dd = _pow_on(z, t, c_q)
+            dv += _dot(tl.trans(p), do, IEEE)
+            dp = _dot(do, tl.trans(v), IEEE)
+            ds = qq * (dp - delta[:, None])
+            dk += _dot(tl.trans(ds), q, IEEE)
+    base = pid_bh * Lk * D
+    ptrs = base + cols[:, None] * D + offs_d[None, :]
+    tl.store(DK + ptrs, (dk * scale).to(DK.dtype.element_ty), mask=kv_mask)
+    tl.store(DV + ptrs, dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def _bwd_q(Q, K, V, BIAS, ALPHA, TAU, DO, DELTA, DQ, DA,
+           sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdm, sdd, sbb, sbh, sbm, sbn,
+           H, Lq, Lk, D, scale,
+           HAS_BIAS: tl.constexpr, NEED_DALPHA: tl.constexpr, IEEE: tl.constexpr,
+           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """dQ of one query block (dq contiguous (B, H, Lq, D)), looping over the key blocks; and alpha's gradient per row
+    (DA, (B, H, Lq))."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < Lq
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    qm = row_ok[:, None] & d_ok[None, :]
+    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd, mask=qm, other=0.0)
+    do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdm + offs_d[None, :] * sdd, mask=qm, other=0.0)
+    t = tl.load(TAU + pid_bh * Lq + rows, mask=row_ok, other=float("inf"))
+    delta = tl.load(DELTA + pid_bh * Lq + rows, mask=row_ok, other=0.0)
+    alpha = tl.load(ALPHA + h).to(tl.float32)
+    am1 = alpha - 1.0
+    r = 1.0 / am1
+    c_q = (2.0 - alpha) * r
+    k_base = b * skb + h * skh
+    v_base = b * svb + h * svh
+    bias_base = b * sbb + h * sbh
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    gp = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum_j dp p
+    gpl = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum_j dp p log p
+    ent = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum_j p log p
+    for start_n in range(0, Lk, BLOCK_N):
+        z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn,
+                               skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
+        if tl.max(tl.max(z - t[:, None], 1), 0) > 0.0:
+            v = tl.load(V + v_base + (start_n + offs_n)[:, None] * svn + offs_d[None, :] * svd,
+                        mask=col_ok[:, None] & d_ok[None, :], other=0.0)
+            qq, on, dd = _pow_on(z, t, c_q)
+            dp = _dot(do, tl.trans(v), IEEE)
+            ds = qq * (dp - delta[:, None])
+            dq += _dot(ds, k, IEEE)
+            if NEED_DALPHA:
+                lg = r * tl.log(dd)  # log p on the support, 0 off it
+                p = tl.where(on, tl.exp(lg), 0.0)
+                plogp = p * lg
+                gp += tl.sum(dp * p, 1)
+                gpl += tl.sum(dp * plogp, 1)
+                ent += tl.sum(plogp, 1)
+    tl.store(DQ + pid_bh * Lq * D + rows[:, None] * D + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty), mask=qm)
+    if NEED_DALPHA:
+        da = (gp - delta) / (am1 * am1) - (gpl - delta * ent) / am1
+        tl.store(DA + pid_bh * Lq + rows, tl.where(t < float("inf"), da, 0.0), mask=row_ok)
+
+
+# ----------------------------------------------------------------------------- host side
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alpha: torch.Tensor) -> None:
+    if q.dim() != 4 or k.dim() != 4 or v.shape != k.shape or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q (B,H,Lq,D), k and v (B,H,Lk,D) expected, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"q, k, v must share one dtype among float32/bfloat16/float16, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if alpha.shape != (q.shape[1],):
+        raise ValueError(f"alpha must have shape (H,) = ({q.shape[1]},), got {tuple(alpha.shape)}")
+
+
+def _bias_args(bias: torch.Tensor | None, q: torch.Tensor, Lk: int):
+    """(the bias tensor or a dummy, its 4 strides broadcast to (B, H, Lq, Lk) with zero strides, has_bias)."""
+    if bias is None:
+        return q, (0, 0, 0, 0), False
+    B, H, Lq = q.shape[:3]
+    if bias.dtype != torch.float32:
+        bias = bias.float()
+    eb = bias.expand(B, H, Lq, Lk)  # a view: zero strides where broadcast, nothing materialised
+    return eb, tuple(eb.stride()), True
+
+
+def _ieee(dtype: torch.dtype) -> bool:
+    """float32 products: for float32 inputs, and for bf16 under the interpreter (triton 3.9's interpreter multiplies
+    bf16 operands of tl.dot as raw integers: wrong results), where they are upcast (exact products, as on a GPU)."""
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and _INTERPRET)
+
+
+def _blocks(D: int, block_m: int | None, block_n: int | None):
+    return (block_m or BLOCK_M, block_n or BLOCK_N, max(16, triton.next_power_of_2(D)))
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None, alpha: torch.Tensor,
+            scale: float, *, need_aux: bool = True, block_m: int | None = None, block_n: int | None = None):
+    """(out, tau, aux): out (B, H, Lq, D) in q's dtype, tau (B, H, Lq) float32 (+inf on fully masked rows), aux U
+    (B, H, Lq, D) float32 (None when ``need_aux`` is False)."""
+    _check(q, k, v, alpha)
+    B, H, Lq, D = q.shape
+    Lk = k.shape[2]
+    BM, BN, BD = _blocks(D, block_m, block_n)
+    alpha = alpha.detach().to(device=q.device, dtype=torch.float32).contiguous()
+    out = torch.empty_like(q)
+    tau = torch.empty((B, H, Lq), device=q.device, dtype=torch.float32)
+    aux = torch.empty((B, H, Lq, D), device=q.device, dtype=torch.float32) if need_aux else None
+    bt, bs, has_bias = _bias_args(bias, q, Lk)
+    a = aux if need_aux else out
+    grid = (triton.cdiv(Lq, BM), B * H)
+    if Lq == 0 or B * H == 0:
+        return out, tau, aux
+    if Lk == 0:
+        out.zero_()
+        tau.fill_(float("inf"))
+        if aux is not None:
+            aux.zero_()
+        return out, tau, aux
+    _fwd[grid](q, k, v, bt, alpha, out, tau, a,
+               *q.stride(), *k.stride(), *v.stride(), *out.stride(), *bs, *a.stride(),
+               H, Lq, Lk, D, float(scale), TOL,
+               HAS_BIAS=has_bias, NEED_AUX=need_aux, IEEE=_ieee(q.dtype),
+               BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BD, NBISECT=NBISECT, MAXIT=MAXIT, NWORDS=NWORDS)
+    return out, tau, aux
+
+
+def backward(q, k, v, bias, alpha, scale, out, tau, aux, grad_out, need_alpha_grad: bool, *,
+             block_m: int | None = None, block_n: int | None = None):
+    """(dq, dk, dv, dalpha or None): dq, dk, dv in the inputs' dtype, dalpha (H,) float32 summed over batch and rows.
+    ``aux`` is the forward's U (recomputed by a forward when None)."""
+    _check(q, k, v, alpha)
+    B, H, Lq, D = q.shape
+    Lk = k.shape[2]
+    BM, BN, BD = _blocks(D, block_m, block_n)
+    if aux is None:
+        _, tau, aux = forward(q, k, v, bias, alpha, scale, need_aux=True, block_m=block_m, block_n=block_n)
+    alpha = alpha.detach().to(device=q.device, dtype=torch.float32).contiguous()
+    do = grad_out.to(q.dtype).contiguous()
+    delta = (grad_out.float() * aux.float()).sum(-1).contiguous()  # dO_i . U_i
+    tau = tau.float().contiguous()
+    dq = torch.zeros_like(q, memory_format=torch.contiguous_format)
+    dk = torch.zeros_like(k, memory_format=torch.contiguous_format)
+    dv = torch.zeros_like(v, memory_format=torch.contiguous_format)
+    da_rows = torch.zeros((B, H, Lq), device=q.device, dtype=torch.float32) if need_alpha_grad else delta
+    if Lq == 0 or Lk == 0 or B * H == 0:
+        return dq, dk, dv, (torch.zeros(H, device=q.device, dtype=torch.float32) if need_alpha_grad else None)
+    bt, bs, has_bias = _bias_args(bias, q, Lk)
+    strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *bs)
+    ieee = _ieee(q.dtype)
+    _bwd_kv[(triton.cdiv(Lk, BN), B * H)](q, k, v, bt, alpha, tau, do, delta, dk, dv, *strides, H, Lq, Lk, D,
+                                          float(scale), HAS_BIAS=has_bias, IEEE=ieee,
+                                          BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BD)
+    _bwd_q[(triton.cdiv(Lq, BM), B * H)](q, k, v, bt, alpha, tau, do, delta, dq, da_rows, *strides, H, Lq, Lk, D,
+                                         float(scale), HAS_BIAS=has_bias, NEED_DALPHA=need_alpha_grad, IEEE=ieee,
+                                         BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BD)
+    dalpha = da_rows.sum((0, 2)) if need_alpha_grad else None
+    return dq, dk, dv, dalpha
+
+
+def weights(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None, alpha: torch.Tensor, scale: float,
+            tau: torch.Tensor) -> torch.Tensor:
+    """The attention map (B, H, Lq, Lk) float32 from the stored thresholds (torch; materialises L x L): the forward's
+    weights, each row divided by its sum as the forward's output is."""
+    s = scale * torch.matmul(q.float(), k.float().transpose(-1, -2))
+    if bias is not None:
+        s = s + bias.float()
+    am1 = (alpha.float().to(q.device) - 1).view(1, -1, 1, 1)
+    x = am1 * s - tau.float().unsqueeze(-1)
+    on = x > 0
+    p = torch.where(on, torch.where(on, x, torch.ones_like(x)) ** (1 / am1), torch.zeros_like(x))
+    tot = p.sum(-1, keepdim=True)
+    return torch.where(tot > 0, p / torch.where(tot > 0, tot, torch.ones_like(tot)), p)
