@@ -37,6 +37,7 @@ import os
 
 import torch
 
+from ..errors import UserError
 from . import flash_cpu, kernels
 
 __all__ = ["sparse_attention", "attention_weights", "ATTENTIONS", "backend_for"]
@@ -46,14 +47,9 @@ ATTENTIONS = ("sparsemax", "sparsegen-lin", "entmax15", "entmax-alpha")
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
-try:  # attnkit's one-line error (a ValueError too, so callers may catch either)
-    from attnkit.errors import UserError as _UserError
+class FlashArgumentError(UserError):
+    """A wrong argument of :func:`sparse_attention` / :func:`attention_weights`, said in one line."""
 
-    class FlashArgumentError(_UserError, ValueError):
-        """A wrong argument of :func:`sparse_attention` / :func:`attention_weights`, said in one line."""
-except ImportError:  # this file run without the package
-    class FlashArgumentError(ValueError):
-        """A wrong argument of :func:`sparse_attention` / :func:`attention_weights`, said in one line."""
 
 #: tests and benchmarks may force a backend: None (by the rules above), "cpu" or "triton"
 _force_backend: str | None = None

@@ -9,10 +9,12 @@ attended to.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 from torch import nn
 
+from . import flash
 from .blur import gaussian_blur, valid_keys  # relative: this file also runs as a checkpoint's remote code
 from .learned import head_value
 from .normalisers import softmax
@@ -60,6 +62,9 @@ def attnkit_attention_forward(
     key, value = _repeat_kv(key, query.size(1)), _repeat_kv(value, query.size(1))
     if scaling is None:
         scaling = query.size(-1) ** -0.5
+    fast = _fast_call(spec, module, query, attention_mask, dropout, softcap, s_aux)
+    if fast is not None:  # no [B, H, Lq, Lk] matrix: flash sparse attention, or SDPA in a layer that keeps softmax
+        return fast(query, key, value, attention_mask, scaling).transpose(1, 2).contiguous(), None
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # [B, H, Lq, Lk]
     if softcap is not None:  # Gemma-2's logit soft-capping, before the mask as in its eager attention
         scores = softcap * torch.tanh(scores / softcap)
@@ -75,6 +80,84 @@ def attnkit_attention_forward(
         weights = weights[..., :-1]  # the sink's share goes nowhere: rows sum to less than 1
     dropped = nn.functional.dropout(weights, p=dropout, training=module.training)
     return blurred(spec, dropped, value, valid_mask).transpose(1, 2).contiguous(), weights
+
+
+#: ATTNKIT_ATTENTION: "auto" (the default) runs flash sparse attention wherever it computes what the materialised
+#: path would; "materialised" always writes the [B, H, Lq, Lk] matrix (the path of earlier attnkit versions)
+ATTENTION_PATHS = ("auto", "materialised")
+
+
+def attention_path() -> str:
+    """``ATTNKIT_ATTENTION``, checked: a property of the run, never of the checkpoint."""
+    value = os.environ.get("ATTNKIT_ATTENTION", "auto").strip().lower() or "auto"
+    if value not in ATTENTION_PATHS:
+        raise UserError(f"ATTNKIT_ATTENTION={value!r}: expected auto or materialised")
+    return value
+
+
+def _weights_requested() -> bool:
+    """Whether the model's caller asked for the attention weights (``output_attentions``): transformers records them
+    from this function's second output. Unknown (another transformers): assumed asked for."""
+    try:
+        from transformers.utils.output_capturing import _active_collector
+    except ImportError:
+        return True
+    collected = _active_collector.get()
+    return collected is None or "attentions" in collected or "cross_attentions" in collected
+
+
+def _fast_call(spec: AttentionSpec, module, query, attention_mask, dropout, softcap, s_aux):
+    """The attention computed without the [B, H, Lq, Lk] matrix, as a function of (q, k, v, mask, scaling) giving
+    [B, H, Lq, D], or None where only the materialised path computes what the model asks: weights asked for,
+    dropout on the weights in training, soft-capping, sinks, a learned lam, a map flash attention does not know, an
+    alpha warm-up at softmax, ``torch.compile`` tracing, meta tensors, or ``ATTNKIT_ATTENTION=materialised``."""
+    if (softcap is not None or s_aux is not None or (module.training and dropout > 0) or query.device.type == "meta"
+            or torch.compiler.is_compiling() or attention_path() == "materialised" or _weights_requested()):
+        return None
+    if spec.sparse_layers is not None and layer_index(module) not in sparse_layer_set(spec.sparse_layers, module.config.num_hidden_layers):
+        return _sdpa_call(spec)  # a layer that keeps softmax (--sparse-layers)
+    name, options = spec.attention, {}
+    if name not in flash.ATTENTIONS or spec.learned == "lam":
+        return None
+    if name == "sparsegen-lin":
+        options["lam"] = spec.lam
+    value = spec.setting_value(head_value(module, spec))
+    if name == "entmax-alpha" or spec.alpha_mix != 1.0:
+        if spec.alpha_mix != 1.0 and spec.alpha_mix <= 0:
+            return None  # a warm-up at its start: softmax
+        name, options = "entmax-alpha", {"alpha": value.reshape(-1) if isinstance(value, torch.Tensor) else float(value)}
+
+    def call(q, k, v, mask, scaling):
+        v = gaussian_blur(v, spec.kernel(dtype=torch.promote_types(v.dtype, torch.float32), device=v.device),
+                          valid_keys(mask, v.size(0), v.size(-2))) if spec.blur == "value" else v
+        out = flash.sparse_attention(q, k, v, mask, attention=name, scale=scaling, **options)
+        return _context_blur(spec, out, v, mask)
+
+    return call
+
+
+def _sdpa_call(spec: AttentionSpec):
+    """Softmax attention by torch's ``scaled_dot_product_attention`` (its memory-efficient kernels), with the blur."""
+    def call(q, k, v, mask, scaling):
+        v = gaussian_blur(v, spec.kernel(dtype=torch.promote_types(v.dtype, torch.float32), device=v.device),
+                          valid_keys(mask, v.size(0), v.size(-2))) if spec.blur == "value" else v
+        bias = mask
+        if mask is not None and mask.dtype != torch.bool:  # 'very negative' made exactly -inf, as mask_scores does
+            bias = mask.masked_fill(mask <= torch.finfo(mask.dtype).min / 2, -math.inf).to(q.dtype)
+        out = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scaling)
+        if mask is not None:  # a row with no key to attend to: zeros, as the materialised softmax gives (not NaN)
+            out = torch.nan_to_num(out, nan=0.0)
+        return _context_blur(spec, out, v, mask)
+
+    return call
+
+
+def _context_blur(spec: AttentionSpec, out: torch.Tensor, value: torch.Tensor, mask) -> torch.Tensor:
+    if spec.blur != "context":
+        return out
+    kernel = spec.kernel(dtype=torch.promote_types(value.dtype, torch.float32), device=value.device)
+    valid = valid_keys(mask, value.size(0), value.size(-2))
+    return gaussian_blur(out, kernel, valid if out.size(-2) == value.size(-2) else None)
 
 
 def blurred(spec: AttentionSpec, weights: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

@@ -29,6 +29,8 @@ from transformers import PretrainedConfig, PreTrainedModel
 # ``from ..attention.spec`` is saved as ``from .spec`` (see :func:`code_file_text`)
 from ..attention.blur import gaussian_blur as _gaussian_blur  # noqa: F401  every code file imported here, directly:
 from ..attention.entmax import entmax15 as _entmax15  # noqa: F401     transformers 4 copies only a remote module's
+from ..attention.flash import sparse_attention as _sparse_attention  # noqa: F401
+from ..attention.flash_cpu import forward as _flash_cpu_forward  # noqa: F401
 from ..attention.forward import register as register_attention  # direct ones
 from ..attention.kernels import cpu_kernel as _cpu_kernel  # noqa: F401
 from ..attention.learned import add_head_parameters, learned_values
@@ -43,7 +45,7 @@ from .pooling import HEAD_KEY, PooledEncoderForSequenceClassification, head_of
 MODEL_TYPE = "attnkit"
 #: the files saved beside the weights so that trust_remote_code=True can load the model without attnkit
 CODE_FILES = ("modeling_attnkit.py", "spec.py", "normalisers.py", "learned.py", "blur.py", "placement.py", "forward.py",
-              "names.py", "maps.py", "entmax.py", "kernels.py", "pooling.py", "errors.py")
+              "names.py", "maps.py", "entmax.py", "kernels.py", "flash.py", "flash_cpu.py", "pooling.py", "errors.py")
 #: where each code file lives in the attnkit package (in a checkpoint they sit side by side)
 _CODE_PACKAGES = {**{name: "attention" for name in CODE_FILES}, "modeling_attnkit.py": "models", "pooling.py": "models", "errors.py": ""}
 _PACKAGE_IMPORT = re.compile(r"^(\s*)from \.\.(?:\w+\.)?(\w+) import ", re.M)

@@ -1,0 +1,106 @@
+"""Models run flash sparse attention by default and compute what the materialised path computes: outputs and gradients
+to float tolerance, every map and blur, ``--sparse-layers`` (SDPA in the softmax layers), learned alpha; the weights
+when asked for; ``ATTNKIT_ATTENTION=materialised`` and the cases flash cannot take use the materialised path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import BertConfig, BertForSequenceClassification
+
+import attnkit
+from attnkit.attention import flash
+from attnkit.attention.spec import AttentionSpec
+
+
+def tiny(spec: AttentionSpec, dropout: float = 0.0, seed: int = 0):
+    torch.manual_seed(seed)
+    cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48, vocab_size=60,
+                     attention_probs_dropout_prob=dropout, hidden_dropout_prob=0.0)
+    model = attnkit.sparsify(BertForSequenceClassification(cfg), spec=spec)
+    return model.double()
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 60, (3, 23), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, 17:] = 0  # right padding
+    mask[1, :4] = 0  # left padding
+    return ids, mask
+
+
+def run(model, path: str, monkeypatch, train: bool = False):
+    monkeypatch.setenv("ATTNKIT_ATTENTION", path)
+    ids, mask = batch()
+    model.train(train)
+    model.zero_grad()
+    out = model(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1, 0]))
+    out.loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return out.logits.detach(), grads
+
+
+@pytest.fixture
+def flash_calls(monkeypatch):
+    calls = []
+    real = flash.sparse_attention
+
+    def counted(*a, **k):
+        calls.append(k.get("attention"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(flash, "sparse_attention", counted)
+    return calls
+
+
+SPECS = [
+    AttentionSpec("sparsemax"), AttentionSpec("sparsegen-lin", -2.0), AttentionSpec("entmax15"),
+    AttentionSpec("entmax-alpha", alpha=1.3), AttentionSpec("entmax15", blur="value"),
+    AttentionSpec("sparsegen-lin", -1.0, blur="context"), AttentionSpec("entmax15", sparse_layers="last"),
+    AttentionSpec("entmax-alpha", alpha=1.6, learned="alpha"), AttentionSpec("entmax15", alpha_mix=0.5),
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.describe())
+def test_flash_in_a_model_equals_the_materialised_path(spec, monkeypatch, flash_calls):
+    model = tiny(spec)
+    want_logits, want_grads = run(model, "materialised", monkeypatch, train=True)
+    assert flash_calls == []
+    got_logits, got_grads = run(model, "auto", monkeypatch, train=True)
+    assert len(flash_calls) == (1 if spec.sparse_layers == "last" else 2)  # one call per sparse layer
+    torch.testing.assert_close(got_logits, want_logits, rtol=1e-10, atol=1e-10)
+    assert want_grads.keys() == got_grads.keys()
+    for name in want_grads:
+        torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-8, atol=1e-10, msg=name)
+
+
+def test_weights_asked_for_come_from_the_materialised_path_and_match(monkeypatch, flash_calls):
+    model = tiny(AttentionSpec("entmax15")).eval()
+    ids, mask = batch()
+    monkeypatch.setenv("ATTNKIT_ATTENTION", "auto")
+    with torch.no_grad():
+        plain = model(input_ids=ids, attention_mask=mask).logits
+        assert len(flash_calls) == 2
+        out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+    assert len(flash_calls) == 2 and len(out.attentions) == 2
+    torch.testing.assert_close(out.logits, plain, rtol=1e-10, atol=1e-10)
+    p = out.attentions[0]
+    assert p.shape == (3, 4, 23, 23) and bool((p[0, :, :, 17:] == 0).all())
+    torch.testing.assert_close(p.sum(-1), torch.ones_like(p.sum(-1)))
+
+
+def test_dropout_on_the_weights_in_training_takes_the_materialised_path(monkeypatch, flash_calls):
+    model = tiny(AttentionSpec("sparsemax"), dropout=0.1)
+    run(model, "auto", monkeypatch, train=True)
+    assert flash_calls == []
+    run(model, "auto", monkeypatch, train=False)  # evaluation: no dropout, flash
+    assert len(flash_calls) == 2
+
+
+def test_a_wrong_attention_path_is_refused_in_one_line(monkeypatch):
+    model = tiny(AttentionSpec("sparsemax"))
+    monkeypatch.setenv("ATTNKIT_ATTENTION", "fast")
+    ids, mask = batch()
+    with pytest.raises(ValueError, match=r"^ATTNKIT_ATTENTION='fast': expected auto or materialised$"):
+        model(input_ids=ids, attention_mask=mask)
