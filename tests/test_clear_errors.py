@@ -366,12 +366,12 @@ def test_a_refusal_is_one_line_and_a_bug_shows_its_traceback(monkeypatch, capsys
             raise errors.DataFormatError("texts.csv", 3, "expected 2 columns, found 1")
         raise {"UserError": errors.UserError, "ValueError": ValueError, "KeyError": KeyError}[raised]("the message")
 
-    monkeypatch.setitem(commands.COMMANDS, "predict", fail)
-    assert main(["predict", "--model", "minilm", "a text"]) == code
+    monkeypatch.setitem(commands.COMMANDS, "train", fail)
+    assert main(["train", "--task", "sst2"]) == code
     err = capsys.readouterr().err
     if code == 2:
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-        assert err.startswith("attnkit predict: error: ")
+        assert err.startswith("attnkit train: error: ")
     else:
         assert "Traceback (most recent call last)" in err and "internal error" in err.splitlines()[-1], err
         assert "not a mistake in your input" in err

@@ -73,7 +73,7 @@ def _finish(p: torch.Tensor, z: torch.Tensor, pinf: torch.Tensor, inf_rows: torc
     return p.masked_fill(torch.isnan(z).any(-1, keepdim=True), math.nan)
 
 
-def _power_on_support(p: torch.Tensor, e) -> torch.Tensor:
+def power_on_support(p: torch.Tensor, e) -> torch.Tensor:
     """p^e where p > 0, else 0, with a finite derivative everywhere: outside the support p is locally constant 0, and
     differentiating p^e there (e < 1) would give inf * 0 = NaN in a double backward."""
     on = p > 0
@@ -81,7 +81,7 @@ def _power_on_support(p: torch.Tensor, e) -> torch.Tensor:
     return torch.where(on, safe**e, torch.zeros((), dtype=p.dtype, device=p.device))
 
 
-def _grad_scores(p: torch.Tensor, g: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+def grad_scores(p: torch.Tensor, g: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """q * (g - sum(g q) / sum(q)): the Jacobian-vector product of every entmax map, q = p^(2 - alpha) on the support."""
     gq = g * q
     return gq - q * (gq.sum(-1, keepdim=True) / q.sum(-1, keepdim=True).clamp(min=torch.finfo(q.dtype).tiny))
@@ -126,7 +126,7 @@ class _Entmax15Function(torch.autograd.Function):
         (p,) = ctx.saved_tensors
         backend = backend_for(p, g, backward=True)  # a double backward, and torch.func's transforms: the torch form
         if backend == "torch":
-            return _grad_scores(p, g, _power_on_support(p, 0.5))
+            return grad_scores(p, g, power_on_support(p, 0.5))
         return kernel_ops(backend).entmax_backward(p, g, None)[0]
 
     @staticmethod
@@ -175,7 +175,7 @@ def _entmax_bisect_forward(z: torch.Tensor, alpha: torch.Tensor, n_iter: int) ->
     return _finish(p, z, pinf, inf_rows)
 
 
-def _dp_dalpha(p: torch.Tensor, q: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+def dp_dalpha(p: torch.Tensor, q: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     """dp_i / dalpha of alpha-entmax, in float64: ``(p - q~) / (alpha - 1)^2 - (p log p - q~ H) / (alpha - 1)``, 0 where
     alpha = 1 (q~ = q / sum(q), H = sum p log p)."""
     p64, q64, a64 = p.double(), q.double(), alpha.double()
@@ -212,17 +212,27 @@ class _EntmaxBisectFunction(torch.autograd.Function):
         if backend != "torch":  # the kernels give alpha's gradient per row from the same pass
             grad_z, grad_alpha = kernel_ops(backend).entmax_backward(p, g, alpha)
             return grad_z, (grad_alpha if ctx.needs_input_grad[1] else None), None
-        q = _power_on_support(p, 2 - alpha)
-        grad_z = _grad_scores(p, g, q)
+        q = power_on_support(p, 2 - alpha)
+        grad_z = grad_scores(p, g, q)
         grad_alpha = None
         if ctx.needs_input_grad[1]:
-            grad_alpha = (g.double() * _dp_dalpha(p, q, alpha)).sum(-1, keepdim=True).to(alpha.dtype)
+            grad_alpha = (g.double() * dp_dalpha(p, q, alpha)).sum(-1, keepdim=True).to(alpha.dtype)
         return grad_z, grad_alpha, None
 
     @staticmethod
     def vmap(info, in_dims, z, alpha, n_iter):
         z, alpha = batch_first(info, in_dims[:2], z, alpha)
         return _EntmaxBisectFunction.apply(z, alpha, n_iter), 0
+
+
+def entmax15_rows(z: torch.Tensor) -> torch.Tensor:
+    """1.5-entmax along the last dim, on the fastest backend, outside autograd (for kernels built on it)."""
+    return _Entmax15Function.forward(z)
+
+
+def entmax_bisect_rows(z: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """alpha-entmax along the last dim (``alpha`` broadcastable per row), outside autograd."""
+    return _EntmaxBisectFunction.forward(z, alpha, bisect_steps(z.dtype))
 
 
 def check_alpha(alpha) -> float:

@@ -27,8 +27,8 @@ import math
 import torch
 
 from . import kernels
-from .entmax import _dp_dalpha, _Entmax15Function, _EntmaxBisectFunction, _grad_scores, _power_on_support, bisect_steps
-from .maps import TOPK, _sparsemax_vjp, _SparsemaxFunction
+from .entmax import dp_dalpha, entmax15_rows, entmax_bisect_rows, grad_scores, power_on_support
+from .maps import sparsemax_rows, sparsemax_vjp
 
 __all__ = ["forward", "backward", "weights", "BLOCK_ENTRIES"]
 
@@ -160,10 +160,10 @@ def _alpha_rows(alpha: torch.Tensor, blk, shape, dtype) -> torch.Tensor:
 def _row_map(s: torch.Tensor, kind: str, a_rows: torch.Tensor | None) -> torch.Tensor:
     """p of the block's rows by attnkit's maps (compiled kernel, else torch; Triton only under ATTNKIT_KERNEL=triton)."""
     if kind == "sparsemax":
-        return _SparsemaxFunction.forward(s, 1.0, TOPK)
+        return sparsemax_rows(s)
     if kind == "entmax15":
-        return _Entmax15Function.forward(s)
-    return _EntmaxBisectFunction.forward(s, a_rows, bisect_steps(s.dtype))
+        return entmax15_rows(s)
+    return entmax_bisect_rows(s, a_rows)
 
 
 def _tau_from(s: torch.Tensor, p: torch.Tensor, kind: str, a_rows) -> torch.Tensor:
@@ -198,9 +198,9 @@ def _map_backward(p: torch.Tensor, g: torch.Tensor, kind: str, a_rows, need_alph
         if kernels.kernel_applies(p):
             ds, ga = torch.ops.attnkit.entmax_backward(p, g, a_rows.to(torch.float64))
             return ds, ga
-        qq = _power_on_support(p, 2 - a_rows)
-        ga = (g.double() * _dp_dalpha(p, qq, a_rows)).sum(-1, keepdim=True)
-        return _grad_scores(p, g, qq), ga
+        qq = power_on_support(p, 2 - a_rows)
+        ga = (g.double() * dp_dalpha(p, qq, a_rows)).sum(-1, keepdim=True)
+        return grad_scores(p, g, qq), ga
     if kernels.kernel_applies(p):
         if kind == "sparsemax":
             return torch.ops.attnkit.sparsemax_backward(p, g, 1.0), None
@@ -208,10 +208,10 @@ def _map_backward(p: torch.Tensor, g: torch.Tensor, kind: str, a_rows, need_alph
             return torch.ops.attnkit.entmax_backward(p, g, None)[0], None
         return torch.ops.attnkit.entmax_backward(p, g, a_rows.to(torch.float64))[0], None
     if kind == "sparsemax":
-        return _sparsemax_vjp(p, g, 1.0), None
+        return sparsemax_vjp(p, g, 1.0), None
     if kind == "entmax15":
-        return _grad_scores(p, g, _power_on_support(p, 0.5)), None
-    return _grad_scores(p, g, _power_on_support(p, 2 - a_rows)), None
+        return grad_scores(p, g, power_on_support(p, 0.5)), None
+    return grad_scores(p, g, power_on_support(p, 2 - a_rows)), None
 
 
 def _flat(t: torch.Tensor, dtype) -> torch.Tensor:

@@ -36,7 +36,7 @@ Backward (:func:`backward`): ``delta_i = dO_i . U_i`` (torch, O(L D)); with ``dp
     ds_ij = q_ij (dp_ij - delta_i),   dq = scale ds k,   dk = scale ds^T q,   dv = p^T dO,
     dalpha (per row) = (sum_j dp p - delta) / (alpha - 1)^2 - (sum_j dp p log p - delta sum_j p log p) / (alpha - 1)
 
-(the closed forms of :mod:`attnkit.attention.entmax`, ``_grad_scores`` and ``_dp_dalpha``), the row terms of
+(the closed forms of :mod:`attnkit.attention.entmax`, ``grad_scores`` and ``dp_dalpha``), the row terms of
 dalpha accumulated in the dQ kernel and summed over batch and rows in torch. Tiles with no support skip all but
 the score product.
 

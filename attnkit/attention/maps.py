@@ -109,7 +109,7 @@ def _torch_forward(z: torch.Tensor, scale: float, topk: int) -> torch.Tensor:
     return p.masked_fill(torch.isnan(z).any(-1, keepdim=True), math.nan)  # as the kernel: a NaN makes its row NaN
 
 
-def _sparsemax_vjp(p: torch.Tensor, g: torch.Tensor, scale: float) -> torch.Tensor:
+def sparsemax_vjp(p: torch.Tensor, g: torch.Tensor, scale: float) -> torch.Tensor:
     """scale * (g - mean of g on the support) on the support, 0 elsewhere: the Jacobian of sparsemax (symmetric) times ``g``."""
     s = p > 0
     gs = torch.where(s, g, torch.zeros((), dtype=g.dtype, device=g.device))
@@ -147,13 +147,18 @@ class _SparsemaxFunction(torch.autograd.Function):
         (p,) = ctx.saved_tensors
         backend = backend_for(p, g, backward=True, differentiable=("cpp",))  # the C++ backward op has its own backward
         if backend == "torch":
-            return _sparsemax_vjp(p, g, ctx.scale), None, None
+            return sparsemax_vjp(p, g, ctx.scale), None, None
         return kernel_ops(backend).sparsemax_backward(p, g, ctx.scale), None, None
 
     @staticmethod
     def vmap(info, in_dims, z, scale, topk):
         (z,) = batch_first(info, in_dims[:1], z)
         return _SparsemaxFunction.apply(z, scale, topk), 0
+
+
+def sparsemax_rows(z: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """sparsemax(scale * z) along the last dim, on the fastest backend, outside autograd (for kernels built on it)."""
+    return _SparsemaxFunction.forward(z, scale, TOPK)
 
 
 def check_dense(scores) -> None:
