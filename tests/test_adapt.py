@@ -15,7 +15,8 @@ import torch
 from safetensors.torch import load_file
 
 from attnkit.cli import main
-from conftest import one_line_error
+from helpers import one_line_error
+from helpers import two_step_train_args
 
 pytestmark = pytest.mark.slow
 
@@ -25,19 +26,6 @@ SENTS = ["a great movie and a really good story", "the plot was dull"]
 def adapt_args(model, data, out, *extra):
     return ["adapt", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
             "--batch-size", "8", "--max-length", "16", "--logging-steps", "1", "--warmup", "0", *extra]
-
-
-def train_args(model, data, out, *extra):
-    return ["train", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
-            "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--no-heatmap", "--max-steps", "2",
-            "--eval-steps", "2", *extra]
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    from conftest import write_tiny_sentiment
-
-    return write_tiny_sentiment(tmp_path_factory.mktemp("adapt") / "data")
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +68,7 @@ def test_adapt_writes_an_encoder_that_train_fine_tunes(adapted, tiny_bert, data,
     assert type(AutoModel.from_pretrained(out / "model")).__name__.startswith("Attnkit")
     # attnkit train --model <the adapt run> fine-tunes it, with its map, and records how it was adapted
     run = tmp_path / "ft"
-    assert main(train_args(out, data, run)) == 0
+    assert main(two_step_train_args(out, data, run)) == 0
     m = json.loads((run / "metrics.json").read_text())
     assert m["attention"]["attention"] == "entmax15"
     assert m["adapted"] == rec
@@ -375,7 +363,7 @@ def test_bad_sparse_layers_are_refused(bad, tiny_bert, data, tmp_path, capsys):
         check_sparse_layers(bad)
     with pytest.raises(ValueError):
         AttentionSpec("sparsemax", sparse_layers=bad)
-    assert main(train_args(tiny_bert, data, tmp_path / "o", "--attention", "sparsemax", "--sparse-layers", bad)) == 2
+    assert main(two_step_train_args(tiny_bert, data, tmp_path / "o", "--attention", "sparsemax", "--sparse-layers", bad)) == 2
     one_line_error(capsys, "--sparse-layers")
     assert not (tmp_path / "o" / "model").exists()
 
@@ -385,9 +373,9 @@ def test_sparse_layers_beyond_the_model_or_with_softmax_are_refused(tiny_bert, d
 
     with pytest.raises(ValueError, match="has 2 layers"):
         sparse_layer_set("1-2", 2)
-    assert main(train_args(tiny_bert, data, tmp_path / "o", "--attention", "sparsemax", "--sparse-layers", "0,9")) == 2
+    assert main(two_step_train_args(tiny_bert, data, tmp_path / "o", "--attention", "sparsemax", "--sparse-layers", "0,9")) == 2
     one_line_error(capsys, "0,9", "2 layers")
-    assert main(train_args(tiny_bert, data, tmp_path / "o", "--attention", "softmax", "--sparse-layers", "last")) == 2
+    assert main(two_step_train_args(tiny_bert, data, tmp_path / "o", "--attention", "softmax", "--sparse-layers", "last")) == 2
     one_line_error(capsys, "--sparse-layers last", "softmax")
     assert not (tmp_path / "o" / "model").exists()
 
@@ -540,7 +528,7 @@ def sparse_run(tiny_bert, data, tmp_path_factory):
     """An encoder adapted to sparsemax in its last layer only, then fine-tuned so."""
     root = tmp_path_factory.mktemp("sparse_layers")
     assert main(adapt_args(tiny_bert, data, root / "a", "--attention", "sparsemax", "--sparse-layers", "last", "--max-steps", "2")) == 0
-    assert main(train_args(root / "a", data, root / "t", "--attention", "sparsemax", "--sparse-layers", "last")) == 0
+    assert main(two_step_train_args(root / "a", data, root / "t", "--attention", "sparsemax", "--sparse-layers", "last")) == 0
     return root / "a", root / "t"
 
 
@@ -557,13 +545,13 @@ def test_train_takes_the_adapted_map_where_attention_is_not_given(sparse_run, ti
     """``attnkit train --model <adapt run>`` without --attention fine-tunes with the map the encoder was adapted to:
     its sparse layers and its alpha too, not only the map's name."""
     a, _ = sparse_run
-    assert main(train_args(a, data, tmp_path / "t")) == 0
+    assert main(two_step_train_args(a, data, tmp_path / "t")) == 0
     assert json.loads((tmp_path / "t" / "metrics.json").read_text())["attention"]["sparse_layers"] == "last"
-    assert main(train_args(a, data, tmp_path / "t2", "--sparse-layers", "0")) == 0  # given: it is what counts
+    assert main(two_step_train_args(a, data, tmp_path / "t2", "--sparse-layers", "0")) == 0  # given: it is what counts
     assert json.loads((tmp_path / "t2" / "metrics.json").read_text())["attention"]["sparse_layers"] == "0"
     a2 = tmp_path / "a2"
     assert main(adapt_args(tiny_bert, data, a2, "--attention", "entmax-alpha", "--alpha", "2", "--max-steps", "1")) == 0
-    assert main(train_args(a2, data, tmp_path / "t3")) == 0
+    assert main(two_step_train_args(a2, data, tmp_path / "t3")) == 0
     att = json.loads((tmp_path / "t3" / "metrics.json").read_text())["attention"]
     assert att["attention"] == "entmax-alpha" and att["alpha"] == 2.0
 
@@ -630,13 +618,13 @@ def test_faithfulness_command_reports_the_layer(sparse_run, data, tmp_path, caps
 @pytest.fixture(scope="module")
 def teacher(tiny_bert, data, tmp_path_factory):
     out = tmp_path_factory.mktemp("teacher") / "run"
-    assert main(train_args(tiny_bert, data, out, "--attention", "softmax")) == 0
+    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "softmax")) == 0
     return out
 
 
 def test_distillation_records_the_teacher(teacher, tiny_bert, data, tmp_path):
     out = tmp_path / "student"
-    assert main(train_args(tiny_bert, data, out, "--attention", "sparsemax", "--teacher", str(teacher),
+    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsemax", "--teacher", str(teacher),
                            "--distill-weight", "0.7", "--distill-temperature", "3")) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert m["teacher"] == {"model": str(teacher / "model"), "weight": 0.7, "temperature": 3.0}
@@ -658,7 +646,7 @@ def test_a_teacher_of_other_labels_or_tokens_is_refused(teacher, tiny_bert, data
         vocab["movies"] = vocab.pop("movie")
         (other / "tokenizer.json").write_text(json.dumps(tj))
     out = tmp_path / "student"
-    assert main(train_args(tiny_bert, data, out, "--attention", "sparsemax", "--teacher", str(other))) == 2
+    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsemax", "--teacher", str(other))) == 2
     one_line_error(capsys, "--teacher", needle)
     assert not (out / "model").exists() and not (out / "metrics.json").exists()
 
@@ -673,7 +661,7 @@ def test_a_teacher_of_other_labels_or_tokens_is_refused(teacher, tiny_bert, data
 ])
 def test_distill_options_without_a_teacher_or_out_of_range(extra, needle, teacher, tiny_bert, data, tmp_path, capsys):
     extra = [str(teacher) if x == "T" else str(tmp_path / "nothing") if x == "MISSING" else x for x in extra]
-    assert main(train_args(tiny_bert, data, tmp_path / "o", "--attention", "sparsemax", *extra)) == 2
+    assert main(two_step_train_args(tiny_bert, data, tmp_path / "o", "--attention", "sparsemax", *extra)) == 2
     one_line_error(capsys, needle)
 
 
@@ -743,19 +731,19 @@ def test_recipe_faithful_trains_1_5_entmax_in_the_last_layer_and_says_so(tiny_be
     from attnkit.attention.spec import spec_of
 
     out = tmp_path / "r"
-    assert main(train_args(tiny_bert, data, out, "--recipe", "faithful")) == 0
+    assert main(two_step_train_args(tiny_bert, data, out, "--recipe", "faithful")) == 0
     assert "recipe faithful: --attention entmax15 --sparse-layers last" in capsys.readouterr().err
     cfg = json.loads((out / "run_config.json").read_text())
     assert (cfg["attention"], cfg["sparse_layers"]) == ("entmax15", "last")
     _, model, _ = load_for_inference(str(out))
     assert (spec_of(model.config).attention, spec_of(model.config).sparse_layers) == ("entmax15", "last")
     # the same options given with the recipe agree with it: the finished run is the same run, kept as it is
-    assert main(train_args(tiny_bert, data, out, "--recipe", "faithful", "--attention", "entmax15")) == 0
+    assert main(two_step_train_args(tiny_bert, data, out, "--recipe", "faithful", "--attention", "entmax15")) == 0
 
 
 @pytest.mark.parametrize("extra, needles", [(["--attention", "sparsemax"], ["--attention sparsemax", "recipe faithful"]),
                                             (["--sparse-layers", "0"], ["--sparse-layers 0", "contradicts"])])
 def test_recipe_refuses_an_option_that_contradicts_it(extra, needles, tiny_bert, data, tmp_path, capsys):
-    assert main(train_args(tiny_bert, data, tmp_path / "o", "--recipe", "faithful", *extra)) == 2
+    assert main(two_step_train_args(tiny_bert, data, tmp_path / "o", "--recipe", "faithful", *extra)) == 2
     one_line_error(capsys, *needles)
     assert not (tmp_path / "o").exists()

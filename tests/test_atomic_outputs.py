@@ -12,7 +12,7 @@ import pytest
 from attnkit.cli import main
 from attnkit.errors import UserError
 from attnkit.runfiles.atomic import atomic_path, output_batch, write_text_atomic
-from conftest import snapshot, the_error, write_tiny_rte
+from helpers import snapshot, the_error, write_tiny_rte
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,7 @@ def half_then_fail(monkeypatch, code: int) -> None:
 
 @pytest.fixture(scope="module")
 def run(tiny_bert, tmp_path_factory) -> tuple[Path, Path]:
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     root = tmp_path_factory.mktemp("atomic")
     data = write_tiny_sentiment(root / "data")

@@ -17,8 +17,9 @@ import attnkit
 from attnkit.attention.entmax import entmax15, entmax_bisect
 from attnkit.cli import main
 from attnkit.errors import DataFormatError
-from attnkit.runfiles.names import LOCK_FILE, RUN_RECORD
+from attnkit.runfiles.names import RUN_RECORD
 from attnkit.runfiles.json_files import path_problem, read_json
+from helpers import snapshot_without_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,17 +34,6 @@ def one_line_error(capsys, *needles, absent=()) -> str:
     for n in absent:
         assert n not in lines[0], (n, lines[0])
     return lines[0]
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and p.name != LOCK_FILE}
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    from conftest import write_tiny_sentiment
-
-    return write_tiny_sentiment(tmp_path_factory.mktemp("clear") / "data")
 
 
 def common(model, data):
@@ -77,12 +67,12 @@ def train_run(tiny_bert, data, tmp_path_factory):
 
 @pytest.mark.slow
 def test_train_into_an_adapt_run_names_the_command_that_made_it(adapt_run, tiny_bert, data, capsys):
-    before = snapshot(adapt_run)
+    before = snapshot_without_lock(adapt_run)
     capsys.readouterr()
     assert main(train_args(tiny_bert, data, adapt_run)) == 2
     one_line_error(capsys, "holds an adapt run", "made by `attnkit adapt`", "not a run of `attnkit train`", "--no-resume",
                    f"--model {adapt_run}", absent=("other settings", " there, "))
-    assert snapshot(adapt_run) == before
+    assert snapshot_without_lock(adapt_run) == before
 
 
 @pytest.mark.slow
@@ -103,7 +93,7 @@ def test_train_into_an_adapt_run_with_matching_settings_is_refused_not_a_key_err
 
 @pytest.mark.slow
 def test_adapt_pretrain_and_sweep_into_another_commands_run(adapt_run, train_run, tiny_bert, data, capsys):
-    before = snapshot(train_run)
+    before = snapshot_without_lock(train_run)
     capsys.readouterr()
     assert main(adapt_args(tiny_bert, data, train_run)) == 2
     one_line_error(capsys, "holds a train run", "made by `attnkit train`", "not a run of `attnkit adapt`", absent=("other settings",))
@@ -111,7 +101,7 @@ def test_adapt_pretrain_and_sweep_into_another_commands_run(adapt_run, train_run
     one_line_error(capsys, "holds an adapt run", "not a run of `attnkit pretrain`", absent=("other settings",))
     assert main(["sweep", *common(tiny_bert, data), "--output-dir", str(adapt_run), "--lams", "0", "--seeds", "0"]) == 2
     one_line_error(capsys, "holds an adapt run", "made by `attnkit adapt`", "not a sweep")
-    assert snapshot(train_run) == before
+    assert snapshot_without_lock(train_run) == before
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ def train_args(model, data, out, *extra):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_bert):
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     root = tmp_path_factory.mktemp("cli")
     data = write_tiny_sentiment(root / "data", n_train=160)
@@ -103,7 +103,7 @@ def test_explain_bad_layer_is_a_clear_error(trained, capsys, tmp_path):
 
 
 def test_bad_inputs_give_one_line_errors(tiny_bert, tmp_path, capsys):
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     data = write_tiny_sentiment(tmp_path / "d")
     assert main(train_args(tiny_bert, data, tmp_path / "o", "--lam", "1.5", "--attention", "sparsegen-lin")) == 2
@@ -119,7 +119,7 @@ def test_bad_inputs_give_one_line_errors(tiny_bert, tmp_path, capsys):
 
 def test_resume_after_kill(tiny_bert, tmp_path):
     """A run killed after its first checkpoint resumes from it rather than starting over."""
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     data = write_tiny_sentiment(tmp_path / "data")
     out = tmp_path / "run"
@@ -145,7 +145,7 @@ def test_resume_after_kill(tiny_bert, tmp_path):
 
 def test_torchrun_two_processes(tiny_bert, tmp_path):
     """The same training command runs under torchrun with 2 CPU processes (gloo)."""
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     data = write_tiny_sentiment(tmp_path / "data")
     out = tmp_path / "ddp"
@@ -177,7 +177,7 @@ def test_torchrun_two_processes(tiny_bert, tmp_path):
 
 def test_fast_kernel_and_slow_path_train_the_same(tiny_bert, tmp_path, monkeypatch):
     """A short fine-tuning run with a fixed seed gives the same dev metrics on both paths."""
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     from attnkit.attention import kernels
 

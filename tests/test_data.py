@@ -13,6 +13,7 @@ import pytest
 
 import attnkit.tasks.rotten_tomatoes as data
 from attnkit.tasks import DataFormatError, TaskData, default_data_dir, list_tasks, load_task, parse_ptb
+from helpers import SHARED_DATA
 
 ALL_TASKS = sorted(["csv", "jsonl", "rotten-tomatoes", "scitail", "semeval2013", "sentube-auto", "sentube-tablets", "sst2", "sst2-ptb", "sst5", "sst5-phrases", "tsv",
                     "cola", "mrpc", "stsb", "qnli", "rte", "wnli", "qqp", "mnli", "mnli-devsplit"])
@@ -453,9 +454,6 @@ def test_generic_missing_validation_file(tmp_path):
 
 
 # ----------------------------------------------------------------------------- the real data in ../shared/data
-
-SHARED_DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data").resolve()
-
 
 @functools.lru_cache(maxsize=None)
 def real(task: str) -> TaskData:

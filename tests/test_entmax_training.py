@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import logits_of
+from helpers import logits_of
 
 from attnkit.attention.entmax import entmax_bisect
 from attnkit.attention.learned import learned_values

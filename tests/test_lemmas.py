@@ -30,7 +30,7 @@ def test_lemmatizing_tokenizer_lemmatises_strings_lists_and_pairs(tiny_bert):
 
 @pytest.mark.slow
 def test_train_with_lemmas_predicts_and_explains_with_lemmas(tiny_bert, tmp_path, capsys):
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     data = write_tiny_sentiment(tmp_path / "data")
     out = tmp_path / "run"
@@ -54,7 +54,7 @@ def test_train_with_lemmas_predicts_and_explains_with_lemmas(tiny_bert, tmp_path
 def test_minibert_pretrained_on_lemmas_passes_them_on(tmp_path, capsys):
     from transformers import AutoTokenizer
 
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     data = write_tiny_sentiment(tmp_path / "data")
     with open(data / "train.csv", "a") as f:

@@ -243,7 +243,7 @@ def test_checkpoints_written_before_the_options_load_as_they_ran(tmp_path):
 
 
 def test_paper_options_on_the_command_line(tmp_path, capsys):
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     data = write_tiny_sentiment(tmp_path / "data", n_train=48, n_dev=16)
     pre = tmp_path / "pre"
@@ -391,7 +391,7 @@ def _write(dirpath: Path, rows_train, rows_dev):
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
     """pretrain (MiniSSA, taylor) -> train (fine-tune, no --attention) on a tiny task whose dev set has unseen words."""
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     root = tmp_path_factory.mktemp("mini")
     data = write_tiny_sentiment(root / "data", n_train=192)
@@ -513,7 +513,7 @@ def test_freeze_really_freezes_in_training(pipeline, tmp_path):
 
 
 def test_train_mini_from_scratch_and_option_errors(tmp_path, capsys):
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     data = write_tiny_sentiment(tmp_path / "data", n_train=64, n_dev=16)
     with open(data / "dev.csv", "a", encoding="utf-8") as f:
@@ -545,7 +545,7 @@ def test_train_mini_from_scratch_and_option_errors(tmp_path, capsys):
 
 
 def test_real_task_tokenizer_never_sees_dev_or_test():
-    from conftest import require_shared_data
+    from helpers import require_shared_data
 
     from attnkit.tasks import load_task
 
@@ -619,7 +619,7 @@ def test_two_identical_runs_write_identical_files(tmp_path):
     """The same command in two processes (each its own hash seed) writes the same tokenizer, weights and config."""
     import os
 
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     data = write_tiny_sentiment(tmp_path / "data", n_train=64, n_dev=16)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -16,10 +16,7 @@ from attnkit.cli import main
 from attnkit.models.checks import ModelFolderError, check_model_folder
 from attnkit.models.build import build_classifier, build_qa_model, check_se_ratio
 from attnkit.models.checkpoint import load_model, load_tokenizer, save_checkpoint
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+from helpers import snapshot
 
 
 def one_line_error(capsys, *needles, out: str = "") -> str:
@@ -36,7 +33,7 @@ def one_line_error(capsys, *needles, out: str = "") -> str:
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     return write_tiny_sentiment(tmp_path_factory.mktemp("checks") / "data", n_train=16, n_dev=8)
 
@@ -204,7 +201,7 @@ def test_good_folders_pass_and_load_as_before(good, tiny_bert, tiny_roberta):
 @pytest.fixture(scope="module")
 def rte(tmp_path_factory) -> Path:
     """A tiny RTE (a pair task) in the GLUE layout."""
-    from conftest import WORDS
+    from helpers import WORDS
 
     root = tmp_path_factory.mktemp("pairs") / "data"
     folder = root / "glue" / "RTE"

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from attnkit.cli import main
-from conftest import one_line_error, snapshot
+from helpers import one_line_error, snapshot
+from helpers import write_csv_task
 
 
 def strict_json(path: Path):
@@ -107,15 +108,8 @@ def test_adapt_counts_only_steps_that_mask_and_writes_strict_json(tiny_bert, tmp
     assert strict_json(out / "model" / "attnkit_run.json")["adapted"]["mlm_loss"] == m["adapted"]["mlm_loss"]
 
 
-def _csv(folder: Path, train: list[tuple[str, str]], dev: list[tuple[str, str]]) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, rows in (("train.csv", train), ("dev.csv", dev)):
-        (folder / name).write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
-    return folder
-
-
 def test_pretrain_refuses_lengths_and_corpora_that_leave_nothing_to_mask(tmp_path, capsys):
-    data = _csv(tmp_path / "d", [("good", "pos"), ("bad", "neg")], [("fine", "pos"), ("awful", "neg")])
+    data = write_csv_task(tmp_path / "d", [("good", "pos"), ("bad", "neg")], [("fine", "pos"), ("awful", "neg")])
     before = snapshot(data)
     out = tmp_path / "run"
     base = ["pretrain", "--task", "csv", "--data-dir", str(data), "--output-dir", str(out), "--epochs", "1"]
@@ -251,7 +245,7 @@ def test_a_task_whose_splits_are_identical_is_refused(tiny_bert, tmp_path, capsy
 @pytest.mark.slow
 def test_faithfulness_records_and_says_what_it_cut(saved_classifier, tmp_path, capsys):
     long = " ".join(["good film"] * 12)  # 24 words: past 16 tokens
-    data = _csv(tmp_path / "d", [("good film", "positive"), ("bad plot", "negative")],
+    data = write_csv_task(tmp_path / "d", [("good film", "positive"), ("bad plot", "negative")],
                 [(long, "positive"), ("a dull plot", "negative"), (long + " bad", "negative")])
     before = snapshot(data)
     base = ["faithfulness", "--model", str(saved_classifier), "--task", "csv", "--data-dir", str(data), "--split",

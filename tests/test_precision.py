@@ -17,13 +17,6 @@ def args(model, data, out, *extra):
             "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--no-heatmap", "--max-steps", "4", "--eval-steps", "4", "--logging-steps", "1", *extra]
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    from conftest import write_tiny_sentiment
-
-    return write_tiny_sentiment(tmp_path_factory.mktemp("prec") / "data")
-
-
 @pytest.mark.parametrize("attention", ["softmax", "entmax15"])
 def test_bf16_trains_under_autocast_keeps_float32_weights_and_is_recorded(tiny_bert, data, tmp_path, attention):
     from attnkit.models.checkpoint import load_model

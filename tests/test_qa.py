@@ -8,7 +8,7 @@ import pytest
 
 from attnkit.tasks import DataFormatError
 from attnkit.tasks.squad import answer_positions, best_spans, encode_windows, normalize_answer, read_squad, squad_metrics, token_f1
-from conftest import SHARED_DATA, WORDS
+from helpers import SHARED_DATA, WORDS
 
 
 def squad_json(n: int, prefix: str, seed: int = 0, lo: int = 20, hi: int = 60) -> dict:

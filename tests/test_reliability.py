@@ -20,40 +20,15 @@ from attnkit.runfiles.ownership import check_side_file, written_by_attnkit
 from attnkit.runfiles.lock import folder_lock
 from attnkit.runfiles.atomic import write_text_atomic
 from attnkit.errors import UserError
+from helpers import only_stderr_line, snapshot_without_lock, two_step_train_args, write_csv_task
 
 pytestmark = pytest.mark.slow
-
-
-def args(model, data, out, *extra):
-    return ["train", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
-            "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--no-heatmap", "--max-steps", "2", "--eval-steps", "2", *extra]
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    """Every file under ``folder`` (hidden ones included) with its bytes."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and p.name != LOCK_FILE}
-
-
-def one_line_error(capsys, *needles) -> str:
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    assert "Traceback" not in err
-    for n in needles:
-        assert n in err, (n, err)
-    return err
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    from conftest import write_tiny_sentiment
-
-    return write_tiny_sentiment(tmp_path_factory.mktemp("rel") / "data")
 
 
 @pytest.fixture(scope="module")
 def run(tiny_bert, data, tmp_path_factory):
     out = tmp_path_factory.mktemp("rel_run") / "run"
-    assert main(args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
+    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
     return out
 
 
@@ -62,27 +37,27 @@ def run(tiny_bert, data, tmp_path_factory):
 
 def test_a_finished_run_with_other_settings_is_refused_and_kept(tiny_bert, data, tmp_path, capsys):
     out = tmp_path / "runs"
-    assert main(args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
-    before = snapshot(out)
+    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
+    before = snapshot_without_lock(out)
     capsys.readouterr()
-    assert main(args(tiny_bert, data, out, "--attention", "softmax")) == 2
-    one_line_error(capsys, "finished run with other settings", "--attention: 'sparsegen-lin' there, 'softmax' now",
+    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "softmax")) == 2
+    only_stderr_line(capsys, "finished run with other settings", "--attention: 'sparsegen-lin' there, 'softmax' now",
                    "--output-dir", "--no-resume")
-    assert snapshot(out) == before
+    assert snapshot_without_lock(out) == before
     # the same settings: nothing changes
-    assert main(args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
+    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
     assert "already complete" in capsys.readouterr().out
-    assert snapshot(out) == before
+    assert snapshot_without_lock(out) == before
 
 
 def test_no_resume_moves_the_finished_run_aside_never_deletes(tiny_bert, data, tmp_path, capsys):
     out = tmp_path / "runs"
-    assert main(args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
-    before = snapshot(out)
-    assert main(args(tiny_bert, data, out, "--attention", "softmax", "--no-resume")) == 0
+    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
+    before = snapshot_without_lock(out)
+    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "softmax", "--no-resume")) == 0
     asides = list(out.glob(".replaced-*"))
     assert len(asides) == 1
-    assert snapshot(asides[0]) == before  # the whole earlier run, byte for byte
+    assert snapshot_without_lock(asides[0]) == before  # the whole earlier run, byte for byte
     assert json.loads((out / "metrics.json").read_text())["attention"]["attention"] == "softmax"
 
 
@@ -91,19 +66,19 @@ def test_a_run_killed_at_its_start_cannot_pass_for_the_old_one(tiny_bert, data, 
     import attnkit.training.finetune as ft
 
     out = tmp_path / "runs"
-    assert main(args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
-    before = snapshot(out)
+    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
+    before = snapshot_without_lock(out)
 
     def killed(trainer, cfg):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(ft, "fit", killed)
-    assert main(args(tiny_bert, data, out, "--attention", "softmax", "--no-resume")) == 130
+    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "softmax", "--no-resume")) == 130
     monkeypatch.undo()
     assert not (out / "metrics.json").exists() and not (out / "model").exists()  # the old run is aside, whole
-    assert snapshot(next(out.glob(".replaced-*"))) == before
+    assert snapshot_without_lock(next(out.glob(".replaced-*"))) == before
     capsys.readouterr()
-    assert main(args(tiny_bert, data, out, "--attention", "softmax")) == 0
+    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "softmax")) == 0
     assert "already complete" not in capsys.readouterr().out
     assert json.loads((out / "metrics.json").read_text())["attention"]["attention"] == "softmax"
 
@@ -112,21 +87,21 @@ def test_a_folder_that_is_not_a_run_is_refused(tiny_bert, data, tmp_path, capsys
     mine = tmp_path / "my_documents"
     mine.mkdir()
     (mine / "thesis.tex").write_text("years of work")
-    before = snapshot(mine)
-    assert main(args(tiny_bert, data, mine)) == 2
-    one_line_error(capsys, str(mine), "not empty and holds no attnkit run")
-    assert snapshot(mine) == before and sorted(p.name for p in mine.iterdir()) == ["thesis.tex"]
+    before = snapshot_without_lock(mine)
+    assert main(two_step_train_args(tiny_bert, data, mine)) == 2
+    only_stderr_line(capsys, str(mine), "not empty and holds no attnkit run")
+    assert snapshot_without_lock(mine) == before and sorted(p.name for p in mine.iterdir()) == ["thesis.tex"]
     # a file as --output-dir
-    assert main(args(tiny_bert, data, mine / "thesis.tex")) == 2
-    one_line_error(capsys, "is a file")
+    assert main(two_step_train_args(tiny_bert, data, mine / "thesis.tex")) == 2
+    only_stderr_line(capsys, "is a file")
     # an empty folder is fine
     (tmp_path / "empty").mkdir()
-    assert main(args(tiny_bert, data, tmp_path / "empty")) == 0
+    assert main(two_step_train_args(tiny_bert, data, tmp_path / "empty")) == 0
 
 
 def test_failed_runs_leave_no_empty_folder(tiny_bert, tmp_path, capsys):
     out = tmp_path / "a" / "new"
-    assert main(args(tiny_bert, tmp_path / "no-such-data", out)) == 2
+    assert main(two_step_train_args(tiny_bert, tmp_path / "no-such-data", out)) == 2
     assert not (tmp_path / "a").exists()
 
 
@@ -135,8 +110,8 @@ def test_a_second_process_on_one_run_folder_stops_at_once(tiny_bert, data, tmp_p
     out.mkdir()
     with folder_lock(out):  # as another attnkit process would hold it
         t0 = time.time()
-        assert main(args(tiny_bert, data, out)) == 2
-        one_line_error(capsys, "another attnkit process is writing", str(out))
+        assert main(two_step_train_args(tiny_bert, data, out)) == 2
+        only_stderr_line(capsys, "another attnkit process is writing", str(out))
         assert time.time() - t0 < 30
     assert not (out / "metrics.json").exists()
     # a killed holder does not leave the lock stuck: the OS releases it with the process
@@ -144,7 +119,7 @@ def test_a_second_process_on_one_run_folder_stops_at_once(tiny_bert, data, tmp_p
            f"from attnkit.runfiles.lock import folder_lock\nwith folder_lock({str(out)!r}):\n    os.kill(os.getpid(), 9)\n"
     assert subprocess.run([sys.executable, "-c", code]).returncode == -9
     assert (out / LOCK_FILE).exists()
-    assert main(args(tiny_bert, data, out)) == 0
+    assert main(two_step_train_args(tiny_bert, data, out)) == 0
 
 
 def test_metrics_name_no_removed_folder(run):
@@ -157,7 +132,7 @@ def test_metrics_name_no_removed_folder(run):
 
 def test_kept_checkpoints_are_named(tiny_bert, data, tmp_path):
     out = tmp_path / "kept"
-    assert main(args(tiny_bert, data, out, "--keep-checkpoints")) == 0
+    assert main(two_step_train_args(tiny_bert, data, out, "--keep-checkpoints")) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert Path(m["best_checkpoint"]).is_dir() and m["best_checkpoint"].endswith(f"checkpoint-{m['best_step']}")
 
@@ -170,7 +145,7 @@ def test_a_side_file_of_the_user_is_refused(run, data, tmp_path, capsys, monkeyp
     Path("words.json").write_text("my own notes\n")
     words = ["words", "--model", str(run), "--data-dir", str(data), "--max-samples", "8", "--min-count", "1"]
     assert main(words + ["--output", "words.png"]) == 2
-    one_line_error(capsys, "words.json exists and was not written by attnkit")
+    only_stderr_line(capsys, "words.json exists and was not written by attnkit")
     assert Path("words.json").read_text() == "my own notes\n" and not Path("words.png").exists()
     # elsewhere it is written, marked as attnkit's; a rerun may then replace attnkit's own side file
     assert main(words + ["--output", "w.png"]) == 0
@@ -196,14 +171,14 @@ def test_output_that_is_also_the_input_is_refused(run, tmp_path, capsys):
     f = tmp_path / "a.txt"
     f.write_text("a fine film\na dull film\n")
     assert main(["predict", "--model", str(run), "--file", str(f), "--output", str(f)]) == 2
-    one_line_error(capsys, "--output", "is also the input --file")
+    only_stderr_line(capsys, "--output", "is also the input --file")
     assert f.read_text() == "a fine film\na dull film\n"
 
 
 def test_a_failing_command_writes_nothing(run, tmp_path, capsys):
     heat = tmp_path / "heat.png"
     assert main(["explain", "--model", str(run), "good film", "--output", str(heat), "--stats", str(tmp_path)]) == 2
-    one_line_error(capsys, "--stats", "is a folder")
+    only_stderr_line(capsys, "--stats", "is a folder")
     assert not heat.exists()
     # a missing folder is made for every output alike
     assert main(["explain", "--model", str(run), "good film", "--output", str(heat), "--stats", str(tmp_path / "new" / "s.json")]) == 0
@@ -215,11 +190,11 @@ def test_sweep_report_only_with_a_bad_view_layer_rewrites_nothing(tiny_bert, dat
     base = ["sweep", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(out), "--lams", "-2",
             "--seeds", "1", "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--max-steps", "2", "--eval-steps", "2"]
     assert main(base) == 0
-    before = snapshot(out)
+    before = snapshot_without_lock(out)
     capsys.readouterr()
     assert main(base + ["--report-only", "--view-layer", "7"]) == 2
-    one_line_error(capsys, "--view-layer 7", "layers 0 to 1")
-    assert snapshot(out) == before
+    only_stderr_line(capsys, "--view-layer 7", "layers 0 to 1")
+    assert snapshot_without_lock(out) == before
 
 
 def test_errors_name_the_users_path_not_a_temporary_file(tmp_path):
@@ -247,43 +222,36 @@ def test_errors_name_the_users_path_not_a_temporary_file(tmp_path):
     (["--logging-steps", "0"], "--logging-steps 0"),
 ])
 def test_non_finite_or_empty_settings_are_refused(tiny_bert, data, tmp_path, capsys, extra, needle):
-    assert main(args(tiny_bert, data, tmp_path / "o", *extra)) == 2
-    one_line_error(capsys, needle)
+    assert main(two_step_train_args(tiny_bert, data, tmp_path / "o", *extra)) == 2
+    only_stderr_line(capsys, needle)
     assert not (tmp_path / "o").exists()
 
 
-def _csv(folder: Path, train_rows, dev_rows) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, rows in (("train.csv", train_rows), ("dev.csv", dev_rows)):
-        (folder / name).write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
-    return folder
-
-
 def test_training_data_with_one_class_is_refused(tiny_bert, tmp_path, capsys):
-    d = _csv(tmp_path / "d", [("good film", "pos")] * 10, [("bad film", "pos")] * 4)
-    assert main(args(tiny_bert, d, tmp_path / "o")) == 2
-    one_line_error(capsys, "one class only", "'pos'")
+    d = write_csv_task(tmp_path / "d", [("good film", "pos")] * 10, [("bad film", "pos")] * 4)
+    assert main(two_step_train_args(tiny_bert, d, tmp_path / "o")) == 2
+    only_stderr_line(capsys, "one class only", "'pos'")
 
 
 def test_one_number_written_two_ways_is_refused(tiny_bert, tmp_path, capsys):
-    d = _csv(tmp_path / "d", [("good film", "1"), ("bad film", "0"), ("fine film", "1.0")], [("dull film", "0")])
-    assert main(args(tiny_bert, d, tmp_path / "o")) == 2
-    one_line_error(capsys, "train.csv, line 4", "'1.0'", "'1' on line 2")
+    d = write_csv_task(tmp_path / "d", [("good film", "1"), ("bad film", "0"), ("fine film", "1.0")], [("dull film", "0")])
+    assert main(two_step_train_args(tiny_bert, d, tmp_path / "o")) == 2
+    only_stderr_line(capsys, "train.csv, line 4", "'1.0'", "'1' on line 2")
 
 
 def test_control_characters_in_labels_are_refused(tiny_bert, tmp_path, capsys):
-    d = _csv(tmp_path / "d", [("good film", "po\x0bs"), ("bad film", "neg")], [("dull film", "neg")])
-    assert main(args(tiny_bert, d, tmp_path / "o")) == 2
-    one_line_error(capsys, "train.csv, line 2", "control character")
+    d = write_csv_task(tmp_path / "d", [("good film", "po\x0bs"), ("bad film", "neg")], [("dull film", "neg")])
+    assert main(two_step_train_args(tiny_bert, d, tmp_path / "o")) == 2
+    only_stderr_line(capsys, "train.csv, line 2", "control character")
 
 
 def test_empty_texts_at_prediction_are_refused(run, tmp_path, capsys):
     assert main(["predict", "--model", str(run), "good", "   "]) == 2
-    one_line_error(capsys, "text 2", "empty")
+    only_stderr_line(capsys, "text 2", "empty")
     f = tmp_path / "t.txt"
     f.write_text("good film\n\nbad film\n\n")
     assert main(["predict", "--model", str(run), "--file", str(f)]) == 2
-    one_line_error(capsys, f"{f}, line 2", "empty line")
+    only_stderr_line(capsys, f"{f}, line 2", "empty line")
     f.write_text("good film\nbad film\n\n\n")  # blank lines at the end are not texts
     assert main(["predict", "--model", str(run), "--file", str(f)]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 2
@@ -307,7 +275,7 @@ def test_counts_below_one_are_refused_everywhere(run, capsys, argv, needle):
 @pytest.mark.parametrize("extra,needle", [(["--epochs", "0"], "--epochs 0"), (["--lr", "0"], "--lr 0"), (["--epochs", "nan"], "--epochs nan")])
 def test_pretrain_that_would_do_nothing_is_refused(data, tmp_path, capsys, extra, needle):
     assert main(["pretrain", "--task", "csv", "--data-dir", str(data), "--output-dir", str(tmp_path / "p"), *extra]) == 2
-    one_line_error(capsys, needle)
+    only_stderr_line(capsys, needle)
     assert not (tmp_path / "p").exists()
 
 
@@ -319,7 +287,7 @@ def test_pretrain_that_would_do_nothing_is_refused(data, tmp_path, capsys, extra
 ])
 def test_sweep_refuses_duplicates_and_options_it_would_ignore(tiny_bert, data, tmp_path, capsys, extra, needle):
     assert main(["sweep", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(tmp_path / "s"), *extra]) == 2
-    one_line_error(capsys, needle)
+    only_stderr_line(capsys, needle)
     assert not (tmp_path / "s").exists()
 
 
@@ -330,8 +298,8 @@ def test_sweep_refuses_duplicates_and_options_it_would_ignore(tiny_bert, data, t
     (["--doc-stride", "8"], "--doc-stride 8"),
 ])
 def test_train_refuses_options_it_would_ignore(tiny_bert, data, tmp_path, capsys, extra, needle):
-    assert main(args(tiny_bert, data, tmp_path / "o", *extra)) == 2
-    one_line_error(capsys, needle)
+    assert main(two_step_train_args(tiny_bert, data, tmp_path / "o", *extra)) == 2
+    only_stderr_line(capsys, needle)
     assert not (tmp_path / "o").exists()
 
 
@@ -377,7 +345,7 @@ def test_maps_on_empty_tensors_return_empty_tensors(shape):
 def user_run(tiny_bert, data, tmp_path):
     """A finished run of the user's, copied where commands may aim outputs at its files."""
     out = tmp_path / "user_run"
-    assert main(args(tiny_bert, data, out)) == 0
+    assert main(two_step_train_args(tiny_bert, data, out)) == 0
     return out
 
 
@@ -393,16 +361,16 @@ def test_an_output_never_replaces_the_models_or_the_datas_files(user_run, data, 
     fill = {"run": str(user_run), "tmp": str(tmp_path), "data": str(data)}
     argv = [x.format(**fill) for x in argv]
     path = data / target[5:] if target.startswith("DATA/") else user_run / target
-    before, run_before = path.read_bytes(), snapshot(user_run)
+    before, run_before = path.read_bytes(), snapshot_without_lock(user_run)
     extra = [] if argv[0] == "explain" or (argv[0] == "predict" and "--split" not in argv) else ["--data-dir", str(data)]
     assert main([argv[0], "--model", str(user_run), *extra] + argv[1:]) == 2
-    one_line_error(capsys, "that attnkit did not write as an output")
-    assert path.read_bytes() == before and snapshot(user_run) == run_before
+    only_stderr_line(capsys, "that attnkit did not write as an output")
+    assert path.read_bytes() == before and snapshot_without_lock(user_run) == run_before
 
 
 def test_a_diverged_run_is_refused_not_reported(tiny_bert, data, tmp_path, capsys):
     out = tmp_path / "nan"
-    assert main(args(tiny_bert, data, out, "--lr", "1e9", "--max-steps", "4", "--eval-steps", "4")) == 2
+    assert main(two_step_train_args(tiny_bert, data, out, "--lr", "1e9", "--max-steps", "4", "--eval-steps", "4")) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after the training's progress bars
     assert "training diverged" in last and "lower --lr (it was 1e+09)" in last
     assert not (out / "model").exists() and not (out / "metrics.json").exists()
@@ -413,32 +381,32 @@ def test_a_diverged_run_is_refused_not_reported(tiny_bert, data, tmp_path, capsy
     (["--freeze", ","], "--freeze ','"), (["--seed", "-1"], "--seed -1"), (["--seed", "99999999999"], "--seed 99999999999"),
 ])
 def test_more_settings_that_were_silently_odd(tiny_bert, data, tmp_path, capsys, extra, needle):
-    assert main(args(tiny_bert, data, tmp_path / "o", *extra)) == 2
-    one_line_error(capsys, needle)
+    assert main(two_step_train_args(tiny_bert, data, tmp_path / "o", *extra)) == 2
+    only_stderr_line(capsys, needle)
 
 
 def test_labels_that_differ_only_in_case_are_refused(tiny_bert, tmp_path, capsys):
-    d = _csv(tmp_path / "d", [("good film", "Positive"), ("bad film", "negative"), ("fine film", "positive")], [("dull", "negative")])
-    assert main(args(tiny_bert, d, tmp_path / "o")) == 2
-    one_line_error(capsys, "train.csv, line 4", "differs only in case")
+    d = write_csv_task(tmp_path / "d", [("good film", "Positive"), ("bad film", "negative"), ("fine film", "positive")], [("dull", "negative")])
+    assert main(two_step_train_args(tiny_bert, d, tmp_path / "o")) == 2
+    only_stderr_line(capsys, "train.csv, line 4", "differs only in case")
 
 
 def test_sweeps_and_runs_keep_to_their_own_folders(tiny_bert, data, user_run, tmp_path, capsys):
     sweep = ["sweep", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--lams", "-2", "--seeds", "1",
              "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--max-steps", "2", "--eval-steps", "2"]
-    before = snapshot(user_run)
+    before = snapshot_without_lock(user_run)
     assert main(sweep + ["--output-dir", str(user_run)]) == 2
-    one_line_error(capsys, "holds a train run", "made by `attnkit train`", "not a sweep")
-    assert snapshot(user_run) == before
+    only_stderr_line(capsys, "holds a train run", "made by `attnkit train`", "not a sweep")
+    assert snapshot_without_lock(user_run) == before
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "sweep.json").write_text("[]")
-    assert main(args(tiny_bert, data, tmp_path / "s")) == 2
-    one_line_error(capsys, "holds an attnkit sweep, not a run")
+    assert main(two_step_train_args(tiny_bert, data, tmp_path / "s")) == 2
+    only_stderr_line(capsys, "holds an attnkit sweep, not a run")
     (tmp_path / "f.txt").write_text("mine")
     assert main(sweep + ["--output-dir", str(tmp_path / "f.txt")]) == 2
-    one_line_error(capsys, "is a file, not a folder")
+    only_stderr_line(capsys, "is a file, not a folder")
     assert main([x for x in sweep if x not in ("--seeds", "1")] + ["--seeds", "-1", "--output-dir", str(tmp_path / "s2")]) == 2
-    one_line_error(capsys, "--seeds -1")
+    only_stderr_line(capsys, "--seeds -1")
     assert not (tmp_path / "s2").exists()
 
 
@@ -453,30 +421,30 @@ def test_sweeps_and_runs_keep_to_their_own_folders(tiny_bert, data, user_run, tm
 def test_inference_options_that_would_be_ignored_or_misread(user_run, data, tmp_path, capsys, monkeypatch, argv, needle):
     monkeypatch.chdir(tmp_path)
     assert main([argv[0], "--model", str(user_run)] + (["--data-dir", str(data)] if argv[0] == "evaluate" else []) + argv[1:]) == 2
-    one_line_error(capsys, needle)
+    only_stderr_line(capsys, needle)
 
 
 def test_a_folder_where_a_file_belongs_and_a_missing_data_folder_are_named(tiny_bert, tmp_path, capsys):
     d = tmp_path / "d"
     (d / "train.csv").mkdir(parents=True)
     (d / "dev.csv").write_text("text,label\na,x\n")
-    assert main(args(tiny_bert, d, tmp_path / "o")) == 2
-    one_line_error(capsys, "train.csv is a folder, not a file")
+    assert main(two_step_train_args(tiny_bert, d, tmp_path / "o")) == 2
+    only_stderr_line(capsys, "train.csv is a folder, not a file")
     assert main(["tasks", "--data-dir", str(tmp_path / "nowhere")]) == 2
-    one_line_error(capsys, "does not exist")
+    only_stderr_line(capsys, "does not exist")
     assert main(["pretrain", "--task", "csv", "--data-dir", str(d), "--max-length", "1", "--output-dir", str(tmp_path / "p")]) == 2
-    one_line_error(capsys, "--max-length 1")
+    only_stderr_line(capsys, "--max-length 1")
 
 
 def test_a_runs_own_files_and_its_training_data_are_never_an_output(user_run, data, tmp_path, capsys):
-    before, run_before = (data / "dev.csv").read_bytes(), snapshot(user_run)
+    before, run_before = (data / "dev.csv").read_bytes(), snapshot_without_lock(user_run)
     # the data the model was trained on, though this command reads none of it
     assert main(["predict", "--model", str(user_run), "good film", "--output", str(data / "dev.csv")]) == 2
-    one_line_error(capsys, "the data the model was trained on")
+    only_stderr_line(capsys, "the data the model was trained on")
     # the run's own figures, though attnkit drew them
     assert main(["explain", "--model", str(user_run), "good film", "--output", str(user_run / "curves.png")]) == 2
-    one_line_error(capsys, "curves.png")
-    assert (data / "dev.csv").read_bytes() == before and snapshot(user_run) == run_before
+    only_stderr_line(capsys, "curves.png")
+    assert (data / "dev.csv").read_bytes() == before and snapshot_without_lock(user_run) == run_before
     # a command's own earlier output there may be replaced (evaluate's default file, then named)
     assert main(["evaluate", "--model", str(user_run), "--data-dir", str(data)]) == 0
     out = next((user_run / "model").glob("eval_*.json"))
@@ -487,12 +455,12 @@ def test_default_outputs_keep_a_users_file(user_run, data, tmp_path, capsys, mon
     monkeypatch.chdir(tmp_path)
     Path("attention.png").write_bytes(b"my picture")
     assert main(["explain", "--model", str(user_run), "good film"]) == 2
-    one_line_error(capsys, "attention.png exists and was not written by attnkit")
+    only_stderr_line(capsys, "attention.png exists and was not written by attnkit")
     assert Path("attention.png").read_bytes() == b"my picture"
     mine = user_run / "model" / "eval_csv_validation.json"
     mine.write_text("my notes")
     assert main(["evaluate", "--model", str(user_run), "--data-dir", str(data)]) == 2
-    one_line_error(capsys, "was not written by attnkit", "--output")
+    only_stderr_line(capsys, "was not written by attnkit", "--output")
     assert mine.read_text() == "my notes"
     mine.unlink()
 
@@ -507,7 +475,7 @@ def test_default_outputs_keep_a_users_file(user_run, data, tmp_path, capsys, mon
 def test_explicit_defaults_and_sweep_options_are_not_ignored(tiny_bert, data, tmp_path, capsys, argv, needle):
     base = ["--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(tmp_path / "o"), "--max-steps", "2"]
     assert main(argv[:1] + base + argv[1:]) == 2
-    one_line_error(capsys, needle)
+    only_stderr_line(capsys, needle)
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -517,16 +485,16 @@ def test_explicit_defaults_and_sweep_options_are_not_ignored(tiny_bert, data, tm
 ])
 def test_inference_values_out_of_range(user_run, data, capsys, argv, needle):
     assert main([argv[0], "--model", str(user_run), "--data-dir", str(data)] + argv[1:]) == 2
-    one_line_error(capsys, needle)
+    only_stderr_line(capsys, needle)
 
 
 def test_a_data_dir_that_is_a_file_is_named_so(tiny_bert, data, tmp_path, capsys):
-    assert main(args(tiny_bert, data / "train.csv", tmp_path / "o")) == 2
-    one_line_error(capsys, "is a file, not a folder")
+    assert main(two_step_train_args(tiny_bert, data / "train.csv", tmp_path / "o")) == 2
+    only_stderr_line(capsys, "is a file, not a folder")
 
 
 def test_a_warmup_that_outlasts_the_run_is_refused(tiny_bert, data, tmp_path, capsys):
-    assert main(args(tiny_bert, data, tmp_path / "o", "--attention", "entmax15", "--alpha-warmup", "1e9")) == 2
+    assert main(two_step_train_args(tiny_bert, data, tmp_path / "o", "--attention", "entmax15", "--alpha-warmup", "1e9")) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after the tokenising progress bars
     assert "--alpha-warmup 1e+09: the run has 2 steps" in last and "Traceback" not in last
     assert not (tmp_path / "o" / "run_config.json").exists()

@@ -13,28 +13,15 @@ from pathlib import Path
 import pytest
 
 from attnkit.cli import main
-from attnkit.runfiles.names import FOLDER_MANIFEST, LOCK_FILE, RUN_RECORD
+from attnkit.runfiles.names import FOLDER_MANIFEST, RUN_RECORD
 from attnkit.runfiles.lock import folder_lock
 from attnkit.runfiles.ownership import written_by_attnkit
-from conftest import the_error, write_tiny_rte
+from helpers import the_error, write_tiny_rte
+from helpers import error_line, four_step_train_args, snapshot_without_lock
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def args(model, data, out, *extra):
-    return ["train", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
-            "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--no-heatmap", "--max-steps", "4", "--eval-steps", "2", *extra]
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    """Every file under ``folder`` (hidden ones included) with its bytes."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and p.name != LOCK_FILE}
-
-
-def error_line(capsys, *needles) -> str:
-    return the_error(capsys.readouterr().err, *needles)
 
 
 def untimed(d: dict) -> dict:
@@ -47,17 +34,10 @@ def leftovers(out: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    from conftest import write_tiny_sentiment
-
-    return write_tiny_sentiment(tmp_path_factory.mktemp("rel2") / "data")
-
-
-@pytest.fixture(scope="module")
 def reference(tiny_bert, data, tmp_path_factory) -> dict:
     """The metrics of the run the tests below break and rerun, trained once without a fault."""
     out = tmp_path_factory.mktemp("rel2_ref") / "run"
-    assert main(args(tiny_bert, data, out)) == 0
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
     return json.loads((out / "metrics.json").read_text())
 
 
@@ -65,7 +45,7 @@ def reference(tiny_bert, data, tmp_path_factory) -> dict:
 def finished(tiny_bert, data, tmp_path_factory) -> Path:
     """A finished run (4 steps), to be copied by tests that damage it."""
     out = tmp_path_factory.mktemp("rel2_done") / "run"
-    assert main(args(tiny_bert, data, out)) == 0
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
     return out
 
 
@@ -88,19 +68,19 @@ def test_a_folder_with_a_model_or_checkpoint_folder_of_the_users_is_not_a_run(ti
     out = tmp_path / "mine"
     (out / mine).parent.mkdir(parents=True)
     (out / mine).write_text("notes of mine\n")
-    before = snapshot(out)
-    assert main(args(tiny_bert, data, out)) == 2
+    before = snapshot_without_lock(out)
+    assert main(four_step_train_args(tiny_bert, data, out)) == 2
     error_line(capsys, str(out), "holds no attnkit run", RUN_RECORD)
-    assert snapshot(out) == before and not (out / RUN_RECORD).exists()
+    assert snapshot_without_lock(out) == before and not (out / RUN_RECORD).exists()
     # --no-resume does not make it a run either: nothing is moved
-    assert main(args(tiny_bert, data, out, "--no-resume")) == 2
-    assert snapshot(out) == before and not list(out.glob(".replaced-*"))
+    assert main(four_step_train_args(tiny_bert, data, out, "--no-resume")) == 2
+    assert snapshot_without_lock(out) == before and not list(out.glob(".replaced-*"))
 
 
 def test_the_tidy_up_and_a_longer_run_keep_what_the_user_put_in_a_run(tiny_bert, data, tmp_path, capsys, caplog):
     out = tmp_path / "r"
     base = ["--max-steps", "2", "--eval-steps", "2"]
-    assert main(args(tiny_bert, data, out, *base, "--keep-checkpoints")) == 0
+    assert main(four_step_train_args(tiny_bert, data, out, *base, "--keep-checkpoints")) == 0
     # the user's things inside the run: a note in model/, a folder of their own, a copied checkpoint, and a folder
     # named as the Trainer names its checkpoints
     (out / "model" / "NOTE.md").write_text("which data I used\n")
@@ -109,33 +89,33 @@ def test_the_tidy_up_and_a_longer_run_keep_what_the_user_put_in_a_run(tiny_bert,
     shutil.copytree(out / "checkpoint-2", out / "checkpoint-2-backup")
     (out / "checkpoint-9").mkdir()
     (out / "checkpoint-9" / "mine.txt").write_text("a folder of mine\n")
-    old_model = snapshot(out / "model")
+    old_model = snapshot_without_lock(out / "model")
     (out / "checkpoint-2" / "MY-NOTES.txt").write_text("the run's checkpoint, with a note of mine in it\n")
-    annotated = snapshot(out / "checkpoint-2")
+    annotated = snapshot_without_lock(out / "checkpoint-2")
     (out / "curves.png").write_bytes(b"my own picture")  # put where the run draws its curves
-    kept = {n: snapshot(out / n) for n in ("checkpoint-mine", "checkpoint-2-backup", "checkpoint-9")}
+    kept = {n: snapshot_without_lock(out / n) for n in ("checkpoint-mine", "checkpoint-2-backup", "checkpoint-9")}
     capsys.readouterr()
     # the same run, longer, without --keep-checkpoints: trained on from checkpoint-2 (saving at steps 4 and 6: the
     # oldest checkpoints are rotated out on the way), then tidied up
-    assert main(args(tiny_bert, data, out, "--max-steps", "6", "--eval-steps", "2")) == 0
+    assert main(four_step_train_args(tiny_bert, data, out, "--max-steps", "6", "--eval-steps", "2")) == 0
     assert "Traceback" not in capsys.readouterr().err
     assert "does not list checkpoint-9), and the Trainer writes folders of that name: moved aside whole" in caplog.text
     assert "held files attnkit did not write: moved aside whole" in caplog.text
     for n in ("checkpoint-mine", "checkpoint-2-backup"):
-        assert snapshot(out / n) == kept[n]  # left where they are
+        assert snapshot_without_lock(out / n) == kept[n]  # left where they are
     # the Trainer would have written into checkpoint-9's name: moved aside whole, not written into or deleted
     (nine,) = out.glob(".replaced-*/checkpoint-9")
-    assert snapshot(nine) == kept["checkpoint-9"]
+    assert snapshot_without_lock(nine) == kept["checkpoint-9"]
     # the model folder held the user's note: the whole earlier model moved aside with it, the new one written
     (model,) = out.glob(".replaced-*/model")
-    assert snapshot(model) == old_model and (model / "NOTE.md").read_text() == "which data I used\n"
+    assert snapshot_without_lock(model) == old_model and (model / "NOTE.md").read_text() == "which data I used\n"
     assert not (out / "model" / "NOTE.md").exists() and (out / "model" / "model.safetensors").is_file()
     # the checkpoints this run wrote are gone, and its record lists none
     assert not [n for n in ("checkpoint-2", "checkpoint-4", "checkpoint-6") if (out / n).exists()]
     # ... deleted, but for the one the user wrote a note into: moved aside whole
     assert sorted(p.name for p in out.glob(".replaced-*/checkpoint-*")) == ["checkpoint-2", "checkpoint-9"]
     (two,) = out.glob(".replaced-*/checkpoint-2")
-    assert snapshot(two) == annotated
+    assert snapshot_without_lock(two) == annotated
     assert [p.read_bytes() for p in out.glob(".replaced-*/curves.png")] == [b"my own picture"]
     assert written_by_attnkit(out / "curves.png")
     rec = json.loads((out / RUN_RECORD).read_text())
@@ -156,10 +136,10 @@ def test_a_model_folder_is_replaced_only_as_attnkit_wrote_it(tiny_bert, tmp_path
     save_checkpoint(model, out, tok)  # unchanged since: replaced, nothing set aside
     assert not list(tmp_path.glob(".replaced-*")) and leftovers(tmp_path) == []
     (out / "config.json").write_text((out / "config.json").read_text() + " ")  # edited by hand
-    edited = snapshot(out)
+    edited = snapshot_without_lock(out)
     save_checkpoint(model, out, tok)
     (aside,) = tmp_path.glob(".replaced-*/m")
-    assert snapshot(aside) == edited
+    assert snapshot_without_lock(aside) == edited
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "weights.bin").write_bytes(b"\0\1\2")
@@ -191,21 +171,21 @@ def test_a_damaged_run_is_refused_not_retrained(finished, data, tiny_bert, tmp_p
         target.write_text("{ not json")
     else:
         target.write_bytes(target.read_bytes()[:500])
-    before = snapshot(out)
-    assert main(args(tiny_bert, data, out, *change)) == 2
+    before = snapshot_without_lock(out)
+    assert main(four_step_train_args(tiny_bert, data, out, *change)) == 2
     line = error_line(capsys, "holds a damaged run", named, "--no-resume", "move it aside", str(out))
     if change and "run_config" not in damage:
         assert change[0] in line  # the settings that differ are named too, where they can be read
-    assert snapshot(out) == before
+    assert snapshot_without_lock(out) == before
 
 
 def test_no_resume_moves_a_damaged_run_aside_whole(finished, data, tiny_bert, tmp_path, capsys):
     out = copy_run(finished, tmp_path / "r")
     (out / "model" / "config.json").unlink()
-    before = snapshot(out)
-    assert main(args(tiny_bert, data, out, "--seed", "8", "--no-resume")) == 0
+    before = snapshot_without_lock(out)
+    assert main(four_step_train_args(tiny_bert, data, out, "--seed", "8", "--no-resume")) == 0
     (aside,) = out.glob(".replaced-*")
-    assert snapshot(aside) == before
+    assert snapshot_without_lock(aside) == before
     assert json.loads((out / "run_config.json").read_text())["seed"] == 8
 
 
@@ -213,13 +193,13 @@ def test_no_resume_moves_a_damaged_run_aside_whole(finished, data, tiny_bert, tm
 def test_an_unreadable_record_is_named_and_no_resume_moves_the_run_aside(finished, data, tiny_bert, tmp_path, capsys, record):
     out = copy_run(finished, tmp_path / "r")
     (out / RUN_RECORD).write_text(record)
-    before = snapshot(out)
-    assert main(args(tiny_bert, data, out)) == 2
+    before = snapshot_without_lock(out)
+    assert main(four_step_train_args(tiny_bert, data, out)) == 2
     error_line(capsys, str(out / RUN_RECORD), "unreadable", "--no-resume")
-    assert snapshot(out) == before
-    assert main(args(tiny_bert, data, out, "--no-resume")) == 0
+    assert snapshot_without_lock(out) == before
+    assert main(four_step_train_args(tiny_bert, data, out, "--no-resume")) == 0
     (aside,) = out.glob(".replaced-*")
-    assert snapshot(aside) == before
+    assert snapshot_without_lock(aside) == before
 
 
 def test_a_run_is_known_by_its_record_only(tmp_path):
@@ -251,11 +231,11 @@ def test_a_glue_submission_file_of_the_users_is_refused(rte_run, tmp_path, capsy
     s = tmp_path / "s"
     s.mkdir()
     (s / "RTE.tsv").write_text("index\tprediction\n0\tentailment\n")  # the user's own submission
-    before = snapshot(s)
+    before = snapshot_without_lock(s)
     predict = ["predict", "--model", str(run), "--task", "rte", "--data-dir", str(root), "--split", "test"]
     assert main(predict + ["--output-dir", str(s)]) == 2
     error_line(capsys, str(s / "RTE.tsv"), "was not written by attnkit")
-    assert snapshot(s) == before
+    assert snapshot_without_lock(s) == before
     # into a new folder: written; the same command again replaces attnkit's own file
     assert main(predict + ["--output-dir", str(tmp_path / "t")]) == 0
     first = (tmp_path / "t" / "RTE.tsv").read_bytes()
@@ -286,11 +266,11 @@ def test_the_same_predict_split_twice_replaces_its_own_output(rte_run, capsys):
 
 def test_a_command_writing_into_a_run_folder_holds_its_lock_or_refuses(finished, data, tiny_bert, tmp_path, capsys):
     out = copy_run(finished, tmp_path / "r")
-    before = snapshot(out)
+    before = snapshot_without_lock(out)
     with folder_lock(out):  # as a training run (say, --no-resume moving the run aside) holds it
         assert main(["evaluate", "--model", str(out), "--data-dir", str(data)]) == 2
         error_line(capsys, "another attnkit process is writing", str(out))
-    assert snapshot(out) == before
+    assert snapshot_without_lock(out) == before
     # and while a command writes there, a training run on the folder is refused: the command holds the lock
     from attnkit.cli import predict_commands as commands
 
@@ -298,7 +278,7 @@ def test_a_command_writing_into_a_run_folder_holds_its_lock_or_refuses(finished,
     real = commands.write_json_atomic
 
     def write_and_try_training(path, obj):
-        seen.append(main(args(tiny_bert, data, out, "--no-resume")))
+        seen.append(main(four_step_train_args(tiny_bert, data, out, "--no-resume")))
         real(path, obj)
 
     commands.write_json_atomic, saved = write_and_try_training, commands.write_json_atomic
@@ -321,12 +301,12 @@ def test_a_checkpoint_that_cannot_be_written_leaves_nothing_half_written(tiny_be
 
     monkeypatch.setattr(Trainer, "_save_rng_state", full)
     out = tmp_path / "r"
-    assert main(args(tiny_bert, data, out)) == 2
+    assert main(four_step_train_args(tiny_bert, data, out)) == 2
     error_line(capsys, f"cannot write the checkpoint {out / 'checkpoint-2'}", "No space left on device")
     assert not list(out.glob("checkpoint-*")) and leftovers(out) == [] and not (out / "model").exists()
     assert json.loads((out / RUN_RECORD).read_text())["checkpoints"] == []
     monkeypatch.undo()
-    assert main(args(tiny_bert, data, out)) == 0
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
     same_metrics(json.loads((out / "metrics.json").read_text()), reference)
 
 
@@ -340,12 +320,12 @@ def test_a_full_disk_under_ulimit_is_one_line_and_a_rerun_finishes(tiny_bert, da
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, "-m", "attnkit.cli", *args(tiny_bert, data, out)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "attnkit.cli", *four_step_train_args(tiny_bert, data, out)], capture_output=True, text=True,
                        env=env, preexec_fn=cap, timeout=600)
     assert r.returncode == 2, r.stderr[-2000:]
     the_error(r.stderr, "cannot write the checkpoint", str(out / "checkpoint-"), "is the disk full")
     assert not list(out.glob("checkpoint-*")) and leftovers(out) == []
-    assert main(args(tiny_bert, data, out)) == 0
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
     same_metrics(json.loads((out / "metrics.json").read_text()), reference)
 
 
@@ -361,12 +341,12 @@ def test_a_final_save_that_fails_leaves_no_temporary_folder(tiny_bert, data, tmp
 
     monkeypatch.setattr(build, "_write_checkpoint", half_then_fail)
     out = tmp_path / "r"
-    assert main(args(tiny_bert, data, out)) == 2
+    assert main(four_step_train_args(tiny_bert, data, out)) == 2
     error_line(capsys, f"cannot write the model {out / 'model'}", why)
     assert leftovers(out) == [] and not (out / "model").exists() and not (out / "metrics.json").exists()
     monkeypatch.undo()
     # the rerun resumes at the last step (its checkpoints are there) and reports the run's true metrics
-    assert main(args(tiny_bert, data, out)) == 0
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
     same_metrics(json.loads((out / "metrics.json").read_text()), reference)
     assert not list(out.glob("checkpoint-*"))
 
@@ -383,13 +363,13 @@ def test_a_final_save_killed_half_way_is_tidied_by_the_rerun(tiny_bert, data, tm
         "        os.kill(os.getpid(), signal.SIGKILL)\n"
         "build._write_checkpoint = killed\n"
         "from attnkit.cli import main\n"
-        f"sys.exit(main({args(tiny_bert, data, out)!r}))\n"
+        f"sys.exit(main({four_step_train_args(tiny_bert, data, out)!r}))\n"
     )
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == -9, r.stderr[-2000:]
     assert [p.name.split("-")[0] for p in out.glob(".model.tmp-*")] == [".model.tmp"]  # what a kill leaves
-    assert main(args(tiny_bert, data, out)) == 0
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
     assert leftovers(out) == [] and (out / "model" / "model.safetensors").is_file()
     same_metrics(json.loads((out / "metrics.json").read_text()), reference)
 
@@ -420,10 +400,10 @@ def test_a_resumed_run_reports_the_whole_runs_train_loss(tiny_bert, data, tmp_pa
 
     monkeypatch.setattr(runs.RunRecorder, "on_save", killed_after_first_save)
     out = tmp_path / "r"
-    assert main(args(tiny_bert, data, out)) == 130
+    assert main(four_step_train_args(tiny_bert, data, out)) == 130
     assert (out / "checkpoint-2" / "trainer_state.json").is_file() and not (out / "metrics.json").exists()
     monkeypatch.undo()
-    assert main(args(tiny_bert, data, out)) == 0
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
     m = json.loads((out / "metrics.json").read_text())
     same_metrics(m, reference)  # the mean over all 4 steps, not over the 2 resumed ones
     steps = [h for h in m["log_history"] if "train_loss" in h]
@@ -432,15 +412,15 @@ def test_a_resumed_run_reports_the_whole_runs_train_loss(tiny_bert, data, tmp_pa
 
 def test_a_corrupt_rng_state_is_named_and_the_run_resumes_from_the_one_before(tiny_bert, data, tmp_path, capsys, caplog):
     out = tmp_path / "r"
-    assert main(args(tiny_bert, data, out, "--keep-checkpoints")) == 0
+    assert main(four_step_train_args(tiny_bert, data, out, "--keep-checkpoints")) == 0
     rng = out / "checkpoint-4" / "rng_state.pth"
     rng.write_bytes(b"garbage, not a torch file")
-    damaged = snapshot(out / "checkpoint-4")
+    damaged = snapshot_without_lock(out / "checkpoint-4")
     capsys.readouterr()
-    assert main(args(tiny_bert, data, out, "--keep-checkpoints", "--max-steps", "6")) == 0
+    assert main(four_step_train_args(tiny_bert, data, out, "--keep-checkpoints", "--max-steps", "6")) == 0
     assert "Traceback" not in capsys.readouterr().err
     assert "rng_state.pth is damaged" in caplog.text and "moved aside" in caplog.text
-    assert snapshot(out / ".incomplete-checkpoint-4") == damaged
+    assert snapshot_without_lock(out / ".incomplete-checkpoint-4") == damaged
     assert json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["global_step"] == 6
 
 
@@ -449,7 +429,7 @@ def test_a_hand_written_sweep_json_is_refused_and_kept(tiny_bert, data, tmp_path
     s = tmp_path / "s"
     s.mkdir()
     (s / "sweep.json").write_text(text)
-    before = snapshot(s)
+    before = snapshot_without_lock(s)
     sweep = ["sweep", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(s), "--lams", "-2",
              "--seeds", "1", "--batch-size", "16", "--max-length", "16", "--max-steps", "2"]
     assert main(sweep) == 2
@@ -457,9 +437,9 @@ def test_a_hand_written_sweep_json_is_refused_and_kept(tiny_bert, data, tmp_path
     assert main(sweep + ["--report-only"]) == 2
     error_line(capsys, str(s / "sweep.json"))
     # nor is it taken for a sweep by train: a folder of the user's
-    assert main(args(tiny_bert, data, s)) == 2
+    assert main(four_step_train_args(tiny_bert, data, s)) == 2
     error_line(capsys, "holds no attnkit run")
-    assert snapshot(s) == before
+    assert snapshot_without_lock(s) == before
 
 
 @pytest.mark.parametrize("text", ["{}", "not json"])
@@ -467,15 +447,15 @@ def test_a_hand_written_sweep_cell_record_is_named(tiny_bert, data, tmp_path, ca
     cell = tmp_path / "s" / "softmax_seed1"
     cell.mkdir(parents=True)
     (cell / "sweep_cell.json").write_text(text)
-    before = snapshot(tmp_path / "s")
+    before = snapshot_without_lock(tmp_path / "s")
     assert main(["sweep", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(tmp_path / "s"),
                  "--lams", "-2", "--seeds", "1", "--batch-size", "16", "--max-length", "16", "--max-steps", "2"]) == 2
     error_line(capsys, str(cell / "sweep_cell.json"), "not")
-    assert snapshot(tmp_path / "s") == before
+    assert snapshot_without_lock(tmp_path / "s") == before
 
 
 def test_a_warmup_longer_than_the_run_is_refused(tiny_bert, data, tmp_path, capsys):
-    assert main(args(tiny_bert, data, tmp_path / "o", "--warmup", "100")) == 2
+    assert main(four_step_train_args(tiny_bert, data, tmp_path / "o", "--warmup", "100")) == 2
     error_line(capsys, "--warmup 100: the run has 4 steps")
     assert not (tmp_path / "o" / "run_config.json").exists()
 

@@ -9,11 +9,8 @@ import pytest
 
 from attnkit.errors import DataFormatError
 from attnkit.tasks import load_task
+from helpers import snapshot
 
-
-
-def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def test_csv_header_naming_a_column_twice_is_refused(tmp_path):
@@ -22,10 +19,10 @@ def test_csv_header_naming_a_column_twice_is_refused(tmp_path):
     data.mkdir()
     (data / "train.csv").write_text("text,text,label\nfirst,good film,pos\nsecond,bad film,neg\n")
     (data / "dev.csv").write_text("text,text,label\nthird,good,pos\nfourth,bad,neg\n")
-    before = _snapshot(data)
+    before = snapshot(data)
     with pytest.raises(DataFormatError, match=r"train\.csv, line 1: column 'text' is named 2 times"):
         load_task("csv", data_dir=data)
-    assert _snapshot(data) == before
+    assert snapshot(data) == before
 
 
 def test_jsonl_object_giving_a_key_twice_is_refused(tmp_path):
@@ -34,10 +31,10 @@ def test_jsonl_object_giving_a_key_twice_is_refused(tmp_path):
     data.mkdir()
     (data / "train.jsonl").write_text('{"text": "good film", "label": "pos"}\n{"text": "a", "text": "bad film", "label": "neg"}\n')
     (data / "dev.jsonl").write_text('{"text": "good", "label": "pos"}\n{"text": "bad", "label": "neg"}\n')
-    before = _snapshot(data)
+    before = snapshot(data)
     with pytest.raises(DataFormatError, match=r"train\.jsonl, line 2: key 'text' appears twice"):
         load_task("jsonl", data_dir=data)
-    assert _snapshot(data) == before
+    assert snapshot(data) == before
 
 
 def test_an_output_that_is_a_device_or_pipe_is_refused_not_replaced(tmp_path):
@@ -124,7 +121,7 @@ def test_a_model_folder_that_does_not_fit_together_is_refused(saved_classifier, 
     folder = tmp_path / "model"
     shutil.copytree(saved_classifier, folder)
     damage(folder)
-    before = _snapshot(folder)
+    before = snapshot(folder)
     out = tmp_path / "p.jsonl"
     assert main(["predict", "--model", str(folder), "--threads", "1", "good film", "zzword5", "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip()
@@ -133,7 +130,7 @@ def test_a_model_folder_that_does_not_fit_together_is_refused(saved_classifier, 
         assert n in err, (n, err)
     assert str(folder) in err
     assert not out.exists()
-    assert _snapshot(folder) == before
+    assert snapshot(folder) == before
 
 
 @pytest.mark.parametrize("alpha", [1.2, 1.5, 2.0])
@@ -173,14 +170,14 @@ def test_an_output_into_a_busy_run_folder_names_the_way_out_of_the_command_used(
     run.mkdir()
     (run / RUN_RECORD).write_text("{}\n")
     (run / "notes.txt").write_text("mine\n")
-    before = _snapshot(run)
+    before = snapshot(run)
     out = run / "preds.jsonl"
     with folder_lock(run):
         assert main(["predict", "--model", str(saved_classifier), "--threads", "1", "good film", "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "another attnkit process is writing" in err, err
     assert f"write {out} outside that folder" in err and "--output-dir" not in err, err
-    snap = _snapshot(run)
+    snap = snapshot(run)
     snap.pop(".attnkit.lock", None)
     assert snap == before
 
@@ -204,14 +201,14 @@ def test_distillation_options_at_their_default_without_a_teacher_are_refused(tin
     pass and the run trained without distillation, exit 0."""
     from attnkit.cli import main
 
-    before = _snapshot(tiny_task)
+    before = snapshot(tiny_task)
     out = tmp_path / "run"
     assert main(["train", "--task", "csv", "--data-dir", str(tiny_task), "--model", str(tiny_bert), "--max-steps", "1",
                  "--threads", "1", "--max-length", "16", "--output-dir", str(out), *given]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and given[0] in err and "need --teacher" in err, err
     assert not out.exists()
-    assert _snapshot(tiny_task) == before
+    assert snapshot(tiny_task) == before
 
 
 def test_a_read_only_or_full_disk_is_named_in_one_line_with_the_way_out():
@@ -239,13 +236,13 @@ def test_evaluating_a_split_labelled_in_part_says_how_many_lack_a_label(saved_cl
     (data / "train.csv").write_text("text,label\ngood film,positive\nbad film,negative\n")
     (data / "dev.csv").write_text("text,label\ngood,positive\nbad,negative\n")
     (data / "test.csv").write_text("text,label\ngreat film,positive\ndull film,\nfine plot,\nawful,negative\n")
-    before = _snapshot(data)
+    before = snapshot(data)
     out = tmp_path / "ev.json"
     assert main(["evaluate", "--model", str(saved_classifier), "--task", "csv", "--data-dir", str(data), "--split", "test",
                  "--threads", "1", "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "2 of the 4 examples of this split have no gold label" in err, err
-    assert not out.exists() and _snapshot(data) == before
+    assert not out.exists() and snapshot(data) == before
 
 
 def test_a_text_of_invisible_characters_only_is_empty(saved_classifier, tmp_path, capsys):

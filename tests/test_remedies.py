@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from conftest import logits_of
+from helpers import logits_of
 
 from attnkit.attention.learned import learned_values
 from attnkit.attention.normalisers import LEARNED

@@ -47,7 +47,7 @@ def assert_same_weights(a: Path, b: Path) -> None:
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     return write_tiny_sentiment(tmp_path_factory.mktemp("exact") / "data", n_train=48, n_dev=8)
 

@@ -301,7 +301,7 @@ def test_glue_submission_format(tmp_path):
 
 
 def test_real_glue_and_mnli_split_counts():
-    from conftest import require_shared_data
+    from helpers import require_shared_data
 
     from attnkit.tasks import load_task
 
@@ -369,7 +369,7 @@ def test_hans_original_format_and_errors(tmp_path):
 def _tiny_rte(root: Path, n_train=48, n_dev=16, n_test=6) -> Path:
     import random
 
-    from conftest import WORDS
+    from helpers import WORDS
 
     rng = random.Random(0)
     head = "index\tsentence1\tsentence2\tlabel\n"
@@ -450,7 +450,7 @@ def test_cli_regression_task_trains_and_submits(tiny_bert, tmp_path, capsys):
     """STS-B is a regression: one output, MSE loss, Pearson picks the best checkpoint, scores in the submission."""
     import random
 
-    from conftest import WORDS
+    from helpers import WORDS
 
     from attnkit.cli import main
 

@@ -19,7 +19,7 @@ def test_cells_are_seed_major_with_a_softmax_baseline_per_seed():
 
 
 def test_sweep_trains_every_cell_writes_records_and_figures_and_reuses(tiny_bert, tmp_path, capsys):
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     data = write_tiny_sentiment(tmp_path / "data", n_train=64, n_dev=24)
     shutil.copy(data / "dev.csv", data / "test.csv")
@@ -69,7 +69,7 @@ def test_sweep_trains_every_cell_writes_records_and_figures_and_reuses(tiny_bert
 
 
 def test_sweep_report_only_with_no_finished_cell_says_so(tiny_bert, tmp_path, capsys):
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     data = write_tiny_sentiment(tmp_path / "data")
     rc = main(["sweep", "--lams", "-2", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert),
@@ -81,7 +81,7 @@ def test_sweep_report_only_with_no_finished_cell_says_so(tiny_bert, tmp_path, ca
 
 
 def test_sweep_refuses_a_bad_lam_before_training(tiny_bert, tmp_path, capsys):
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     data = write_tiny_sentiment(tmp_path / "data")
     rc = main(["sweep", "--lams", "-2", "1.5", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert),
@@ -92,7 +92,7 @@ def test_sweep_refuses_a_bad_lam_before_training(tiny_bert, tmp_path, capsys):
 
 
 def test_sweep_refuses_to_mix_cells_trained_with_other_settings(tiny_bert, tmp_path, capsys):
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     data = write_tiny_sentiment(tmp_path / "data", n_train=32, n_dev=16)
     base = ["sweep", "--lams", "0", "--seeds", "1", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert),
@@ -157,7 +157,7 @@ def test_sweep_table_verdicts_by_paired_t_test_with_holm_across_the_values():
 
 def test_sweep_over_alpha(tiny_bert, tmp_path, capsys):
     """--alphas sweeps alpha-entmax's alpha as --lams sweeps lam: cells, records, table and figures name alpha."""
-    from conftest import write_tiny_sentiment
+    from helpers import write_tiny_sentiment
 
     data = write_tiny_sentiment(tmp_path / "data", n_train=48, n_dev=16)
     out = tmp_path / "sweep"

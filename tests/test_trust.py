@@ -7,26 +7,15 @@ import time
 import pytest
 
 from attnkit.cli import main
+from helpers import train_args
 
 pytestmark = pytest.mark.slow
-
-
-def args(model, data, out, *extra):
-    return ["train", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
-            "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--no-heatmap", *extra]
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    from conftest import write_tiny_sentiment
-
-    return write_tiny_sentiment(tmp_path_factory.mktemp("trust") / "data")
 
 
 @pytest.fixture(scope="module")
 def run(tiny_bert, data, tmp_path_factory):
     out = tmp_path_factory.mktemp("trust_run") / "run"
-    assert main(args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--attention", "sparsegen-lin", "--lam", "-2")) == 0
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--attention", "sparsegen-lin", "--lam", "-2")) == 0
     return out
 
 
@@ -41,16 +30,16 @@ def test_a_bare_encoder_is_refused_not_run_with_a_random_head(tiny_bert, command
 
 def test_resuming_with_other_settings_names_them_and_stops(tiny_bert, data, tmp_path, capsys):
     out = tmp_path / "mixed"
-    assert main(args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "sparsegen-lin", "--lam", "-2",
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "sparsegen-lin", "--lam", "-2",
                      "--keep-checkpoints")) == 0
     shutil.rmtree(out / "model")  # as if killed before the end
     capsys.readouterr()
-    assert main(args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--attention", "softmax")) == 2
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--attention", "softmax")) == 2
     err = capsys.readouterr().err
     assert "attention: 'sparsegen-lin' there, 'softmax' now" in err and "--no-resume" in err
     assert not (out / "model").exists()
     # --no-resume starts afresh: the sparse checkpoints are moved aside, the model is trained softmax
-    assert main(args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "softmax", "--no-resume")) == 0
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "softmax", "--no-resume")) == 0
     assert [p.name for p in out.glob(".replaced-*/checkpoint-2")] == ["checkpoint-2"]
     assert json.loads((out / "metrics.json").read_text())["attention"]["attention"] == "softmax"
     cfg = json.loads((out / "model/config.json").read_text())
@@ -59,10 +48,10 @@ def test_resuming_with_other_settings_names_them_and_stops(tiny_bert, data, tmp_
 
 def test_an_older_run_without_run_config_is_checked_by_its_attention(tiny_bert, data, tmp_path, capsys):
     out = tmp_path / "old"
-    assert main(args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "sparsemax", "--keep-checkpoints")) == 0
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "sparsemax", "--keep-checkpoints")) == 0
     (out / "run_config.json").unlink()
     capsys.readouterr()
-    assert main(args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--attention", "softmax")) == 2
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--attention", "softmax")) == 2
     assert "attention: 'sparsemax' there, 'softmax' now" in capsys.readouterr().err
 
 
@@ -76,7 +65,7 @@ def test_an_older_run_without_run_config_is_checked_by_its_attention(tiny_bert, 
     (["--lr", "-1"], "--lr -1"),
 ])
 def test_settings_that_would_do_nothing_or_crash(tiny_bert, data, tmp_path, capsys, extra, needle):
-    assert main(args(tiny_bert, data, tmp_path / "o", *extra)) == 2
+    assert main(train_args(tiny_bert, data, tmp_path / "o", *extra)) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o" / "metrics.json").exists()
@@ -91,7 +80,7 @@ def test_inference_lengths(run, capsys):
 
 
 def test_missing_data_folder_is_named(tiny_bert, tmp_path, capsys):
-    assert main(args(tiny_bert, tmp_path / "nonexistent", tmp_path / "o")) == 2
+    assert main(train_args(tiny_bert, tmp_path / "nonexistent", tmp_path / "o")) == 2
     assert f"data folder {tmp_path / 'nonexistent'} does not exist" in capsys.readouterr().err
     assert main(["train", "--task", "rotten-tomatoes", "--data-dir", str(tmp_path / "nonexistent"), "--output-dir", str(tmp_path / "o")]) == 2
     assert "does not exist" in capsys.readouterr().err
@@ -142,10 +131,10 @@ def test_a_damaged_weights_file_is_named(run, tmp_path, capsys, damage):
 def test_a_damaged_newest_checkpoint_is_moved_aside_and_the_run_resumes(tiny_bert, data, tmp_path, caplog):
     out = tmp_path / "dmg"
     base = ["--eval-steps", "2", "--attention", "sparsegen-lin", "--lam", "-2", "--keep-checkpoints"]
-    assert main(args(tiny_bert, data, out, "--max-steps", "4", *base)) == 0
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "4", *base)) == 0
     w = out / "checkpoint-4" / "model.safetensors"
     w.write_bytes(w.read_bytes()[:1000])
-    assert main(args(tiny_bert, data, out, "--max-steps", "6", *base)) == 0
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "6", *base)) == 0
     assert (out / ".incomplete-checkpoint-4").is_dir()
     assert "moved aside" in caplog.text
     state = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())
@@ -159,7 +148,7 @@ def test_ctrl_c_says_how_to_resume(tiny_bert, data, tmp_path, capsys, monkeypatc
         raise KeyboardInterrupt
 
     monkeypatch.setattr(attnkit.cli.commands, "train", interrupted)
-    assert main(args(tiny_bert, data, tmp_path / "o")) == 130
+    assert main(train_args(tiny_bert, data, tmp_path / "o")) == 130
     err = capsys.readouterr().err
     assert "interrupted" in err and "resume" in err and str(tmp_path / "o") in err and "Traceback" not in err
 
@@ -169,7 +158,7 @@ def test_a_finished_run_rerun_changes_nothing_and_cleans_up(tiny_bert, data, tmp
     import stat
 
     out = tmp_path / "done"
-    cmd = args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2")
+    cmd = train_args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2")
     assert main(cmd) == 0
     assert not list(out.glob("checkpoint-*"))  # optimizer-bearing copies removed once the run is finished
     mask = os.umask(0)
@@ -188,7 +177,7 @@ def test_a_finished_run_rerun_changes_nothing_and_cleans_up(tiny_bert, data, tmp
     assert "already complete" not in capsys.readouterr().out
     # other settings never replace the finished run: refused, naming the difference, the run untouched
     before = (out / "metrics.json").read_text()
-    assert main(args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "softmax")) == 2
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--attention", "softmax")) == 2
     err = capsys.readouterr().err
     assert "finished run with other settings" in err and "attention: 'sparsegen-lin' there, 'softmax' now" in err and "--no-resume" in err
     assert (out / "metrics.json").read_text() == before
@@ -199,7 +188,7 @@ def test_threads_option(tiny_bert, data, tmp_path, capsys, monkeypatch):
 
     seen = []
     monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(n))
-    assert main(args(tiny_bert, data, tmp_path / "o", "--max-steps", "1", "--threads", "1")) == 0
+    assert main(train_args(tiny_bert, data, tmp_path / "o", "--max-steps", "1", "--threads", "1")) == 0
     assert seen == [1]
     with pytest.raises(SystemExit) as e:
         main(["predict", "--model", str(tmp_path / "o"), "--threads", "0", "x"])
@@ -250,7 +239,7 @@ def test_the_same_seed_trains_the_same_model_bit_for_bit(attention, tiny_bert, d
 
     runs = [tmp_path / "a", tmp_path / "b"]
     for out in runs:
-        assert main(args(tiny_bert, data, out, "--max-steps", "6", "--eval-steps", "3", "--seed", "3", *attention)) == 0
+        assert main(train_args(tiny_bert, data, out, "--max-steps", "6", "--eval-steps", "3", "--seed", "3", *attention)) == 0
     if "sparsegen-lin" in attention:  # the compiled kernel where this machine builds it, else the torch path
         assert f"sparse maps ran on the {kernels.backend()} path" in capsys.readouterr().out
     a, b = (load_file(str(out / "model/model.safetensors")) for out in runs)
@@ -266,7 +255,7 @@ def test_no_resume_moves_checkpoints_aside_only_once_training_can_start(tiny_ber
     (out / "checkpoint-5").mkdir(parents=True)  # an earlier run's checkpoint
     _record(out, "checkpoint-5")
     # --max-length beyond the model's positions fails after the data and resume checks, before training
-    assert main(args(tiny_bert, data, out, "--max-steps", "2", "--no-resume", "--max-length", "100000")) == 2
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "2", "--no-resume", "--max-length", "100000")) == 2
     assert "100000" in capsys.readouterr().err
     assert (out / "checkpoint-5").is_dir() and not list(out.glob(".replaced-*"))
 
