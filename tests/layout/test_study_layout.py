@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted(p for top in ("studies", "benchmarks") for p in (ROOT / top).rglob("*.py"))
 #: private names of attnkit a benchmark still reads, each until the package offers a public one
 KNOWN_PRIVATE = {("benchmarks/kernel_ab.py", "attnkit.attention.kernels", "_FLAGS"),

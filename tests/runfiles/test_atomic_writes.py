@@ -16,7 +16,7 @@ from helpers import snapshot, the_error, write_tiny_rte
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LONG = " ".join(["the film was good but the plot was dull and the actor was not very fun"] * 4)  # ~60 tokens
 
 

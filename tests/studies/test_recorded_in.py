@@ -10,7 +10,7 @@ import pytest
 
 from studies import recorded_in as ri
 
-STUDIES = Path(__file__).resolve().parent.parent / "studies"
+STUDIES = Path(__file__).resolve().parents[2] / "studies"
 
 
 def committed_record_files():

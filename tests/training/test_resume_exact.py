@@ -16,7 +16,7 @@ from attnkit.cli import main
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def adapt_args(model, data, out, *extra):

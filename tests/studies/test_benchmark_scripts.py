@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: speed and GPU benchmarks stay in benchmarks/; each study's runner lives in its folder of studies/
 STUDIES = ("ssaf", "faithfulness", "sesamebert", "minibert", "adapt")
 SCRIPTS = sorted([f"benchmarks.{p.stem}" for p in (ROOT / "benchmarks").glob("*.py") if "__main__" in p.read_text()]

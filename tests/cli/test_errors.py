@@ -21,7 +21,7 @@ from attnkit.runfiles.names import RUN_RECORD
 from attnkit.runfiles.json_files import path_problem, read_json
 from helpers import snapshot_without_lock
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def one_line_error(capsys, *needles, absent=()) -> str:

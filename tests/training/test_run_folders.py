@@ -115,7 +115,7 @@ def test_a_second_process_on_one_run_folder_stops_at_once(tiny_bert, data, tmp_p
         assert time.time() - t0 < 30
     assert not (out / "metrics.json").exists()
     # a killed holder does not leave the lock stuck: the OS releases it with the process
-    code = f"import os, sys; sys.path.insert(0, {str(Path(__file__).parents[1])!r})\n" \
+    code = f"import os, sys; sys.path.insert(0, {str(Path(__file__).parents[2])!r})\n" \
            f"from attnkit.runfiles.lock import folder_lock\nwith folder_lock({str(out)!r}):\n    os.kill(os.getpid(), 9)\n"
     assert subprocess.run([sys.executable, "-c", code]).returncode == -9
     assert (out / LOCK_FILE).exists()

@@ -181,7 +181,7 @@ def test_checkpoints_of_earlier_attnkit_versions_still_load(tiny_bert, tmp_path)
     assert torch.allclose(_logits(again, tok), _logits(old, tok), atol=1e-6)
 
 
-ARCHIVE = __import__("pathlib").Path(__file__).parent / "fixtures" / "checkpoint_session9.tar.gz"
+ARCHIVE = __import__("pathlib").Path(__file__).parents[1] / "fixtures" / "checkpoint_session9.tar.gz"
 
 
 def test_a_checkpoint_saved_before_the_package_layers_still_loads(tmp_path):

@@ -21,7 +21,7 @@ from helpers import error_line, four_step_train_args, snapshot_without_lock
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def untimed(d: dict) -> dict:
