@@ -4,6 +4,8 @@ the small training runs the tests start. Imported as ``from helpers import ...``
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,13 @@ WORDS = (
 def make_tiny_bert(path: Path, family: str = "bert", layers: int = 2, hidden: int = 32, heads: int = 4) -> Path:
     """A randomly initialised BERT/RoBERTa encoder + WordPiece tokenizer saved as a local checkpoint."""
     import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast, RobertaConfig, RobertaModel
+    from transformers import (
+        BertConfig,
+        BertModel,
+        BertTokenizerFast,
+        RobertaConfig,
+        RobertaModel,
+    )
 
     torch.manual_seed(0)
     path.mkdir(parents=True, exist_ok=True)
@@ -170,6 +178,13 @@ def write_csv_task(folder: Path, train_rows, dev_rows) -> Path:
     return folder
 
 
+def strict_json(path: Path):
+    """The file's JSON, refusing NaN and infinities (which Python's json would read without a word)."""
+    def refuse(name):
+        raise AssertionError(f"{path} holds {name}: not strict JSON")
+    return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
+
+
 def train_args(model, data, out, *extra) -> list[str]:
     """``attnkit train`` on a csv task with a tiny model: batch 16, lr 3e-3, 16 tokens, no heatmap."""
     return ["train", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
@@ -184,3 +199,55 @@ def two_step_train_args(model, data, out, *extra) -> list[str]:
 def four_step_train_args(model, data, out, *extra) -> list[str]:
     """``train_args`` for a run of 4 steps, evaluated every 2."""
     return train_args(model, data, out, "--max-steps", "4", "--eval-steps", "2", *extra)
+
+
+def leftovers(out: Path) -> list[str]:
+    """Half-written or temporary entries attnkit might leave in a run folder."""
+    return sorted(p.name for p in out.iterdir() if ".tmp" in p.name or ".old-" in p.name or p.name.startswith(".incomplete"))
+
+
+def copy_run(run: Path, where: Path) -> Path:
+    """A copy of the run folder ``run`` at ``where`` (links kept as links)."""
+    shutil.copytree(run, where, symlinks=True)
+    return where
+
+
+def untimed(d: dict) -> dict:
+    """The metrics in ``d`` that do not depend on the clock."""
+    return {k: v for k, v in d.items() if "runtime" not in k and "per_second" not in k and not k.endswith("_time")}
+
+
+def same_metrics(m: dict, reference: dict) -> None:
+    """The metrics ``m`` are those of ``reference`` (clock-dependent ones aside)."""
+    assert untimed(m["validation"]) == untimed(reference["validation"])
+    assert m["train"]["train_loss"] == pytest.approx(reference["train"]["train_loss"], rel=1e-6)
+    assert m["best_step"] == reference["best_step"]
+
+
+def write_run_record(out, *checkpoints):
+    """attnkit's record of a run in ``out`` that wrote ``checkpoints`` (as a run writes it when it starts)."""
+    from attnkit.runfiles.names import RUN_RECORD
+
+    (out / RUN_RECORD).write_text(json.dumps({"written_by": "attnkit train", "checkpoints": list(checkpoints)}))
+
+
+def one_line_error_without(capsys, *needles, absent=()) -> str:
+    """The command's error: one line (progress bars aside) holding every needle and none of ``absent``."""
+    err = capsys.readouterr().err
+    lines = [l for l in err.replace("\r", "\n").splitlines() if l.startswith("attnkit ")]
+    assert len(lines) == 1 and " error: " in lines[0] and "Traceback" not in err, err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    for n in absent:
+        assert n not in lines[0], (n, lines[0])
+    return lines[0]
+
+
+def batch_8_args(model, data) -> list[str]:
+    """The task and model options of a tiny csv run at batch 8 and 16 tokens."""
+    return ["--task", "csv", "--data-dir", str(data), "--model", str(model), "--max-length", "16", "--batch-size", "8"]
+
+
+def batch_8_train_args(model, data, out, *extra) -> list[str]:
+    """``attnkit train`` for 2 steps at batch 8, evaluated at step 2."""
+    return ["train", *batch_8_args(model, data), "--output-dir", str(out), "--max-steps", "2", "--eval-steps", "2", "--no-heatmap", *extra]
