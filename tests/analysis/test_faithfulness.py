@@ -1,4 +1,4 @@
-"""Faithfulness and plausibility of explanations (issue 25), tested where the answer is known: a classifier that reads
+"""Faithfulness and plausibility of explanations, tested where the answer is known: a classifier that reads
 one word."""
 
 import json

@@ -1,4 +1,4 @@
-"""No host reads, no opaque calls (issue 27, item 1): every map and the whole attention function compile with
+"""No host reads, no opaque calls: every map and the whole attention function compile with
 torch.compile(fullgraph=True) and give the eager result, forward and backward, on the compiled CPU kernel (a torch
 custom op) and on the pure-torch path; a tiny BERT with attnkit attention runs forward and backward on `meta`."""
 

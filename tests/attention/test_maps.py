@@ -245,7 +245,7 @@ def test_nan_rows_come_out_nan(gen):
     assert torch.allclose(p[~bad].double(), reference_sparsemax(z[~bad] / 2.0), atol=1e-6)
 
 
-# ----------------------------------------------------------------------------- large magnitudes (issue 15, item 8)
+# ----------------------------------------------------------------------------- large magnitudes
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

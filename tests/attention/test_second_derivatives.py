@@ -1,4 +1,4 @@
-"""Second derivatives of the sparse maps (issue 36, item 7): a double backward (gradient penalties, Hessian-vector
+"""Second derivatives of the sparse maps: a double backward (gradient penalties, Hessian-vector
 products) is right on every path, checked in float64 against finite differences (torch.autograd.gradgradcheck) at
 points where the maps are sparse; and the Python API refuses settings the CLI refuses."""
 

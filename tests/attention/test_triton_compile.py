@@ -1,11 +1,11 @@
-"""The Triton kernels as a GPU compiles them, checked where there is no GPU.
+"""Every Triton kernel compiles for a GPU (sm_90) with the installed triton, checked where there is no GPU, and no
+kernel holds a float literal that float32 cannot hold.
 
 Triton's interpreter (how the map tests run the kernels here) executes them with numpy and checks no types; the real
-compiler does. A float literal that float32 cannot hold (``1e-300``) is typed float64 there, which turned the
-float32 entmax loop's carried threshold into float64: Triton 3.6 (the one torch 2.11's CUDA wheels bring) refused to
-compile ``_entmax_fwd`` on an H200 while every interpreted test passed. Here every kernel is compiled for sm_90 by
-the installed triton (its frontend, then ptxas: no GPU needed; in a subprocess, since the tests' conftest turns the
-interpreter on for this one), and the kernels' source is read for such literals, whatever triton version runs."""
+compiler does, and types such a literal (``1e-300``) float64, which would turn a float32 loop's carried value into
+float64 and fail to compile. Here every kernel is compiled by the installed triton (its frontend, then ptxas: no GPU
+needed; in a subprocess, since the tests' conftest turns the interpreter on), and the kernels' source is read for such
+literals, whatever triton version runs."""
 
 from __future__ import annotations
 

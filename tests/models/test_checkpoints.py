@@ -1,4 +1,4 @@
-"""Checkpoints that describe themselves (issue 15, items 1-3): model_type "attnkit", Auto classes and
+"""Checkpoints that describe themselves: model_type "attnkit", Auto classes and
 pipeline with attnkit imported, trust_remote_code without it, re-saving keeps all of it, old checkpoints load."""
 
 import json

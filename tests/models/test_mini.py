@@ -168,7 +168,7 @@ def test_ssa_attention_uses_only_the_query_projection():
     assert torch.allclose(out.last_hidden_state[0], A @ E, atol=1e-5)
 
 
-# ----------------------------------------------------------------------------- the paper's options (issue 39)
+# ----------------------------------------------------------------------------- the paper's options
 
 
 @pytest.mark.parametrize("scale,div", [("none", 1.0), ("sqrt", 32**0.5)])
@@ -598,7 +598,7 @@ def test_minibert_through_auto_classes_and_pipeline_matches_predict(pipeline, ca
             assert float(probs[i, auto.config.label2id[label]]) == pytest.approx(p, abs=1e-5)
 
 
-# ----------------------------------------------------------------------------- determinism (issue 39)
+# ----------------------------------------------------------------------------- determinism
 
 
 def test_wordpiece_vocab_breaks_ties_by_the_pieces_not_the_input_order():

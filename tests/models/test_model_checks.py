@@ -1,4 +1,4 @@
-"""A model folder is checked before it is used (issue 36, item 4): config against weights (layers, hidden size,
+"""A model folder is checked before it is used: config against weights (layers, hidden size,
 vocabulary, labels), the tokenizer, the attention block of attnkit's model types, finite weights. Each damage is
 refused in one line naming the file, by every command and every loading path of the Python API, and the user's
 folder is left byte for byte as it was."""

@@ -1,4 +1,4 @@
-"""Every committed study record names a commit (issue 38): its own provenance, or what git's history says of it
+"""Every committed study record names a commit: its own provenance, or what git's history says of it
 (studies/recorded_in.py), and that history is read right."""
 
 import datetime as dt

@@ -1,5 +1,5 @@
 """Every committed study table re-renders, byte for byte, from its committed records; and the numbers each study's
-README quotes are in that study's rendered tables (issue 38)."""
+README quotes are in that study's rendered tables."""
 
 import re
 from pathlib import Path

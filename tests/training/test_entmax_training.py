@@ -1,5 +1,5 @@
 """The entmax maps in models: --attention entmax15 / entmax-alpha, alpha learned per layer and head, the
-softmax-to-sparse warm-up (issue 24)."""
+softmax-to-sparse warm-up."""
 
 import json
 
