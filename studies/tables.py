@@ -1,4 +1,4 @@
-"""Every committed study table and how it is rendered from its committed records (``tests/test_studies_render.py``
+"""Every committed study table and how it is rendered from its committed records (``tests/studies/test_study_tables.py``
 re-renders each and compares it byte for byte with the committed file).
 
 ``python -m studies.tables`` re-renders them all in place (``--check``: only say which differ).

@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny local checkpoints and tiny datasets, made on the fly."""
+"""Shared fixtures: tiny local checkpoints and tiny datasets, made on the fly (the plain functions behind them are in
+helpers.py)."""
 
 from __future__ import annotations
 
@@ -7,58 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers import make_tiny_bert, use_backend, write_tiny_sentiment
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # the Triton kernels are tested on CPU tensors through triton's interpreter (read when they are first compiled)
 os.environ.setdefault("TRITON_INTERPRET", "1")
-
-SHARED_DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data").resolve()
-
-WORDS = (
-    "good great fine superb lovely fun best wonderful bad awful poor boring worst dull terrible movie film plot "
-    "actor story the a an is was and but not very really it this that of to"
-).split()
-
-
-def make_tiny_bert(path: Path, family: str = "bert", layers: int = 2, hidden: int = 32, heads: int = 4) -> Path:
-    """A randomly initialised BERT/RoBERTa encoder + WordPiece tokenizer saved as a local checkpoint."""
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast, RobertaConfig, RobertaModel
-
-    torch.manual_seed(0)
-    path.mkdir(parents=True, exist_ok=True)
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"] + list("abcdefghijklmnopqrstuvwxyz.,!?'")
-    (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    kw = dict(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-              intermediate_size=2 * hidden, max_position_embeddings=64)
-    if family == "bert":
-        model = BertModel(BertConfig(**kw))
-    else:
-        model = RobertaModel(RobertaConfig(**kw, pad_token_id=0, bos_token_id=2, eos_token_id=3))
-    model.save_pretrained(path)
-    tok = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
-    assert tok.convert_tokens_to_ids("good") == vocab.index("good")
-    tok.save_pretrained(path)
-    return path
-
-
-def use_backend(name: str, monkeypatch) -> None:
-    """Run the sparse maps on one path: "cpp" (the compiled CPU kernel), "torch" (pure torch), "triton" (Triton
-    kernels, interpreted on the CPU); skips where that path is not available here."""
-    import importlib.util
-
-    from attnkit.attention import kernels
-
-    if name == "torch":
-        monkeypatch.setattr(kernels, "kernel_applies", lambda t: False)
-    elif name == "triton":
-        if importlib.util.find_spec("triton") is None:
-            pytest.skip("triton is not installed (pip install -e '.[gpu]'): the Triton kernels are not tested here")
-        monkeypatch.setattr(kernels, "MODE", "triton")
-        if kernels.triton_kernels() is None:
-            pytest.skip(f"Triton kernels unavailable: {kernels.backend_reason()}")
-    elif kernels.backend() != "cpp":
-        pytest.skip(f"compiled kernel not available here: {kernels.backend_reason()}")
 
 
 @pytest.fixture(params=["cpp", "torch", "triton"])
@@ -76,15 +31,6 @@ def gen():
     return torch.Generator().manual_seed(0)
 
 
-def logits_of(model, tok, texts, **kw):
-    """The model's outputs on ``texts`` (padded batch), in eval mode without gradients."""
-    import torch
-
-    model.eval()
-    with torch.no_grad():
-        return model(**tok(texts, padding=True, return_tensors="pt"), **kw)
-
-
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory) -> Path:
     return make_tiny_bert(tmp_path_factory.mktemp("tiny_bert"))
@@ -95,79 +41,12 @@ def tiny_roberta(tmp_path_factory) -> Path:
     return make_tiny_bert(tmp_path_factory.mktemp("tiny_roberta"), family="roberta")
 
 
-def write_tiny_sentiment(dirpath: Path, n_train: int = 96, n_dev: int = 32, seed: int = 0) -> Path:
-    """A learnable two-class csv task: positive words vs negative words."""
-    import random
-
-    rng = random.Random(seed)
-    pos, neg = WORDS[:8], WORDS[8:15]
-    filler = WORDS[15:]
-
-    def rows(n):
-        out = []
-        for i in range(n):
-            y = i % 2
-            words = rng.sample(filler, 3) + [rng.choice(pos if y else neg)] + rng.sample(filler, 2)
-            rng.shuffle(words)
-            out.append((" ".join(words), "positive" if y else "negative"))
-        return out
-
-    dirpath.mkdir(parents=True, exist_ok=True)
-    for name, n in (("train.csv", n_train), ("dev.csv", n_dev)):
-        with open(dirpath / name, "w", encoding="utf-8") as f:
-            f.write("text,label\n")
-            for t, y in rows(n):
-                f.write(f"{t},{y}\n")
-    return dirpath
-
-
 @pytest.fixture
 def tiny_task(tmp_path) -> Path:
     return write_tiny_sentiment(tmp_path / "data")
 
 
-def require_shared_data() -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared datasets not found at {SHARED_DATA}: these tests read ../shared/data next to the repo")
-    return SHARED_DATA
-
-
-def one_line_error(capsys, *needles) -> str:
-    """The command's error: one line (progress bars of the steps before it aside) holding every needle."""
-    err = capsys.readouterr().err
-    lines = [l for l in err.replace("\r", "\n").splitlines() if l.startswith("attnkit ")]
-    assert len(lines) == 1 and " error: " in lines[0], err
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    """Every file under ``folder`` (hidden ones and temporaries included) with its bytes."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def the_error(err: str, *needles) -> str:
-    """The one error line on stderr (progress bars around it aside), holding every needle; no traceback anywhere, and
-    no temporary file named in it."""
-    import re
-
-    assert "Traceback" not in err, err
-    lines = [m.group(0) for m in re.finditer(r"attnkit [\w-]+: error: [^\r\n]*", err)]
-    assert len(lines) == 1, err[-3000:]
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
-    assert ".tmp-" not in lines[0], lines[0]
-    return lines[0]
-
-
-def write_tiny_rte(folder: Path) -> Path:
-    """A tiny GLUE RTE folder under ``folder`` (16 train, 4 dev, 3 unlabelled test pairs); returns ``folder``."""
-    d = folder / "glue" / "RTE"
-    d.mkdir(parents=True)
-    rows = [("a good film", "the film is good", "entailment"), ("a bad film", "the film is good", "not_entailment")]
-    for name, n in (("train.tsv", 16), ("dev.tsv", 4)):
-        (d / name).write_text("index\tsentence1\tsentence2\tlabel\n" + "".join(
-            f"{i}\t{rows[i % 2][0]}\t{rows[i % 2][1]}\t{rows[i % 2][2]}\n" for i in range(n)))
-    (d / "test.tsv").write_text("index\tsentence1\tsentence2\n" + "".join(f"{i}\t{rows[i % 2][0]}\t{rows[i % 2][1]}\n" for i in range(3)))
-    return folder
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """A tiny two-class csv task (96 train, 32 dev rows), written once per module."""
+    return write_tiny_sentiment(tmp_path_factory.mktemp("task") / "data")

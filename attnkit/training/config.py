@@ -4,7 +4,7 @@ SSAF paper's lam and epochs per task.
 This module is light on purpose: the command line reads its defaults to answer ``--help`` without torch. The
 attention and head settings it builds (:meth:`TrainConfig.spec`, :meth:`TrainConfig.head`) live in torch-backed
 modules, which it imports in those methods only: the one kind of import inside a function that attnkit allows
-(``tests/test_layers.py`` checks that it is only here and in the command line's dispatch, and that it points down).
+(``tests/layout/test_layers.py`` checks that it is only here and in the command line's dispatch, and that it points down).
 """
 
 from __future__ import annotations

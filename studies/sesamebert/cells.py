@@ -120,7 +120,7 @@ def se_weights(run: Path, task: str, a) -> list[float]:
 def initial_se_weights(cfg) -> list[float]:
     """Figure 4's reference: the same numbers for the model ``train(cfg)`` starts from, before its first step. train()
     seeds (``set_seed(cfg.seed)``) and then builds it with ``initial_classifier``, drawing nothing else from torch's
-    generator in between; this does the same (``tests/test_sesame.py`` checks it against a run that cannot move its weights)."""
+    generator in between; this does the same (``tests/models/test_sesame.py`` checks it against a run that cannot move its weights)."""
     from transformers import set_seed
 
     from attnkit.models.checkpoint import load_tokenizer

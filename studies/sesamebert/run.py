@@ -12,7 +12,7 @@ re-rendered: every sigma with its kernel weights, mean ± std over seeds, and th
 
 Sigmas whose float32 kernel is the identity to within 1e-20 (0.01: exactly [0, 1, 0]; 0.1: tails of 1.9e-22, lost
 when added to anything of ordinary size) train the very same model as no blur, bit for bit
-(``tests/test_sesame.py::test_paper_sigmas_below_a_third_train_the_very_same_model_as_no_blur``). They are run at full
+(``tests/models/test_sesame.py::test_paper_sigmas_below_a_third_train_the_very_same_model_as_no_blur``). They are run at full
 budget at ``--identity-check-seeds`` (default: seed 1) first, and every record holds the SHA-256 of its weights; where
 those runs' weights equal softmax's of the same seed, the other seeds' cells are softmax's (marked so in the table)
 rather than hours of the same run again (where they do not, or no check seed was run, every seed is run).

@@ -1,0 +1,46 @@
+"""Figures never fail a finished run: one that cannot be drawn is skipped with a warning, and a figure output that is
+not png or svg is refused before the model loads."""
+
+import pytest
+
+from attnkit.cli import main
+from helpers import write_run_record
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_figure_that_cannot_be_drawn_does_not_fail_a_finished_run(tmp_path, monkeypatch, caplog):
+    import attnkit.training.trainer as runs
+    from attnkit.training.config import TrainConfig
+
+    def broken(*a, **k):
+        raise RuntimeError("no backend")
+
+    monkeypatch.setattr(runs, "plot_curves", broken)
+    (tmp_path / "checkpoint-4").mkdir()
+    write_run_record(tmp_path, "checkpoint-4")  # the run wrote it (its record says so)
+    with caplog.at_level("WARNING", logger="attnkit"):
+        runs.finish_run(TrainConfig(output_dir=str(tmp_path)), tmp_path, [], "accuracy", title="t")
+    assert not (tmp_path / "checkpoint-4").exists()  # the checkpoints go all the same
+    assert f"could not draw {tmp_path / 'curves.png'}: RuntimeError: no backend" in caplog.text
+
+
+@pytest.mark.parametrize("cmd,flag", [(["explain", "a film"], "--output"), (["layer-weights"], "--output"),
+                                      (["words"], "--output"), (["evaluate", "--task", "hans"], "--plot")])
+def test_a_figure_output_that_is_not_png_or_svg_is_refused_before_the_model_loads(cmd, flag, tiny_bert, tmp_path, capsys):
+    # a bare encoder, which these commands would refuse once loaded: the figure's suffix is checked first
+    assert main([*cmd, "--model", str(tiny_bert), flag, str(tmp_path / "a.pdf")]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} {tmp_path / 'a.pdf'}: the" in err and "file must end in .png or .svg" in err
+
+
+def test_plot_hans_refuses_a_file_that_is_not_png_or_svg(tmp_path):
+    from attnkit.analysis.explain import plot_hans
+
+    report = {"n": 2, "accuracy": 0.5, "heuristic": {"lexical_overlap": {"entailment": 1.0, "non-entailment": 0.0}}}
+    with pytest.raises(ValueError, match=r"HANS plot file must end in \.png or \.svg, got 'h\.pdf'"):
+        plot_hans(report, tmp_path / "h.pdf")
+    assert not (tmp_path / "h.pdf").exists()
+    assert plot_hans(report, tmp_path / "h.svg").stat().st_size > 0
+
+

@@ -1,0 +1,44 @@
+"""AttentionSpec refuses settings it would ignore and keeps what it uses; the command line's refusal of --sparse-layers
+with softmax reads the same."""
+
+import pytest
+
+from attnkit.cli import main
+from helpers import one_line_error
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(attention="softmax", sparse_layers="last"), "sparse_layers=last: needs a sparse attention"),
+    (dict(attention="sparsemax", alpha=1.2), "alpha=1.2: only entmax-alpha has an alpha"),
+    (dict(attention="sparsegen-lin", alpha_mix=0.5), "alpha_mix=0.5: only the entmax maps"),
+])
+def test_attention_spec_refuses_settings_it_would_ignore(kw, needle):
+    from attnkit.attention.spec import AttentionSpec
+
+    with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace("[", r"\[")):
+        AttentionSpec(**kw)
+
+
+def test_attention_spec_keeps_what_it_uses():
+    from dataclasses import replace
+
+    from attnkit.attention.spec import AttentionSpec
+
+    assert AttentionSpec("sparsemax", sparse_layers="last").sparse_layers == "last"
+    assert AttentionSpec("softmax", sparse_layers="all").sparse_layers is None  # softmax everywhere: nothing ignored
+    assert AttentionSpec("entmax-alpha", alpha=1.2).alpha == 1.2
+    assert AttentionSpec("entmax15", alpha_mix=0.5).alpha_mix == 0.5
+    assert AttentionSpec("softmax", blur="value", blur_size=5).blur_size == 5
+    assert AttentionSpec("softmax", blur_sigma=0.5).blur == "none"  # saved configs hold a shape without a blur: they load
+    with pytest.raises(ValueError, match="needs a sparse attention"):
+        replace(AttentionSpec("sparsemax", sparse_layers="last"), attention="softmax")
+
+
+@pytest.mark.parametrize("command", ["train", "adapt"])
+def test_the_cli_refusal_of_sparse_layers_with_softmax_reads_as_before(command, tiny_bert, tiny_task, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main([command, "--task", "csv", "--data-dir", str(tiny_task), "--model", str(tiny_bert), "--output-dir", str(out),
+                 "--attention", "softmax", "--sparse-layers", "last"]) == 2
+    line = one_line_error(capsys)
+    assert line == f"attnkit {command}: error: --sparse-layers last: needs a sparse --attention (softmax is softmax in every layer)"
+    assert not out.exists()

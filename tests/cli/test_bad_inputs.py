@@ -1,0 +1,116 @@
+"""Outputs and options that would misbehave are refused in one line naming the way out: an output that is a device or
+pipe, an output in a busy run folder, --sparse-layers spelt with spaces or capitals, distillation options without a
+teacher, a read-only or full disk. The user's files are checked byte for byte afterwards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers import snapshot
+
+
+def test_an_output_that_is_a_device_or_pipe_is_refused_not_replaced(tmp_path):
+    """`predict --output /dev/full` renamed a file over the device node (and left a ledger in /dev); a FIFO stands in
+    for the device here."""
+    import os
+    import stat
+
+    from attnkit.errors import UserError
+    from attnkit.runfiles.ownership import check_output_file
+    from attnkit.runfiles.atomic import write_json_atomic, write_text_atomic
+
+    fifo = tmp_path / "out.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(UserError, match=r"--output cannot write .*out\.jsonl: it is a device, pipe or socket"):
+        check_output_file(fifo, "--output")
+    for write in (lambda: write_text_atomic(fifo, "x\n"), lambda: write_json_atomic(fifo, {"a": 1})):
+        with pytest.raises(UserError, match=r"out\.jsonl: it is a device, pipe or socket"):
+            write()
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]  # no temporary file, no ledger
+
+
+@pytest.fixture(scope="module")
+def saved_classifier(tiny_bert, tmp_path_factory) -> Path:
+    """A classifier saved as `attnkit train` saves it (two layers, 32 wide, labels negative/positive)."""
+    import torch
+
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.build import build_classifier
+    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
+
+    out = tmp_path_factory.mktemp("sweep_model") / "model"
+    torch.manual_seed(0)
+    net = build_classifier(str(tiny_bert), 2, AttentionSpec("sparsegen-lin", -2.0), label_names=["negative", "positive"])
+    save_checkpoint(net, out, tokenizer=load_tokenizer(str(tiny_bert)), extra={"task": "csv", "max_length": 16})
+    return out
+
+
+def test_an_output_into_a_busy_run_folder_names_the_way_out_of_the_command_used(saved_classifier, tmp_path, capsys):
+    """`predict --output run/preds.jsonl` while a training run holds `run/`: the refusal said "pick another
+    --output-dir", an option predict does not have."""
+    from attnkit.cli import main
+    from attnkit.runfiles.names import RUN_RECORD
+    from attnkit.runfiles.lock import folder_lock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / RUN_RECORD).write_text("{}\n")
+    (run / "notes.txt").write_text("mine\n")
+    before = snapshot(run)
+    out = run / "preds.jsonl"
+    with folder_lock(run):
+        assert main(["predict", "--model", str(saved_classifier), "--threads", "1", "good film", "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "another attnkit process is writing" in err, err
+    assert f"write {out} outside that folder" in err and "--output-dir" not in err, err
+    snap = snapshot(run)
+    snap.pop(".attnkit.lock", None)
+    assert snap == before
+
+
+@pytest.mark.parametrize("command", ["train", "adapt"])
+def test_sparse_layers_are_recorded_without_spaces_or_case(command):
+    """`adapt --sparse-layers ' last'` was recorded as ' last', so the same command with 'last' was refused as a run
+    with other settings."""
+    from attnkit.cli.parser import build_parser
+
+    parser = build_parser()
+    for given in (" last", "Last", "last ", "0, 1", " 0-1 "):
+        got = parser.parse_args([command, "--sparse-layers", given]).sparse_layers
+        assert got == given.replace(" ", "").lower()
+    assert parser.parse_args([command, "--sparse-layers", ""]).sparse_layers == ""  # still refused later, as before
+
+
+@pytest.mark.parametrize("given", [["--distill-weight", "0.5"], ["--distill-temperature", "2"]])
+def test_distillation_options_at_their_default_without_a_teacher_are_refused(tiny_bert, tiny_task, tmp_path, capsys, given):
+    """`train --distill-weight 0.5` without --teacher: 0.5 is the default, so the check (value != default) let it
+    pass and the run trained without distillation, exit 0."""
+    from attnkit.cli import main
+
+    before = snapshot(tiny_task)
+    out = tmp_path / "run"
+    assert main(["train", "--task", "csv", "--data-dir", str(tiny_task), "--model", str(tiny_bert), "--max-steps", "1",
+                 "--threads", "1", "--max-length", "16", "--output-dir", str(out), *given]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and given[0] in err and "need --teacher" in err, err
+    assert not out.exists()
+    assert snapshot(tiny_task) == before
+
+
+def test_a_read_only_or_full_disk_is_named_in_one_line_with_the_way_out():
+    """`train --output-dir` on a read-only mount printed `[Errno 30] Read-only file system: 'romnt/new'` (the
+    system's words, no way out); other system errors read `path: reason`; attnkit's own lines are unchanged."""
+    import errno
+
+    from attnkit.cli.main import _os_error_line
+    from attnkit.errors import UserError
+
+    line = _os_error_line(OSError(errno.EROFS, "Read-only file system", "romnt/r1/.attnkit.lock"))
+    assert line.startswith("cannot write romnt/r1/.attnkit.lock: Read-only file system") and "writable folder" in line
+    assert "cannot write out/x: No space left on device" in _os_error_line(OSError(errno.ENOSPC, "No space left on device", "out/x"))
+    assert _os_error_line(PermissionError(errno.EACCES, "Permission denied", "a/b")) == "a/b: Permission denied"
+    assert _os_error_line(FileNotFoundError("task csv: file d/train.csv does not exist")) == "task csv: file d/train.csv does not exist"
+    assert _os_error_line(UserError("cannot write x: y")) == "cannot write x: y"

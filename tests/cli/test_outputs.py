@@ -1,0 +1,224 @@
+"""An output never replaces an input or a user's file: not the model's or the data's files, not a run's own files, not a
+GLUE submission of the user's; a failing command writes nothing; a folder, FIFO or device where a file belongs is
+named as such; the error handling covers the libraries' own logging."""
+
+import errno
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnkit.cli import main
+from helpers import (
+    error_line,
+    four_step_train_args,
+    only_stderr_line,
+    snapshot_without_lock,
+    two_step_train_args,
+    write_tiny_rte,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def run(tiny_bert, data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("rel_run") / "run"
+    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
+    return out
+
+
+def test_output_that_is_also_the_input_is_refused(run, tmp_path, capsys):
+    f = tmp_path / "a.txt"
+    f.write_text("a fine film\na dull film\n")
+    assert main(["predict", "--model", str(run), "--file", str(f), "--output", str(f)]) == 2
+    only_stderr_line(capsys, "--output", "is also the input --file")
+    assert f.read_text() == "a fine film\na dull film\n"
+
+
+def test_a_failing_command_writes_nothing(run, tmp_path, capsys):
+    heat = tmp_path / "heat.png"
+    assert main(["explain", "--model", str(run), "good film", "--output", str(heat), "--stats", str(tmp_path)]) == 2
+    only_stderr_line(capsys, "--stats", "is a folder")
+    assert not heat.exists()
+    # a missing folder is made for every output alike
+    assert main(["explain", "--model", str(run), "good film", "--output", str(heat), "--stats", str(tmp_path / "new" / "s.json")]) == 0
+    assert heat.is_file() and json.loads((tmp_path / "new" / "s.json").read_text())["written_by"] == "attnkit explain"
+
+
+def test_sweep_report_only_with_a_bad_view_layer_rewrites_nothing(tiny_bert, data, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    base = ["sweep", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(out), "--lams", "-2",
+            "--seeds", "1", "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--max-steps", "2", "--eval-steps", "2"]
+    assert main(base) == 0
+    before = snapshot_without_lock(out)
+    capsys.readouterr()
+    assert main(base + ["--report-only", "--view-layer", "7"]) == 2
+    only_stderr_line(capsys, "--view-layer 7", "layers 0 to 1")
+    assert snapshot_without_lock(out) == before
+
+
+@pytest.fixture
+def user_run(tiny_bert, data, tmp_path):
+    """A finished run of the user's, copied where commands may aim outputs at its files."""
+    out = tmp_path / "user_run"
+    assert main(two_step_train_args(tiny_bert, data, out)) == 0
+    return out
+
+
+@pytest.mark.parametrize("argv,target", [
+    (["evaluate", "--output", "{run}/model/config.json"], "model/config.json"),
+    (["evaluate", "--output", "{run}/metrics.json"], "metrics.json"),
+    (["explain", "good film", "--output", "{tmp}/g.png", "--stats", "{run}/model/config.json"], "model/config.json"),
+    (["words", "--output", "{tmp}/w.png", "--json", "{run}/run_config.json", "--min-count", "1"], "run_config.json"),
+    (["predict", "good film", "--output", "{run}/model/tokenizer.json"], "model/tokenizer.json"),
+    (["predict", "--split", "validation", "--task", "csv", "--output", "{data}/dev.csv"], "DATA/dev.csv"),
+])
+def test_an_output_never_replaces_the_models_or_the_datas_files(user_run, data, tmp_path, capsys, argv, target):
+    fill = {"run": str(user_run), "tmp": str(tmp_path), "data": str(data)}
+    argv = [x.format(**fill) for x in argv]
+    path = data / target[5:] if target.startswith("DATA/") else user_run / target
+    before, run_before = path.read_bytes(), snapshot_without_lock(user_run)
+    extra = [] if argv[0] == "explain" or (argv[0] == "predict" and "--split" not in argv) else ["--data-dir", str(data)]
+    assert main([argv[0], "--model", str(user_run), *extra] + argv[1:]) == 2
+    only_stderr_line(capsys, "that attnkit did not write as an output")
+    assert path.read_bytes() == before and snapshot_without_lock(user_run) == run_before
+
+
+def test_a_folder_where_a_file_belongs_and_a_missing_data_folder_are_named(tiny_bert, tmp_path, capsys):
+    d = tmp_path / "d"
+    (d / "train.csv").mkdir(parents=True)
+    (d / "dev.csv").write_text("text,label\na,x\n")
+    assert main(two_step_train_args(tiny_bert, d, tmp_path / "o")) == 2
+    only_stderr_line(capsys, "train.csv is a folder, not a file")
+    assert main(["tasks", "--data-dir", str(tmp_path / "nowhere")]) == 2
+    only_stderr_line(capsys, "does not exist")
+    assert main(["pretrain", "--task", "csv", "--data-dir", str(d), "--max-length", "1", "--output-dir", str(tmp_path / "p")]) == 2
+    only_stderr_line(capsys, "--max-length 1")
+
+
+def test_a_runs_own_files_and_its_training_data_are_never_an_output(user_run, data, tmp_path, capsys):
+    before, run_before = (data / "dev.csv").read_bytes(), snapshot_without_lock(user_run)
+    # the data the model was trained on, though this command reads none of it
+    assert main(["predict", "--model", str(user_run), "good film", "--output", str(data / "dev.csv")]) == 2
+    only_stderr_line(capsys, "the data the model was trained on")
+    # the run's own figures, though attnkit drew them
+    assert main(["explain", "--model", str(user_run), "good film", "--output", str(user_run / "curves.png")]) == 2
+    only_stderr_line(capsys, "curves.png")
+    assert (data / "dev.csv").read_bytes() == before and snapshot_without_lock(user_run) == run_before
+    # a command's own earlier output there may be replaced (evaluate's default file, then named)
+    assert main(["evaluate", "--model", str(user_run), "--data-dir", str(data)]) == 0
+    out = next((user_run / "model").glob("eval_*.json"))
+    assert main(["evaluate", "--model", str(user_run), "--data-dir", str(data), "--output", str(out)]) == 0
+
+
+def test_default_outputs_keep_a_users_file(user_run, data, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("attention.png").write_bytes(b"my picture")
+    assert main(["explain", "--model", str(user_run), "good film"]) == 2
+    only_stderr_line(capsys, "attention.png exists and was not written by attnkit")
+    assert Path("attention.png").read_bytes() == b"my picture"
+    mine = user_run / "model" / "eval_csv_validation.json"
+    mine.write_text("my notes")
+    assert main(["evaluate", "--model", str(user_run), "--data-dir", str(data)]) == 2
+    only_stderr_line(capsys, "was not written by attnkit", "--output")
+    assert mine.read_text() == "my notes"
+    mine.unlink()
+
+
+def test_a_data_dir_that_is_a_file_is_named_so(tiny_bert, data, tmp_path, capsys):
+    assert main(two_step_train_args(tiny_bert, data / "train.csv", tmp_path / "o")) == 2
+    only_stderr_line(capsys, "is a file, not a folder")
+
+
+@pytest.fixture(scope="module")
+def finished(tiny_bert, data, tmp_path_factory) -> Path:
+    """A finished run (4 steps), to be copied by tests that damage it."""
+    out = tmp_path_factory.mktemp("rel2_done") / "run"
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def rte_run(tiny_bert, tmp_path_factory):
+    root = write_tiny_rte(tmp_path_factory.mktemp("rel2_rte"))
+    out = root / "run"
+    assert main(["train", "--task", "rte", "--data-dir", str(root), "--model", str(tiny_bert), "--output-dir", str(out),
+                 "--batch-size", "8", "--max-length", "16", "--no-heatmap", "--max-steps", "1"]) == 0
+    return root, out
+
+
+def test_a_glue_submission_file_of_the_users_is_refused(rte_run, tmp_path, capsys):
+    root, run = rte_run
+    s = tmp_path / "s"
+    s.mkdir()
+    (s / "RTE.tsv").write_text("index\tprediction\n0\tentailment\n")  # the user's own submission
+    before = snapshot_without_lock(s)
+    predict = ["predict", "--model", str(run), "--task", "rte", "--data-dir", str(root), "--split", "test"]
+    assert main(predict + ["--output-dir", str(s)]) == 2
+    error_line(capsys, str(s / "RTE.tsv"), "was not written by attnkit")
+    assert snapshot_without_lock(s) == before
+    # into a new folder: written; the same command again replaces attnkit's own file
+    assert main(predict + ["--output-dir", str(tmp_path / "t")]) == 0
+    first = (tmp_path / "t" / "RTE.tsv").read_bytes()
+    assert first.startswith(b"index\tprediction\n") and len(first.splitlines()) == 4
+    assert main(predict + ["--output-dir", str(tmp_path / "t")]) == 0
+    assert (tmp_path / "t" / "RTE.tsv").read_bytes() == first
+    # once the user edits it, it is theirs
+    with open(tmp_path / "t" / "RTE.tsv", "a") as f:
+        f.write("# checked by hand\n")
+    edited = (tmp_path / "t" / "RTE.tsv").read_bytes()
+    assert main(predict + ["--output-dir", str(tmp_path / "t")]) == 2
+    assert (tmp_path / "t" / "RTE.tsv").read_bytes() == edited
+
+
+def test_the_same_predict_split_twice_replaces_its_own_output(rte_run, capsys):
+    root, run = rte_run
+    predict = ["predict", "--model", str(run), "--data-dir", str(root), "--split", "validation"]
+    assert main(predict) == 0
+    out = run / "model" / "predictions_rte_validation.jsonl"
+    first = out.read_bytes()
+    assert main(predict) == 0  # attnkit's own earlier output: replaced, not refused
+    assert out.read_bytes() == first and len(first.splitlines()) == 4
+    out.write_text('{"idx": 0, "prediction": "mine"}\n')
+    assert main(predict) == 2
+    error_line(capsys, str(out), "was not written by attnkit")
+    assert out.read_text() == '{"idx": 0, "prediction": "mine"}\n'
+
+
+def test_the_cli_error_handling_covers_quieting_the_libraries(finished, capsys, monkeypatch):
+    cli_main = sys.modules["attnkit.cli.main"]  # (attnkit.cli.main is also the name of the function)
+
+    def broken():
+        raise OSError(errno.EACCES, "Permission denied", "/somewhere/hf-cache")
+
+    monkeypatch.setattr(cli_main, "_quiet_libraries", broken)
+    assert main(["predict", "--model", str(finished), "a fine film"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and "/somewhere/hf-cache" in err
+
+
+def test_a_fifo_or_a_device_as_file_is_named_so(finished, tmp_path, capsys):
+    fifo = tmp_path / "texts"
+    os.mkfifo(fifo)
+    assert main(["predict", "--model", str(finished), "--file", str(fifo)]) == 2
+    line = error_line(capsys, f"--file {fifo} is a named pipe (FIFO), not a regular file")
+    assert "does not exist" not in line
+    assert main(["predict", "--model", str(finished), "--file", "/dev/null"]) == 2
+    error_line(capsys, "--file /dev/null is a character device, not a regular file")
+    assert main(["predict", "--model", str(finished), "--file", str(tmp_path / "nothing.txt")]) == 2
+    error_line(capsys, "does not exist")
+
+
+def test_json_lines_hold_one_row_per_line_for_every_reader(tmp_path):
+    """Texts holding U+2028, U+2029 or U+0085 (lines in Python's splitlines and in JavaScript) stay one row per line."""
+    from attnkit.cli.outputs import write_jsonl
+
+    rows = [{"text": "a\u2028b"}, {"text": "c\u2029d\x85e é"}, {"text": "plain"}]
+    out = tmp_path / "p.jsonl"
+    write_jsonl(rows, str(out), "predictions")
+    text = out.read_text(encoding="utf-8")
+    assert len(text.splitlines()) == len(rows) == text.count("\n")
+    assert [json.loads(line) for line in text.splitlines()] == rows

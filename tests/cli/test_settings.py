@@ -1,0 +1,187 @@
+"""Every setting is checked before work starts: non-finite, empty, below one, out of range, duplicated or ignored values
+are refused in one line; negative numbers are values; threads above the cores warn; a warm-up longer than the run is
+refused and counts the steps of every process."""
+
+import math
+import os
+
+import pytest
+import torch
+
+from attnkit.cli import main
+from attnkit.cli.parser import build_parser
+from helpers import error_line, four_step_train_args, only_stderr_line, two_step_train_args
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def run(tiny_bert, data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("rel_run") / "run"
+    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
+    return out
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--weight-decay", "nan"], "--weight-decay nan"),
+    (["--weight-decay", "inf"], "--weight-decay inf"),
+    (["--warmup", "nan"], "--warmup nan"),
+    (["--warmup", "inf"], "--warmup inf"),
+    (["--attention", "sparsegen-lin", "--lam-warmup", "inf"], "--lam-warmup inf"),
+    (["--attention", "sparsegen-lin", "--lam-warmup", "nan"], "--lam-warmup nan"),
+    (["--max-train-samples", "0"], "--max-train-samples 0"),
+    (["--max-eval-samples", "-3"], "--max-eval-samples -3"),
+    (["--logging-steps", "0"], "--logging-steps 0"),
+])
+def test_non_finite_or_empty_settings_are_refused(tiny_bert, data, tmp_path, capsys, extra, needle):
+    assert main(two_step_train_args(tiny_bert, data, tmp_path / "o", *extra)) == 2
+    only_stderr_line(capsys, needle)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["predict", "--batch-size", "0", "x"], "--batch-size"),
+    (["evaluate", "--batch-size", "-1"], "--batch-size"),
+    (["words", "--max-samples", "0"], "--max-samples"),
+    (["words", "--top", "0"], "--top"),
+    (["layer-weights", "--max-samples", "-5"], "--max-samples"),
+    (["evaluate", "--hans-per-subcase", "0"], "--hans-per-subcase"),
+])
+def test_counts_below_one_are_refused_everywhere(run, capsys, argv, needle):
+    with pytest.raises(SystemExit) as e:
+        main([argv[0], "--model", str(run), *argv[1:]])
+    assert e.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra,needle", [(["--epochs", "0"], "--epochs 0"), (["--lr", "0"], "--lr 0"), (["--epochs", "nan"], "--epochs nan")])
+def test_pretrain_that_would_do_nothing_is_refused(data, tmp_path, capsys, extra, needle):
+    assert main(["pretrain", "--task", "csv", "--data-dir", str(data), "--output-dir", str(tmp_path / "p"), *extra]) == 2
+    only_stderr_line(capsys, needle)
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--lams", "-2", "-2.0"], "--lams: -2 given more than once"),
+    (["--lams", "-2", "--seeds", "1", "1"], "--seeds: 1 given more than once"),
+    (["--lams", "-2", "--attention", "softmax"], "--attention softmax"),
+    (["--lams", "-2", "--lam", "-4"], "--lam -4"),
+])
+def test_sweep_refuses_duplicates_and_options_it_would_ignore(tiny_bert, data, tmp_path, capsys, extra, needle):
+    assert main(["sweep", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(tmp_path / "s"), *extra]) == 2
+    only_stderr_line(capsys, needle)
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--attention", "softmax", "--lam", "-2"], "--lam -2 (only sparsegen-lin has a lam"),
+    (["--blur-sigma", "0.5"], "--blur-size/--blur-sigma"),
+    (["--se-ratio", "4"], "--se-ratio 4"),
+    (["--doc-stride", "8"], "--doc-stride 8"),
+])
+def test_train_refuses_options_it_would_ignore(tiny_bert, data, tmp_path, capsys, extra, needle):
+    assert main(two_step_train_args(tiny_bert, data, tmp_path / "o", *extra)) == 2
+    only_stderr_line(capsys, needle)
+    assert not (tmp_path / "o").exists()
+
+
+def test_threads_above_the_cores_warn(run, capsys):
+    cores = len(os.sched_getaffinity(0))
+    assert main(["predict", "--model", str(run), "--threads", str(cores + 3), "a fine film"]) == 0
+    assert f"--threads {cores + 3} is more than the {cores} cores" in capsys.readouterr().err
+    torch.set_num_threads(cores)
+
+
+@pytest.mark.parametrize("text,value", [("-1e-3", -1e-3), ("-inf", -math.inf), ("-4", -4.0), ("-.5", -0.5), ("-2E+1", -20.0)])
+def test_negative_numbers_are_values(text, value):
+    a = build_parser().parse_args(["train", "--lam", text, "--seed", "-1"])
+    assert a.lam == value and a.seed == -1
+    s = build_parser().parse_args(["sweep", "--lams", "-8", text, "0", "--seeds", "1", "-2"])
+    assert s.lams == [-8.0, value, 0.0] and s.seeds == [1, -2]
+
+
+def test_a_non_number_is_still_an_unknown_option(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--lam", "-x"])
+    assert "--lam" in capsys.readouterr().err
+
+
+@pytest.fixture
+def user_run(tiny_bert, data, tmp_path):
+    """A finished run of the user's, copied where commands may aim outputs at its files."""
+    out = tmp_path / "user_run"
+    assert main(two_step_train_args(tiny_bert, data, out)) == 0
+    return out
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--max-steps", "0"], "--max-steps 0"), (["--max-steps", "-5"], "--max-steps -5"), (["--epochs", "nan"], "--epochs nan"),
+    (["--freeze", ","], "--freeze ','"), (["--seed", "-1"], "--seed -1"), (["--seed", "99999999999"], "--seed 99999999999"),
+])
+def test_more_settings_that_were_silently_odd(tiny_bert, data, tmp_path, capsys, extra, needle):
+    assert main(two_step_train_args(tiny_bert, data, tmp_path / "o", *extra)) == 2
+    only_stderr_line(capsys, needle)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["predict", "good", "--task", "csv"], "--task csv: only with --split"),
+    (["predict", "good", "--output-dir", "x"], "--output-dir x: only with --split"),
+    (["evaluate", "--plot", "h.png"], "--plot h.png: only with --task hans"),
+    (["evaluate", "--hans-per-subcase", "5"], "--hans-per-subcase 5: only with --task hans"),
+    (["evaluate", "--output", "m.png"], "must end in .json"),
+    (["predict", "--file", "."], "is a folder"),
+])
+def test_inference_options_that_would_be_ignored_or_misread(user_run, data, tmp_path, capsys, monkeypatch, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    assert main([argv[0], "--model", str(user_run)] + (["--data-dir", str(data)] if argv[0] == "evaluate" else []) + argv[1:]) == 2
+    only_stderr_line(capsys, needle)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["train", "--attention", "softmax", "--alpha", "1.5"], "--alpha 1.5 (only entmax-alpha"),
+    (["train", "--blur-sigma", "0.3"], "--blur-size/--blur-sigma"),
+    (["train", "--se-ratio", "3"], "--se-ratio 3"),
+    (["sweep", "--lams", "-2", "--no-resume"], "--no-resume: a sweep reuses"),
+    (["sweep", "--alphas", "2.5"], "--alphas 2.5"),
+])
+def test_explicit_defaults_and_sweep_options_are_not_ignored(tiny_bert, data, tmp_path, capsys, argv, needle):
+    base = ["--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(tmp_path / "o"), "--max-steps", "2"]
+    assert main(argv[:1] + base + argv[1:]) == 2
+    only_stderr_line(capsys, needle)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["faithfulness", "--seed", "-5"], "--seed -5"), (["faithfulness", "--seed", "4294967296"], "--seed 4294967296"),
+    (["faithfulness", "--ig-steps", "100000000"], "--ig-steps 100000000"),
+    (["predict", "--split", "validation", "--task", "csv", "--output-dir", "x"], "--output-dir x: only for a GLUE test split"),
+])
+def test_inference_values_out_of_range(user_run, data, capsys, argv, needle):
+    assert main([argv[0], "--model", str(user_run), "--data-dir", str(data)] + argv[1:]) == 2
+    only_stderr_line(capsys, needle)
+
+
+def test_a_warmup_that_outlasts_the_run_is_refused(tiny_bert, data, tmp_path, capsys):
+    assert main(two_step_train_args(tiny_bert, data, tmp_path / "o", "--attention", "entmax15", "--alpha-warmup", "1e9")) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the tokenising progress bars
+    assert "--alpha-warmup 1e+09: the run has 2 steps" in last and "Traceback" not in last
+    assert not (tmp_path / "o" / "run_config.json").exists()
+
+
+def test_a_warmup_counts_the_steps_of_every_process(monkeypatch):
+    """Under torchrun each step takes a batch on every process: 100 texts at batch 10 are 10 steps alone, 3 on 4
+    processes, so a 5-step warm-up fits the first run and outlasts the second."""
+    from attnkit.training.config import TrainConfig
+    from attnkit.training.trainer import check_warmups
+
+    cfg = TrainConfig(batch_size=10, epochs=1, warmup_ratio=5)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    check_warmups(cfg, 100)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(ValueError, match="--warmup 5: the run has 3 steps"):
+        check_warmups(cfg, 100)
+
+
+def test_a_warmup_longer_than_the_run_is_refused(tiny_bert, data, tmp_path, capsys):
+    assert main(four_step_train_args(tiny_bert, data, tmp_path / "o", "--warmup", "100")) == 2
+    error_line(capsys, "--warmup 100: the run has 4 steps")
+    assert not (tmp_path / "o" / "run_config.json").exists()

@@ -1,0 +1,56 @@
+"""A model is what it says it is: a bare encoder is refused rather than run with a random head, an unknown model name
+fails at once naming it, a damaged weights file is named."""
+
+import shutil
+import time
+
+import pytest
+
+from attnkit.cli import main
+from helpers import train_args
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def run(tiny_bert, data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("trust_run") / "run"
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--attention", "sparsegen-lin", "--lam", "-2")) == 0
+    return out
+
+
+@pytest.mark.parametrize("command", [["predict", "a fine film"], ["explain", "a fine film", "--output", "x.png"]])
+def test_a_bare_encoder_is_refused_not_run_with_a_random_head(tiny_bert, command, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main([command[0], "--model", str(tiny_bert), *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert "no trained classification head" in err and "classifier.weight" in err and str(tiny_bert) in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_an_unknown_model_name_fails_at_once_naming_it(tmp_path, capsys, monkeypatch):
+    t0 = time.time()
+    assert main(["train", "--model", "not-a-model", "--output-dir", str(tmp_path / "o")]) == 2  # offline (conftest)
+    err = capsys.readouterr().err
+    assert "not-a-model" in err and time.time() - t0 < 30
+    # online mode but the hub cannot be reached: no minute of retries
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    t0 = time.time()
+    assert main(["train", "--model", "not-a-model", "--output-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "'not-a-model'" in err and "cannot be reached" in err and time.time() - t0 < 30
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garble"])
+def test_a_damaged_weights_file_is_named(run, tmp_path, capsys, damage):
+    copy = tmp_path / "copy"
+    shutil.copytree(run / "model", copy)
+    f = copy / "model.safetensors"
+    raw = f.read_bytes()
+    f.write_bytes(raw[: len(raw) // 2] if damage == "truncate" else b"\x07" * 64 + raw[64:])
+    assert main(["predict", "--model", str(copy), "a fine film"]) == 2
+    err = capsys.readouterr().err
+    assert f"{f} is damaged or truncated" in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,166 @@
+"""attnkit replaces only what it can prove it wrote: a user's side file in a run folder is refused, a model folder is
+replaced only as its manifest lists it, a user's sweep.md is moved aside, a second process on one run folder stops at
+once, and errors name the user's path, never a temporary file."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from attnkit.cli import main
+from attnkit.errors import UserError
+from attnkit.runfiles.atomic import write_text_atomic
+from attnkit.runfiles.lock import folder_lock
+from attnkit.runfiles.names import FOLDER_MANIFEST, LOCK_FILE
+from attnkit.runfiles.ownership import check_side_file, written_by_attnkit
+from helpers import (
+    copy_run,
+    error_line,
+    four_step_train_args,
+    leftovers,
+    only_stderr_line,
+    snapshot_without_lock,
+    two_step_train_args,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def run(tiny_bert, data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("rel_run") / "run"
+    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
+    return out
+
+
+def test_a_second_process_on_one_run_folder_stops_at_once(tiny_bert, data, tmp_path, capsys):
+    out = tmp_path / "runs"
+    out.mkdir()
+    with folder_lock(out):  # as another attnkit process would hold it
+        t0 = time.time()
+        assert main(two_step_train_args(tiny_bert, data, out)) == 2
+        only_stderr_line(capsys, "another attnkit process is writing", str(out))
+        assert time.time() - t0 < 30
+    assert not (out / "metrics.json").exists()
+    # a killed holder does not leave the lock stuck: the OS releases it with the process
+    code = f"import os, sys; sys.path.insert(0, {str(Path(__file__).parents[2])!r})\n" \
+           f"from attnkit.runfiles.lock import folder_lock\nwith folder_lock({str(out)!r}):\n    os.kill(os.getpid(), 9)\n"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == -9
+    assert (out / LOCK_FILE).exists()
+    assert main(two_step_train_args(tiny_bert, data, out)) == 0
+
+
+def test_a_side_file_of_the_user_is_refused(run, data, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("words.json").write_text("my own notes\n")
+    words = ["words", "--model", str(run), "--data-dir", str(data), "--max-samples", "8", "--min-count", "1"]
+    assert main(words + ["--output", "words.png"]) == 2
+    only_stderr_line(capsys, "words.json exists and was not written by attnkit")
+    assert Path("words.json").read_text() == "my own notes\n" and not Path("words.png").exists()
+    # elsewhere it is written, marked as attnkit's; a rerun may then replace attnkit's own side file
+    assert main(words + ["--output", "w.png"]) == 0
+    assert written_by_attnkit("w.json") and written_by_attnkit("w.png")
+    assert main(words + ["--output", "w.png"]) == 0
+    assert Path("words.json").read_text() == "my own notes\n"
+
+
+def test_side_file_check_reads_attnkit_marks(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps({"written_by": "attnkit words"}))
+    (tmp_path / "b.json").write_text(json.dumps({"written_by": "someone"}))
+    (tmp_path / "c.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 30)
+    (tmp_path / "d.svg").write_text("<svg></svg>")
+    assert written_by_attnkit(tmp_path / "a.json")
+    for name in ("b.json", "c.png", "d.svg"):
+        assert not written_by_attnkit(tmp_path / name)
+        with pytest.raises(UserError, match="not written by attnkit"):
+            check_side_file(tmp_path / name, "x")
+    check_side_file(tmp_path / "missing.json", "x")
+
+
+def test_errors_name_the_users_path_not_a_temporary_file(tmp_path):
+    (tmp_path / "f").write_text("a file where a folder should be")
+    with pytest.raises(UserError) as e:
+        write_text_atomic(tmp_path / "f" / "x.json", "{}")
+    assert str(tmp_path / "f" / "x.json") in str(e.value) and ".tmp-" not in str(e.value)
+    with pytest.raises(UserError, match="cannot write"):
+        write_text_atomic(tmp_path, "{}")  # a folder
+    assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_a_sweep_md_of_the_users_is_moved_aside_not_overwritten(tiny_bert, data, tmp_path, capsys):
+    """sweep.md is attnkit's where its folder's ledger lists it as written; the user's own notes in that name (or
+    attnkit's table edited by the user) are moved aside whole before the table is written again."""
+    out = tmp_path / "sweep"
+    base = ["sweep", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(out), "--lams", "-2",
+            "--seeds", "1", "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--max-steps", "2", "--eval-steps", "2"]
+    assert main(base) == 0
+    table = (out / "sweep.md").read_text()
+    assert main(base + ["--report-only"]) == 0  # attnkit's own table: replaced in place, nothing moved aside
+    assert (out / "sweep.md").read_text() == table and not list(out.glob(".replaced-*"))
+    (out / "sweep.md").write_text(table + "\nmy notes on this sweep\n")  # the user edits it: now it is theirs
+    assert main(base + ["--report-only"]) == 0
+    (aside,) = out.glob(".replaced-*/sweep.md")
+    assert aside.read_text().endswith("my notes on this sweep\n")
+    assert (out / "sweep.md").read_text() == table
+
+
+@pytest.fixture(scope="module")
+def finished(tiny_bert, data, tmp_path_factory) -> Path:
+    """A finished run (4 steps), to be copied by tests that damage it."""
+    out = tmp_path_factory.mktemp("rel2_done") / "run"
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
+    return out
+
+
+def test_a_model_folder_is_replaced_only_as_attnkit_wrote_it(tiny_bert, tmp_path):
+    """save_checkpoint: an earlier model folder that holds exactly what its manifest lists is replaced; one with a file
+    added or edited is moved aside whole; one without a manifest (not attnkit's) too."""
+    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
+    from transformers import AutoModel
+
+    model, tok = AutoModel.from_pretrained(tiny_bert), load_tokenizer(str(tiny_bert))
+    out = tmp_path / "m"
+    save_checkpoint(model, out, tok)
+    assert (out / FOLDER_MANIFEST).is_file()
+    save_checkpoint(model, out, tok)  # unchanged since: replaced, nothing set aside
+    assert not list(tmp_path.glob(".replaced-*")) and leftovers(tmp_path) == []
+    (out / "config.json").write_text((out / "config.json").read_text() + " ")  # edited by hand
+    edited = snapshot_without_lock(out)
+    save_checkpoint(model, out, tok)
+    (aside,) = tmp_path.glob(".replaced-*/m")
+    assert snapshot_without_lock(aside) == edited
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "weights.bin").write_bytes(b"\0\1\2")
+    save_checkpoint(model, theirs, tok)
+    assert [p.read_bytes() for p in tmp_path.glob(".replaced-*/theirs/weights.bin")] == [b"\0\1\2"]
+    assert leftovers(tmp_path) == []
+
+
+def test_a_command_writing_into_a_run_folder_holds_its_lock_or_refuses(finished, data, tiny_bert, tmp_path, capsys):
+    out = copy_run(finished, tmp_path / "r")
+    before = snapshot_without_lock(out)
+    with folder_lock(out):  # as a training run (say, --no-resume moving the run aside) holds it
+        assert main(["evaluate", "--model", str(out), "--data-dir", str(data)]) == 2
+        error_line(capsys, "another attnkit process is writing", str(out))
+    assert snapshot_without_lock(out) == before
+    # and while a command writes there, a training run on the folder is refused: the command holds the lock
+    from attnkit.cli import predict_commands as commands
+
+    seen = []
+    real = commands.write_json_atomic
+
+    def write_and_try_training(path, obj):
+        seen.append(main(four_step_train_args(tiny_bert, data, out, "--no-resume")))
+        real(path, obj)
+
+    commands.write_json_atomic, saved = write_and_try_training, commands.write_json_atomic
+    try:
+        assert main(["evaluate", "--model", str(out), "--data-dir", str(data)]) == 0
+    finally:
+        commands.write_json_atomic = saved
+    assert seen == [2] and "another attnkit process is writing" in capsys.readouterr().err
+    assert (out / "model" / "eval_csv_validation.json").is_file() and not list(out.glob(".replaced-*"))

@@ -1,0 +1,93 @@
+"""Data files that would be read wrongly are refused or counted: a csv header naming a column twice, a JSON line giving
+a key twice, a split labelled in part, a text of invisible characters only (an empty text)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from attnkit.errors import DataFormatError
+from attnkit.tasks import load_task
+from helpers import snapshot
+
+
+def test_csv_header_naming_a_column_twice_is_refused(tmp_path):
+    """`text,text,label`: the reader kept the second `text` column without a word."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.csv").write_text("text,text,label\nfirst,good film,pos\nsecond,bad film,neg\n")
+    (data / "dev.csv").write_text("text,text,label\nthird,good,pos\nfourth,bad,neg\n")
+    before = snapshot(data)
+    with pytest.raises(DataFormatError, match=r"train\.csv, line 1: column 'text' is named 2 times"):
+        load_task("csv", data_dir=data)
+    assert snapshot(data) == before
+
+
+def test_jsonl_object_giving_a_key_twice_is_refused(tmp_path):
+    """`{"text": "a", "text": "b"}`: json keeps the last value silently."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"text": "good film", "label": "pos"}\n{"text": "a", "text": "bad film", "label": "neg"}\n')
+    (data / "dev.jsonl").write_text('{"text": "good", "label": "pos"}\n{"text": "bad", "label": "neg"}\n')
+    before = snapshot(data)
+    with pytest.raises(DataFormatError, match=r"train\.jsonl, line 2: key 'text' appears twice"):
+        load_task("jsonl", data_dir=data)
+    assert snapshot(data) == before
+
+
+@pytest.fixture(scope="module")
+def saved_classifier(tiny_bert, tmp_path_factory) -> Path:
+    """A classifier saved as `attnkit train` saves it (two layers, 32 wide, labels negative/positive)."""
+    import torch
+
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.build import build_classifier
+    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
+
+    out = tmp_path_factory.mktemp("sweep_model") / "model"
+    torch.manual_seed(0)
+    net = build_classifier(str(tiny_bert), 2, AttentionSpec("sparsegen-lin", -2.0), label_names=["negative", "positive"])
+    save_checkpoint(net, out, tokenizer=load_tokenizer(str(tiny_bert)), extra={"task": "csv", "max_length": 16})
+    return out
+
+
+def test_evaluating_a_split_labelled_in_part_says_how_many_lack_a_label(saved_classifier, tmp_path, capsys):
+    """A test.csv with half its label fields empty: evaluate said "this split has no gold labels"."""
+    from attnkit.cli import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.csv").write_text("text,label\ngood film,positive\nbad film,negative\n")
+    (data / "dev.csv").write_text("text,label\ngood,positive\nbad,negative\n")
+    (data / "test.csv").write_text("text,label\ngreat film,positive\ndull film,\nfine plot,\nawful,negative\n")
+    before = snapshot(data)
+    out = tmp_path / "ev.json"
+    assert main(["evaluate", "--model", str(saved_classifier), "--task", "csv", "--data-dir", str(data), "--split", "test",
+                 "--threads", "1", "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "2 of the 4 examples of this split have no gold label" in err, err
+    assert not out.exists() and snapshot(data) == before
+
+
+def test_a_text_of_invisible_characters_only_is_empty(saved_classifier, tmp_path, capsys):
+    """A --file line holding only a zero-width space was predicted (as an empty text, exit 0): `str.strip` keeps
+    U+200B. The command line, explain and training files treat it as empty too."""
+    from attnkit.cli import main
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("good film\n\u200b\u2060\nbad film\n", encoding="utf-8")
+    before = texts.read_bytes()
+    out = tmp_path / "p.jsonl"
+    assert main(["predict", "--model", str(saved_classifier), "--threads", "1", "--file", str(texts), "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "texts.txt, line 2: expected one text per line, found an empty line" in err, err
+    assert main(["predict", "--model", str(saved_classifier), "--threads", "1", "\u200b"]) == 2
+    assert "text 1 of the command line is empty" in capsys.readouterr().err
+    assert not out.exists() and texts.read_bytes() == before
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.csv").write_text("text,label\ngood film,positive\n\ufeff\u200b,negative\n", encoding="utf-8")
+    (data / "dev.csv").write_text("text,label\ngood,positive\nbad,negative\n")
+    with pytest.raises(DataFormatError, match=r"train\.csv, line 3: expected text in 'text', found an empty value"):
+        load_task("csv", data_dir=data)

@@ -1,0 +1,124 @@
+"""Texts and splits are read as written: a --file splits on newlines only and gives one prediction per line; a dev or
+test split that is the train split again (a link, a copy, shuffled) is refused."""
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from attnkit.cli import main
+from helpers import one_line_error, snapshot
+
+
+@pytest.fixture(scope="module")
+def saved_classifier(tiny_bert, tmp_path_factory) -> Path:
+    """A classifier saved as `attnkit train` saves it (labels negative/positive, trained at 16 tokens)."""
+    import torch
+
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.build import build_classifier
+    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
+
+    out = tmp_path_factory.mktemp("nsr_model") / "model"
+    torch.manual_seed(0)
+    net = build_classifier(str(tiny_bert), 2, AttentionSpec("sparsemax"), label_names=["negative", "positive"])
+    save_checkpoint(net, out, tokenizer=load_tokenizer(str(tiny_bert)), extra={"task": "csv", "max_length": 16})
+    return out
+
+
+def test_read_text_file_splits_on_newlines_only(tmp_path):
+    from attnkit.analysis.inference import read_text_file
+
+    f = tmp_path / "texts.txt"
+    f.write_bytes("\ufeffgood film\u2028bad plot\r\nthe actor\x85is\x0cgreat\nold\rmac\n\n".encode("utf-8"))
+    assert read_text_file(f) == ["good film\u2028bad plot", "the actor\x85is\x0cgreat", "old\rmac"]
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"\xef\xbb\xbfgood\nfine\n\xff\n")
+    with pytest.raises(ValueError, match="line 3"):  # counted in the file, its BOM included
+        read_text_file(bad)
+
+
+def test_predict_file_gives_one_prediction_per_line(saved_classifier, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_bytes("good film\u2028bad plot\r\nthe actor\x85is\x0cgreat\n".encode("utf-8"))
+    before = texts.read_bytes()
+    out = tmp_path / "pred.jsonl"
+    assert main(["predict", "--model", str(saved_classifier), "--file", str(texts), "--output", str(out), "--threads", "1"]) == 0
+    rows = [json.loads(line) for line in out.read_bytes().decode("utf-8").split("\n") if line]  # JSON lines end at \n
+    assert [r["text"] for r in rows] == ["good film\u2028bad plot", "the actor\x85is\x0cgreat"]
+    assert texts.read_bytes() == before
+
+
+def _link(d: Path) -> None:
+    (d / "dev.csv").unlink()
+    (d / "dev.csv").symlink_to("train.csv")
+
+
+def _hard_link(d: Path) -> None:
+    (d / "dev.csv").unlink()
+    os.link(d / "train.csv", d / "dev.csv")
+
+
+def _copy(d: Path) -> None:
+    shutil.copy(d / "train.csv", d / "dev.csv")
+
+
+def _shuffled(d: Path) -> None:
+    head, *rows = (d / "train.csv").read_text().splitlines(keepends=True)
+    random.Random(0).shuffle(rows)
+    (d / "dev.csv").write_text(head + "".join(rows))
+
+
+def _test_copy(d: Path) -> None:
+    shutil.copy(d / "train.csv", d / "test.csv")
+
+
+@pytest.mark.parametrize("make,needles", [
+    (_link, ["dev.csv (validation split) is", "train.csv (train split) again (a link to it)"]),
+    (_hard_link, ["dev.csv (validation split) is", "train.csv (train split) again (the same file)"]),
+    (_copy, ["dev.csv holds the same 96 examples as", "train.csv"]),
+    (_shuffled, ["dev.csv holds the same 96 examples as", "train.csv"]),
+    (_test_copy, ["test.csv holds the same 96 examples as", "train.csv"]),
+])
+def test_a_split_that_is_train_again_is_refused(make, needles, tiny_bert, tiny_task, tmp_path, capsys):
+    make(tiny_task)
+    before = snapshot(tiny_task)
+    out = tmp_path / "run"
+    assert main(["train", "--task", "csv", "--data-dir", str(tiny_task), "--model", str(tiny_bert), "--output-dir", str(out),
+                 "--max-steps", "1"]) == 2
+    line = one_line_error(capsys, *needles, "scores on training examples")
+    assert str(tiny_task) in line  # both files named with their folder
+    assert not out.exists() and snapshot(tiny_task) == before
+
+
+def test_the_train_file_named_as_the_dev_file_is_refused(tiny_task):
+    from attnkit.errors import UserError
+    from attnkit.tasks import load_task
+
+    with pytest.raises(UserError, match=r"train\.csv \(validation split\) is .*train\.csv \(train split\) again \(the same file\)"):
+        load_task("csv", tiny_task, validation_file="train.csv")
+    assert len(load_task("csv", tiny_task).splits["validation"]) == 32
+
+
+def test_a_task_whose_splits_are_identical_is_refused(tiny_bert, tmp_path, capsys):
+    from attnkit.errors import UserError
+    from attnkit.tasks import load_task
+
+    for split in ("train", "dev", "test"):
+        d = tmp_path / "sentube" / "auto" / split
+        d.mkdir(parents=True)
+        (d / "pos.txt").write_text("a good car\nnice engine\n")
+        (d / "neg.txt").write_text("a bad car\n" if split != "test" else "a dull car\n")
+    before = snapshot(tmp_path)
+    with pytest.raises(UserError, match="the validation split of task sentube-auto holds the same 3 examples as the train split"):
+        load_task("sentube-auto", tmp_path)
+    out = tmp_path / "run"
+    assert main(["train", "--task", "sentube-auto", "--data-dir", str(tmp_path), "--model", str(tiny_bert), "--output-dir",
+                 str(out), "--max-steps", "1"]) == 2
+    one_line_error(capsys, "validation split of task sentube-auto", "scores on training examples", str(tmp_path))
+    assert not out.exists() and snapshot(tmp_path) == before
+    (tmp_path / "sentube" / "auto" / "dev" / "neg.txt").write_text("an awful car\n")  # its own examples: read
+    assert len(load_task("sentube-auto", tmp_path).splits["validation"]) == 3

@@ -1,0 +1,110 @@
+"""A save that fails (a checkpoint that cannot be written, a full disk under ulimit, a final save that fails or is
+killed half way) leaves nothing half written, says so in one line, and a rerun finishes with the metrics of an
+unbroken run."""
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnkit.cli import main
+from attnkit.runfiles.names import RUN_RECORD
+from helpers import error_line, four_step_train_args, leftovers, same_metrics, the_error
+
+pytestmark = pytest.mark.slow
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_bert, data, tmp_path_factory) -> dict:
+    """The metrics of the run the tests below break and rerun, trained once without a fault."""
+    out = tmp_path_factory.mktemp("rel2_ref") / "run"
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
+    return json.loads((out / "metrics.json").read_text())
+
+
+def test_a_checkpoint_that_cannot_be_written_leaves_nothing_half_written(tiny_bert, data, tmp_path, capsys, monkeypatch, reference):
+    from transformers import Trainer
+
+    def full(self, output_dir):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Trainer, "_save_rng_state", full)
+    out = tmp_path / "r"
+    assert main(four_step_train_args(tiny_bert, data, out)) == 2
+    error_line(capsys, f"cannot write the checkpoint {out / 'checkpoint-2'}", "No space left on device")
+    assert not list(out.glob("checkpoint-*")) and leftovers(out) == [] and not (out / "model").exists()
+    assert json.loads((out / RUN_RECORD).read_text())["checkpoints"] == []
+    monkeypatch.undo()
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
+    same_metrics(json.loads((out / "metrics.json").read_text()), reference)
+
+
+def test_a_full_disk_under_ulimit_is_one_line_and_a_rerun_finishes(tiny_bert, data, tmp_path, reference):
+    import resource
+
+    out = tmp_path / "r"
+    limit = 150 * 1024  # the tiny model's weights fit, its optimizer state does not
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-m", "attnkit.cli", *four_step_train_args(tiny_bert, data, out)], capture_output=True, text=True,
+                       env=env, preexec_fn=cap, timeout=600)
+    assert r.returncode == 2, r.stderr[-2000:]
+    the_error(r.stderr, "cannot write the checkpoint", str(out / "checkpoint-"), "is the disk full")
+    assert not list(out.glob("checkpoint-*")) and leftovers(out) == []
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
+    same_metrics(json.loads((out / "metrics.json").read_text()), reference)
+
+
+@pytest.mark.parametrize("code,why", [(errno.EFBIG, "File too large"), (errno.EROFS, "Read-only file system")])
+def test_a_final_save_that_fails_leaves_no_temporary_folder(tiny_bert, data, tmp_path, capsys, monkeypatch, reference, code, why):
+    import attnkit.models.checkpoint as build
+
+    real = build._write_checkpoint
+
+    def half_then_fail(model, tmp, tokenizer=None, extra=None):  # (as root, a folder made read-only is still written)
+        real(model, tmp, tokenizer, extra)
+        raise OSError(code, why)
+
+    monkeypatch.setattr(build, "_write_checkpoint", half_then_fail)
+    out = tmp_path / "r"
+    assert main(four_step_train_args(tiny_bert, data, out)) == 2
+    error_line(capsys, f"cannot write the model {out / 'model'}", why)
+    assert leftovers(out) == [] and not (out / "model").exists() and not (out / "metrics.json").exists()
+    monkeypatch.undo()
+    # the rerun resumes at the last step (its checkpoints are there) and reports the run's true metrics
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
+    same_metrics(json.loads((out / "metrics.json").read_text()), reference)
+    assert not list(out.glob("checkpoint-*"))
+
+
+def test_a_final_save_killed_half_way_is_tidied_by_the_rerun(tiny_bert, data, tmp_path, reference):
+    out = tmp_path / "r"
+    code = (
+        "import os, signal, sys\n"
+        "import attnkit.models.checkpoint as build\n"
+        "real = build._write_checkpoint\n"
+        "def killed(model, tmp, *a, **k):\n"
+        "    real(model, tmp, *a, **k)\n"
+        "    if tmp.name.startswith('.model.tmp-'):\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "build._write_checkpoint = killed\n"
+        "from attnkit.cli import main\n"
+        f"sys.exit(main({four_step_train_args(tiny_bert, data, out)!r}))\n"
+    )
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == -9, r.stderr[-2000:]
+    assert [p.name.split("-")[0] for p in out.glob(".model.tmp-*")] == [".model.tmp"]  # what a kill leaves
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
+    assert leftovers(out) == [] and (out / "model" / "model.safetensors").is_file()
+    same_metrics(json.loads((out / "metrics.json").read_text()), reference)

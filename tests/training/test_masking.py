@@ -1,0 +1,70 @@
+"""Masked-LM training never logs a step that masked nothing: every batch masks a token, a corpus or a length too small
+to mask is refused, only masking steps are counted and the records are strict JSON."""
+
+import math
+
+import pytest
+
+from attnkit.cli import main
+from helpers import one_line_error, snapshot, strict_json, write_csv_task
+
+
+def test_every_batch_masks_a_token(tiny_bert):
+    from attnkit.models.checkpoint import load_tokenizer
+    from attnkit.training.pretrain import mlm_collator
+
+    tok = load_tokenizer(str(tiny_bert))
+    features = [dict(tok("good", return_special_tokens_mask=True))]  # [CLS] good [SEP]: one token to mask
+    collate = mlm_collator(tok, 0.05, seed=0)  # a draw masks it 1 time in 20
+    labels = [collate(features)["labels"] for _ in range(30)]
+    assert all(int((l != -100).sum()) == 1 for l in labels)
+    with pytest.raises(ValueError, match="no token that can be masked"):
+        collate([dict(tok("", return_special_tokens_mask=True))])  # [CLS] [SEP] alone
+
+
+def test_adapt_refuses_a_corpus_too_small_to_mask(tiny_bert, tmp_path, capsys):
+    f = tmp_path / "one.txt"
+    f.write_bytes(b"good\n")
+    out = tmp_path / "run"
+    assert main(["adapt", "--text-file", str(f), "--model", str(tiny_bert), "--output-dir", str(out), "--max-steps", "3",
+                 "--batch-size", "2", "--max-length", "16", "--attention", "softmax"]) == 2
+    one_line_error(capsys, "1 token(s) that can be masked", "--mlm-probability 0.15", "give more text")
+    assert not out.exists() and f.read_bytes() == b"good\n"
+
+
+@pytest.mark.slow
+def test_adapt_counts_only_steps_that_mask_and_writes_strict_json(tiny_bert, tmp_path, capsys):
+    """Four two-word texts, one a step: a draw masks nothing 72% of the time (it was logged as loss 0, and the final
+    MLM loss was NaN in metrics.json)."""
+    f = tmp_path / "four.txt"
+    f.write_text("good film\nbad plot\nthe actor\ngreat story\n")
+    out = tmp_path / "run"
+    assert main(["adapt", "--text-file", str(f), "--model", str(tiny_bert), "--output-dir", str(out), "--max-steps", "8",
+                 "--batch-size", "1", "--max-length", "16", "--attention", "softmax", "--logging-steps", "1", "--seed", "1"]) == 0
+    assert "MLM loss nan" not in capsys.readouterr().out
+    m = strict_json(out / "metrics.json")
+    losses = [h["loss"] for h in m["log_history"] if "loss" in h]
+    assert len(losses) == 8 and all(loss > 1.0 for loss in losses)  # a random head's loss is ~ln(vocabulary), never 0
+    assert math.isfinite(m["adapted"]["mlm_loss"]) and m["adapted"]["mlm_loss"] > 1.0
+    assert m["train"]["train_loss"] == pytest.approx(sum(losses) / 8, rel=1e-3)
+    assert strict_json(out / "model" / "attnkit_run.json")["adapted"]["mlm_loss"] == m["adapted"]["mlm_loss"]
+
+
+def test_pretrain_refuses_lengths_and_corpora_that_leave_nothing_to_mask(tmp_path, capsys):
+    data = write_csv_task(tmp_path / "d", [("good", "pos"), ("bad", "neg")], [("fine", "pos"), ("awful", "neg")])
+    before = snapshot(data)
+    out = tmp_path / "run"
+    base = ["pretrain", "--task", "csv", "--data-dir", str(data), "--output-dir", str(out), "--epochs", "1"]
+    assert main([*base, "--max-length", "2"]) == 2
+    one_line_error(capsys, "--max-length 2", "at least 3")
+    assert main([*base, "--max-length", "8"]) == 2  # two one-word texts: 0.3 masked tokens a pass
+    one_line_error(capsys, "the training texts of task csv", "2 token(s) that can be masked")
+    assert not out.exists() and snapshot(data) == before
+
+
+def test_adapt_refuses_max_length_2(tiny_bert, tmp_path, capsys):
+    f = tmp_path / "t.txt"
+    f.write_text("good film\n")
+    assert main(["adapt", "--text-file", str(f), "--model", str(tiny_bert), "--output-dir", str(tmp_path / "run"),
+                 "--max-length", "2"]) == 2
+    one_line_error(capsys, "--max-length 2", "at least 3")
