@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import numbers
 import os
 
 import torch
@@ -78,6 +79,8 @@ def backend_for(t: torch.Tensor):
     choice = _force_backend
     if choice is None:
         choice = "triton" if (t.device.type == "cuda" or kernels.MODE == "triton" or os.environ.get("ATTNKIT_KERNEL", "").strip().lower() == "triton") else "cpu"
+    if choice == "triton" and t.dtype == torch.float64 and t.device.type == "cpu" and _force_backend is None:
+        return flash_cpu  # (the Triton kernels take no float64: CPU float64 stays exact on the blocked backend)
     if choice == "triton":
         mod = _load_triton()
         if mod is not None:
@@ -116,7 +119,7 @@ def _check_qkv(q, k, v) -> None:
 def _check_scale(scale, D: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(D)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise _err(f"scale must be a positive finite number (default 1/sqrt(D)), got {scale!r}")
     s = float(scale)
     if not (math.isfinite(s) and s > 0):

@@ -478,3 +478,16 @@ def test_worker_threads_split_the_slices_exactly(B, H, monkeypatch, gen):
         assert len(flash_cpu._parts(B, H, 2)) == (1 if B * H == 1 else 2 if B >= 2 else min(2, H))
     finally:
         torch.set_num_threads(before)
+
+
+def test_backend_choice(monkeypatch):
+    """CPU tensors take the blocked backend; ATTNKIT_KERNEL=triton sends float32/16-bit ones to flash_triton where it
+    imports, and float64 ones stay on the blocked backend (the Triton kernels take no float64)."""
+    from attnkit.attention import kernels
+
+    x64, x32 = torch.zeros(1, 1, 2, 16, dtype=F64), torch.zeros(1, 1, 2, 16)
+    assert flash.backend_for(x64) is flash_cpu and flash.backend_for(x32) is flash_cpu
+    monkeypatch.setattr(kernels, "MODE", "triton")
+    assert flash.backend_for(x64) is flash_cpu
+    want = flash_cpu if _triton_backend_available() is not None else importlib.import_module("attnkit.attention.flash_triton")
+    assert flash.backend_for(x32) is want
