@@ -7,8 +7,8 @@ side by side in one run: these machines are noisy). Memory: the extra peak resid
 (variant, length) in a fresh process (VmHWM reset through /proc/self/clear_refs after the inputs exist and the
 kernels are loaded).
 
-    python benchmarks/flash.py --out benchmarks/results/flash_cpu_2026-11-27.md          # CPU, 2 threads
-    python benchmarks/flash.py --gpu --out benchmarks/results/flash_gpu_<gpu>_<date>.md  # CUDA only
+    python -m benchmarks.flash --out benchmarks/results/flash_cpu_2026-11-27.md          # CPU, 2 threads
+    python -m benchmarks.flash --gpu --out benchmarks/results/flash_gpu_<gpu>_<date>.md  # CUDA only
 
 GPU (``--gpu``; needs CUDA, runs unattended): the same sparse maps (the Triton backend) against SDPA and
 FlashAttention-2 (the flash-attn package where importable, else SDPA's flash backend), bf16, L = 128 ... 16384, head
@@ -32,16 +32,14 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+import torch.nn.functional as F
+
+from attnkit.attention.entmax import entmax15
+from attnkit.attention.flash import sparse_attention
+from attnkit.attention.maps import sparsemax
+
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from attnkit.attention.entmax import entmax15  # noqa: E402
-from attnkit.attention.flash import sparse_attention  # noqa: E402
-from attnkit.attention.maps import sparsemax  # noqa: E402
 
 CPU_LENGTHS = (128, 256, 512, 1024, 2048, 4096)
 GPU_LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -117,7 +115,6 @@ def fwd_bwd(fn, q, k, v, do):
 
 _MEMORY_CODE = """
 import sys
-sys.path.insert(0, {root!r})
 import torch
 torch.set_num_threads({threads})
 sys.argv = ['flash']
@@ -291,7 +288,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-memory", action="store_true", help="skip the CPU memory runs (one process each)")
     ap.add_argument("--out", help="markdown file to write (default: benchmarks/results/flash_{cpu,gpu}_<date>.md)")
     args = ap.parse_args(argv)
-    command = "python benchmarks/flash.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m benchmarks.flash " + " ".join(sys.argv[1:] if argv is None else argv)
     date = dt.date.today().isoformat()
     if args.gpu:
         if not torch.cuda.is_available():
