@@ -250,9 +250,13 @@ def gpu_table(rows) -> str:
 
 
 def environment(gpu: bool) -> dict:
-    import transformers
-
     from attnkit.attention import kernels
+
+    try:
+        import transformers
+        transformers_version = transformers.__version__
+    except ImportError:  # the GPU section needs only torch and triton
+        transformers_version = None
 
     cpu = platform.processor() or platform.uname().processor
     try:
@@ -262,7 +266,7 @@ def environment(gpu: bool) -> dict:
         pass
     env = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": platform.machine(), "cpu": cpu,
            "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
-           "torch": torch.__version__, "transformers": transformers.__version__, "attnkit map kernel": kernels.backend_reason()}
+           "torch": torch.__version__, "transformers": transformers_version, "attnkit map kernel": kernels.backend_reason()}
     if gpu:
         env.update(gpu=torch.cuda.get_device_name(), cuda=torch.version.cuda)
         try:
