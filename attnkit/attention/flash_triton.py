@@ -126,34 +126,9 @@ def _pow_on(x, t, e):
 
 
 @triton.jit
-def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX,
-         sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-         sob, soh, som, sod, sbb, sbh, sbm, sbn, sab, sah, sam, sad,
-         H, Lq, Lk, D, scale, TOL,
-         HAS_BIAS: tl.constexpr, NEED_AUX: tl.constexpr, IEEE: tl.constexpr,
-         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-         NBISECT: tl.constexpr, MAXIT: tl.constexpr, NWORDS: tl.constexpr):
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_ok = rows < Lq
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < D
-    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd,
-                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
-    k_base = b * skb + h * skh
-    v_base = b * svb + h * svh
-    bias_base = b * sbb + h * sbh
-    alpha = tl.load(ALPHA + h).to(tl.float32)
-    am1 = alpha - 1.0
-    r = 1.0 / am1
-    sparsemax = alpha == 2.0
-    sm_rows = (tl.zeros([BLOCK_M], dtype=tl.float32) + alpha) == 2.0  # the same, row-wise
-
-    # 1. the row max and the count of unmasked keys
+def _row_max_count(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Pass 1: each row's max of z and its count of unmasked keys."""
     m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     n = tl.zeros([BLOCK_M], dtype=tl.float32)
     for start_n in range(0, Lk, BLOCK_N):
@@ -161,39 +136,44 @@ def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX,
                                skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
         m = tl.maximum(m, tl.max(z, 1))
         n += tl.sum((z > float("-inf")).to(tl.float32), 1)
-    live = row_ok & (m > float("-inf"))
-    m0 = tl.where(live, m, 0.0)
+    return m, n
 
-    # 2. the threshold t = tau - m in [-1, -n^(1 - alpha)]
-    lo = tl.full([BLOCK_M], -1.0, dtype=tl.float32)
-    hi = -tl.exp2((1.0 - alpha) * tl.log2(tl.maximum(n, 1.0)))
-    # every t tried from here on is >= -1: a key block where no live row has x > -1 never holds support. The first
-    # pass flags the blocks that may (a bitmask of 64 * NWORDS blocks in registers), the later ones skip the others
-    widx = tl.arange(0, NWORDS)
-    bits = tl.zeros([NWORDS], dtype=tl.int64)
-    npass = pid_m * 0
-    if not sparsemax:
-        for _ in range(NBISECT):
-            mid = 0.5 * (lo + hi)
-            f = tl.zeros([BLOCK_M], dtype=tl.float32)
-            for start_n in range(0, Lk, BLOCK_N):
-                j = start_n // BLOCK_N
-                if (npass == 0) | _tile_bit(bits, widx, j):
-                    z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok,
-                                           Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
-                    x = z - m0[:, None]
-                    if npass == 0:
-                        bits = _flag_tile(bits, widx, j, x, live)
-                    pm, on, dd = _pow_on(x, mid, r)
-                    f += tl.sum(pm, 1)
-            npass += 1
-            above = f > 1.0  # the root lies above mid
-            lo = tl.where(above, mid, lo)
-            hi = tl.where(above, hi, mid)
-    t = lo
+
+@triton.jit
+def _bisect(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, hi, bits, widx, npass,
+            HAS_BIAS: tl.constexpr, IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+            NBISECT: tl.constexpr):
+    """Pass 2a (alpha != 2): NBISECT bisection steps of the shifted threshold in [lo, hi]. The first pass flags the key
+    blocks where a live row has x > -1 (every threshold tried is >= -1: the others never hold support)."""
+    for _ in range(NBISECT):
+        mid = 0.5 * (lo + hi)
+        f = tl.zeros([BLOCK_M], dtype=tl.float32)
+        for start_n in range(0, Lk, BLOCK_N):
+            j = start_n // BLOCK_N
+            if (npass == 0) | _tile_bit(bits, widx, j):
+                z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok,
+                                       Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
+                x = z - m0[:, None]
+                if npass == 0:
+                    bits = _flag_tile(bits, widx, j, x, live)
+                pm, on, dd = _pow_on(x, mid, r)
+                f += tl.sum(pm, 1)
+        npass += 1
+        above = f > 1.0  # the root lies above mid
+        lo = tl.where(above, mid, lo)
+        hi = tl.where(above, hi, mid)
+    return lo, bits, npass
+
+
+@triton.jit
+def _newton(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, t, sm_rows, bits, widx, npass, TOL,
+            HAS_BIAS: tl.constexpr, IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+            MAXIT: tl.constexpr):
+    """Pass 2b: Newton steps from below on f(t) = sum [x - t]_+^r - 1 until the step is float32 noise, or (sparsemax)
+    the support stops shrinking (Michelot: then t is exact)."""
     done = ~live
     k_prev = tl.full([BLOCK_M], -1.0, dtype=tl.float32)
-    it = pid_m * 0
+    it = npass * 0
     active = tl.max((~done).to(tl.int32), 0)
     while active > 0:
         f = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -208,29 +188,30 @@ def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX,
                 if npass == 0:
                     bits = _flag_tile(bits, widx, j, x, live)
                 p1, on, dd = _pow_on(x, t, r - 1.0)  # [x - t]_+^(r - 1); its sum is -f'(t) / r
-                pm = p1 * dd
-                f += tl.sum(pm, 1)
+                f += tl.sum(p1 * dd, 1)
                 df += tl.sum(p1, 1)
                 ks += tl.sum(on.to(tl.float32), 1)
         npass += 1
         f = f - 1.0
-        # exact for sparsemax: the support did not shrink since the last step (Michelot)
         stop = done | (f <= 0.0) | (sm_rows & (ks == k_prev))
         step = tl.where(stop | (df <= 0.0), 0.0, f / (r * tl.where(df > 0.0, df, 1.0)))
         t = t + step
-        # alpha != 2: the step fell to float32 noise (Newton's next would be far smaller still)
-        done = stop | ((step <= TOL) & ~sm_rows)
+        done = stop | ((step <= TOL) & ~sm_rows)  # alpha != 2: Newton's next step would be far smaller still
         k_prev = ks
         it += 1
         active = tl.where(it < MAXIT, tl.max((~done).to(tl.int32), 0), 0)
+    return t, bits, npass
 
-    # 3. the output, over the key blocks that hold support
-    c_q = (2.0 - alpha) * r  # q = p^(2 - alpha) = [x - t]_+^((2 - alpha) / (alpha - 1))
+
+@triton.jit
+def _output(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, V, v_base, svn, svd, r, c_q, m0, t_live, bits, widx, npass,
+            HAS_BIAS: tl.constexpr, NEED_AUX: tl.constexpr, IEEE: tl.constexpr, BLOCK_M: tl.constexpr,
+            BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Pass 3: sum p v / sum p over the key blocks that hold support (and U = sum q v / sum q, q = p^(2 - alpha))."""
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     l = tl.zeros([BLOCK_M], dtype=tl.float32)
     lq = tl.zeros([BLOCK_M], dtype=tl.float32)
-    t_live = tl.where(live, t, float("inf"))
     for start_n in range(0, Lk, BLOCK_N):
         if (npass == 0) | _tile_bit(bits, widx, start_n // BLOCK_N):
             z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn,
@@ -246,13 +227,56 @@ def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX,
                     qq, on, dd = _pow_on(x, t_live, c_q)
                     lq += tl.sum(qq, 1)
                     acc_u += _dot(qq, v, IEEE)
-    out = acc / tl.where(l > 0.0, l, 1.0)[:, None]
+    return acc / tl.where(l > 0.0, l, 1.0)[:, None], acc_u / tl.where(lq > 0.0, lq, 1.0)[:, None]
+
+
+@triton.jit
+def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX,
+         sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+         sob, soh, som, sod, sbb, sbh, sbm, sbn, sab, sah, sam, sad,
+         H, Lq, Lk, D, scale, TOL,
+         HAS_BIAS: tl.constexpr, NEED_AUX: tl.constexpr, IEEE: tl.constexpr,
+         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+         NBISECT: tl.constexpr, MAXIT: tl.constexpr, NWORDS: tl.constexpr):
+    """One query block of one (batch, head): the row max, the threshold t = tau - max in [-1, -n^(1 - alpha)], the
+    output over the key blocks that hold support. A bitmask of 64 * NWORDS key blocks (in registers) skips the blocks
+    that never hold support after the first search pass."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < Lq
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd,
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    k_base = b * skb + h * skh
+    bias_base = b * sbb + h * sbh
+    alpha = tl.load(ALPHA + h).to(tl.float32)
+    am1 = alpha - 1.0
+    r = 1.0 / am1
+    sm_rows = (tl.zeros([BLOCK_M], dtype=tl.float32) + alpha) == 2.0  # sparsemax, row-wise
+    m, n = _row_max_count(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N)
+    live = row_ok & (m > float("-inf"))
+    m0 = tl.where(live, m, 0.0)
+    lo = tl.full([BLOCK_M], -1.0, dtype=tl.float32)
+    hi = -tl.exp2((1.0 - alpha) * tl.log2(tl.maximum(n, 1.0)))
+    widx = tl.arange(0, NWORDS)
+    bits = tl.zeros([NWORDS], dtype=tl.int64)
+    npass = pid_m * 0
+    if alpha != 2.0:
+        lo, bits, npass = _bisect(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, hi, bits, widx, npass, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N, NBISECT)
+    t, bits, npass = _newton(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, sm_rows, bits, widx, npass, TOL, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N, MAXIT)
+    t_live = tl.where(live, t, float("inf"))
+    out, u = _output(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, V, b * svb + h * svh, svn, svd, r, (2.0 - alpha) * r, m0, t_live, bits, widx, npass,
+                     HAS_BIAS, NEED_AUX, IEEE, BLOCK_M, BLOCK_N, BLOCK_D)
     o_mask = row_ok[:, None] & d_ok[None, :]
     tl.store(OUT + b * sob + h * soh + rows[:, None] * som + offs_d[None, :] * sod, out.to(OUT.dtype.element_ty),
              mask=o_mask)
     tl.store(TAU + pid_bh * Lq + rows, t_live + m0, mask=row_ok)
     if NEED_AUX:
-        u = acc_u / tl.where(lq > 0.0, lq, 1.0)[:, None]
         tl.store(AUX + b * sab + h * sah + rows[:, None] * sam + offs_d[None, :] * sad, u, mask=o_mask)
 
 

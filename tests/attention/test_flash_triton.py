@@ -108,7 +108,8 @@ def test_sparsemax_right_padding_exact_threshold():
     sup = p_ref > 0
     tau_exact = (torch.where(sup, z, 0.0).sum(-1) - 1) / sup.sum(-1)
     assert (tau.double().cpu() - tau_exact).abs().max().item() <= 2e-6
-    assert (out[1].abs().sum() > 0) and torch.equal(ft.weights(q, k, bias, torch.tensor([2.0, 2.0]), D**-0.5, tau)[1, ..., 12:], torch.zeros(H, L, L - 12))
+    alpha = torch.tensor([2.0, 2.0], device=DEVICE)
+    assert (out[1].abs().sum() > 0) and torch.equal(ft.weights(q, k, bias, alpha, D**-0.5, tau)[1, ..., 12:].cpu(), torch.zeros(H, L, L - 12))
 
 
 def test_entmax15_left_padding_lq_ne_lk_d32():
