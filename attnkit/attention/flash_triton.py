@@ -59,6 +59,9 @@ import torch
 import triton
 import triton.language as tl
 
+from .flash_triton_backward import bwd_kv, bwd_q
+from .flash_triton_tiles import dot, flag_tile, pow_on, tile_bit, z_tile
+
 __all__ = ["forward", "backward", "weights", "BLOCK_M", "BLOCK_N"]
 
 #: default tile sizes: small under the interpreter (the tests' tiny shapes), FlashAttention-like on a GPU
@@ -75,64 +78,13 @@ NWORDS = 8
 
 
 @triton.jit
-def _dot(a, b, IEEE: tl.constexpr):
-    """a @ b accumulated in float32: IEEE float32 products of float32 operands, or (16-bit inputs) a rounded to b's
-    dtype and 16-bit products, as FlashAttention."""
-    if IEEE:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    else:
-        return tl.dot(a.to(b.dtype), b, out_dtype=tl.float32)
-
-
-@triton.jit
-def _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn,
-            scale, am1, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr):
-    """One key block: (z, k, col_ok) with z = (alpha - 1) (scale q k^T + bias), -inf where masked or out of range."""
-    cols = start_n + offs_n
-    col_ok = cols < Lk
-    k = tl.load(K + k_base + cols[:, None] * skn + offs_d[None, :] * skd, mask=col_ok[:, None] & d_ok[None, :], other=0.0)
-    qk = _dot(q, tl.trans(k), IEEE)
-    s = qk * scale
-    if HAS_BIAS:
-        bm = row_ok[:, None] & col_ok[None, :]
-        bias = tl.load(BIAS + bias_base + rows[:, None] * sbm + cols[None, :] * sbn, mask=bm, other=0.0).to(tl.float32)
-        s = s + bias
-    z = s * am1
-    z = tl.where(col_ok[None, :], z, float("-inf"))
-    return z, k, col_ok
-
-
-@triton.jit
-def _tile_bit(bits, widx, j):
-    """Whether key block j was flagged (blocks past the bitmask's 64 * NW always are)."""
-    w = j // 64
-    word = tl.sum(tl.where(widx == w, bits, 0), 0)
-    return (((word >> (j % 64)) & 1) != 0) | (w >= widx.shape[0])
-
-
-@triton.jit
-def _flag_tile(bits, widx, j, x, live):
-    """bits with key block j's flag set where some live row has x > -1 there (x = z - row max)."""
-    hit = tl.max(tl.max(tl.where(live[:, None], x, float("-inf")), 1), 0) > -1.0
-    return bits | tl.where(widx == j // 64, hit.to(tl.int64) << (j % 64), 0)
-
-
-@triton.jit
-def _pow_on(x, t, e):
-    """[x - t]_+ ^ e (with 0^0 = 0: only where x > t), x - t > 0 read through log2 / exp2."""
-    on = x > t[:, None]
-    d = tl.where(on, x - t[:, None], 1.0)
-    return tl.where(on, tl.exp2(e * tl.log2(d)), 0.0), on, d
-
-
-@triton.jit
 def _row_max_count(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Pass 1: each row's max of z and its count of unmasked keys."""
     m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     n = tl.zeros([BLOCK_M], dtype=tl.float32)
     for start_n in range(0, Lk, BLOCK_N):
-        z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn,
+        z, k, col_ok = z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn,
                                skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
         m = tl.maximum(m, tl.max(z, 1))
         n += tl.sum((z > float("-inf")).to(tl.float32), 1)
@@ -150,13 +102,13 @@ def _bisect(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, L
         f = tl.zeros([BLOCK_M], dtype=tl.float32)
         for start_n in range(0, Lk, BLOCK_N):
             j = start_n // BLOCK_N
-            if (npass == 0) | _tile_bit(bits, widx, j):
-                z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok,
+            if (npass == 0) | tile_bit(bits, widx, j):
+                z, k, col_ok = z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok,
                                        Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
                 x = z - m0[:, None]
                 if npass == 0:
-                    bits = _flag_tile(bits, widx, j, x, live)
-                pm, on, dd = _pow_on(x, mid, r)
+                    bits = flag_tile(bits, widx, j, x, live)
+                pm, on, dd = pow_on(x, mid, r)
                 f += tl.sum(pm, 1)
         npass += 1
         above = f > 1.0  # the root lies above mid
@@ -181,13 +133,13 @@ def _newton(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, L
         ks = tl.zeros([BLOCK_M], dtype=tl.float32)
         for start_n in range(0, Lk, BLOCK_N):
             j = start_n // BLOCK_N
-            if (npass == 0) | _tile_bit(bits, widx, j):
-                z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk,
+            if (npass == 0) | tile_bit(bits, widx, j):
+                z, k, col_ok = z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk,
                                        skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
                 x = z - m0[:, None]
                 if npass == 0:
-                    bits = _flag_tile(bits, widx, j, x, live)
-                p1, on, dd = _pow_on(x, t, r - 1.0)  # [x - t]_+^(r - 1); its sum is -f'(t) / r
+                    bits = flag_tile(bits, widx, j, x, live)
+                p1, on, dd = pow_on(x, t, r - 1.0)  # [x - t]_+^(r - 1); its sum is -f'(t) / r
                 f += tl.sum(p1 * dd, 1)
                 df += tl.sum(p1, 1)
                 ks += tl.sum(on.to(tl.float32), 1)
@@ -213,20 +165,20 @@ def _output(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, L
     l = tl.zeros([BLOCK_M], dtype=tl.float32)
     lq = tl.zeros([BLOCK_M], dtype=tl.float32)
     for start_n in range(0, Lk, BLOCK_N):
-        if (npass == 0) | _tile_bit(bits, widx, start_n // BLOCK_N):
-            z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn,
+        if (npass == 0) | tile_bit(bits, widx, start_n // BLOCK_N):
+            z, k, col_ok = z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn,
                                    skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
             x = z - m0[:, None]
             if tl.max(tl.max(x - t_live[:, None], 1), 0) > 0.0:
                 v = tl.load(V + v_base + (start_n + offs_n)[:, None] * svn + offs_d[None, :] * svd,
                             mask=col_ok[:, None] & d_ok[None, :], other=0.0)
-                p, on, dd = _pow_on(x, t_live, r)
+                p, on, dd = pow_on(x, t_live, r)
                 l += tl.sum(p, 1)
-                acc += _dot(p, v, IEEE)
+                acc += dot(p, v, IEEE)
                 if NEED_AUX:
-                    qq, on, dd = _pow_on(x, t_live, c_q)
+                    qq, on, dd = pow_on(x, t_live, c_q)
                     lq += tl.sum(qq, 1)
-                    acc_u += _dot(qq, v, IEEE)
+                    acc_u += dot(qq, v, IEEE)
     return acc / tl.where(l > 0.0, l, 1.0)[:, None], acc_u / tl.where(lq > 0.0, lq, 1.0)[:, None]
 
 
@@ -278,118 +230,6 @@ def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX,
     tl.store(TAU + pid_bh * Lq + rows, t_live + m0, mask=row_ok)
     if NEED_AUX:
         tl.store(AUX + b * sab + h * sah + rows[:, None] * sam + offs_d[None, :] * sad, u, mask=o_mask)
-
-
-@triton.jit
-def _bwd_kv(Q, K, V, BIAS, ALPHA, TAU, DO, DELTA, DK, DV,
-            sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdm, sdd, sbb, sbh, sbm, sbn,
-            H, Lq, Lk, D, scale,
-            HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
-            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-    """dK, dV of one key block (dk, dv contiguous (B, H, Lk, D)), looping over the query blocks."""
-    pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < Lk
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < D
-    kv_mask = col_ok[:, None] & d_ok[None, :]
-    k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
-    v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
-    alpha = tl.load(ALPHA + h).to(tl.float32)
-    am1 = alpha - 1.0
-    r = 1.0 / am1
-    c_q = (2.0 - alpha) * r
-    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    for start_m in range(0, Lq, BLOCK_M):
-        rows = start_m + offs_m
-        row_ok = rows < Lq
-        qm = row_ok[:, None] & d_ok[None, :]
-        q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd, mask=qm, other=0.0)
-        t = tl.load(TAU + pid_bh * Lq + rows, mask=row_ok, other=float("inf"))
-        qk = _dot(q, tl.trans(k), IEEE)
-        s = qk * scale
-        if HAS_BIAS:
-            bias = tl.load(BIAS + b * sbb + h * sbh + rows[:, None] * sbm + cols[None, :] * sbn,
-                           mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-            s = s + bias
-        z = tl.where(col_ok[None, :], s * am1, float("-inf"))
-        if tl.max(tl.max(z - t[:, None], 1), 0) > 0.0:
-            do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdm + offs_d[None, :] * sdd, mask=qm, other=0.0)
-            delta = tl.load(DELTA + pid_bh * Lq + rows, mask=row_ok, other=0.0)
-            p, on, dd = _pow_on(z, t, r)
-            qq, on, dd = _pow_on(z, t, c_q)
-            dv += _dot(tl.trans(p), do, IEEE)
-            dp = _dot(do, tl.trans(v), IEEE)
-            ds = qq * (dp - delta[:, None])
-            dk += _dot(tl.trans(ds), q, IEEE)
-    base = pid_bh * Lk * D
-    ptrs = base + cols[:, None] * D + offs_d[None, :]
-    tl.store(DK + ptrs, (dk * scale).to(DK.dtype.element_ty), mask=kv_mask)
-    tl.store(DV + ptrs, dv.to(DV.dtype.element_ty), mask=kv_mask)
-
-
-@triton.jit
-def _bwd_q(Q, K, V, BIAS, ALPHA, TAU, DO, DELTA, DQ, DA,
-           sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdm, sdd, sbb, sbh, sbm, sbn,
-           H, Lq, Lk, D, scale,
-           HAS_BIAS: tl.constexpr, NEED_DALPHA: tl.constexpr, IEEE: tl.constexpr,
-           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-    """dQ of one query block (dq contiguous (B, H, Lq, D)), looping over the key blocks; and alpha's gradient per row
-    (DA, (B, H, Lq))."""
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_ok = rows < Lq
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < D
-    qm = row_ok[:, None] & d_ok[None, :]
-    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd, mask=qm, other=0.0)
-    do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdm + offs_d[None, :] * sdd, mask=qm, other=0.0)
-    t = tl.load(TAU + pid_bh * Lq + rows, mask=row_ok, other=float("inf"))
-    delta = tl.load(DELTA + pid_bh * Lq + rows, mask=row_ok, other=0.0)
-    alpha = tl.load(ALPHA + h).to(tl.float32)
-    am1 = alpha - 1.0
-    r = 1.0 / am1
-    c_q = (2.0 - alpha) * r
-    k_base = b * skb + h * skh
-    v_base = b * svb + h * svh
-    bias_base = b * sbb + h * sbh
-    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    gp = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum_j dp p
-    gpl = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum_j dp p log p
-    ent = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum_j p log p
-    for start_n in range(0, Lk, BLOCK_N):
-        z, k, col_ok = _z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn,
-                               skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
-        if tl.max(tl.max(z - t[:, None], 1), 0) > 0.0:
-            v = tl.load(V + v_base + (start_n + offs_n)[:, None] * svn + offs_d[None, :] * svd,
-                        mask=col_ok[:, None] & d_ok[None, :], other=0.0)
-            qq, on, dd = _pow_on(z, t, c_q)
-            dp = _dot(do, tl.trans(v), IEEE)
-            ds = qq * (dp - delta[:, None])
-            dq += _dot(ds, k, IEEE)
-            if NEED_DALPHA:
-                lg = r * tl.log(dd)  # log p on the support, 0 off it
-                p = tl.where(on, tl.exp(lg), 0.0)
-                plogp = p * lg
-                gp += tl.sum(dp * p, 1)
-                gpl += tl.sum(dp * plogp, 1)
-                ent += tl.sum(plogp, 1)
-    tl.store(DQ + pid_bh * Lq * D + rows[:, None] * D + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty), mask=qm)
-    if NEED_DALPHA:
-        da = (gp - delta) / (am1 * am1) - (gpl - delta * ent) / am1
-        tl.store(DA + pid_bh * Lq + rows, tl.where(t < float("inf"), da, 0.0), mask=row_ok)
-
-
-# ----------------------------------------------------------------------------- host side
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alpha: torch.Tensor) -> None:
@@ -476,10 +316,10 @@ def backward(q, k, v, bias, alpha, scale, out, tau, aux, grad_out, need_alpha_gr
     bt, bs, has_bias = _bias_args(bias, q, Lk)
     strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *bs)
     ieee = _ieee(q.dtype)
-    _bwd_kv[(triton.cdiv(Lk, BN), B * H)](q, k, v, bt, alpha, tau, do, delta, dk, dv, *strides, H, Lq, Lk, D,
+    bwd_kv[(triton.cdiv(Lk, BN), B * H)](q, k, v, bt, alpha, tau, do, delta, dk, dv, *strides, H, Lq, Lk, D,
                                           float(scale), HAS_BIAS=has_bias, IEEE=ieee,
                                           BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BD)
-    _bwd_q[(triton.cdiv(Lq, BM), B * H)](q, k, v, bt, alpha, tau, do, delta, dq, da_rows, *strides, H, Lq, Lk, D,
+    bwd_q[(triton.cdiv(Lq, BM), B * H)](q, k, v, bt, alpha, tau, do, delta, dq, da_rows, *strides, H, Lq, Lk, D,
                                          float(scale), HAS_BIAS=has_bias, NEED_DALPHA=need_alpha_grad, IEEE=ieee,
                                          BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BD)
     dalpha = da_rows.sum((0, 2)) if need_alpha_grad else None

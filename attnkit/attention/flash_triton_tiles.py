@@ -1,0 +1,58 @@
+"""The tiles the flash Triton kernels share: one key block's scores, [x - t]_+^e, products accumulated in float32, and
+the bitmask of key blocks that may hold support."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def dot(a, b, IEEE: tl.constexpr):
+    """a @ b accumulated in float32: IEEE float32 products of float32 operands, or (16-bit inputs) a rounded to b's
+    dtype and 16-bit products, as FlashAttention."""
+    if IEEE:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a.to(b.dtype), b, out_dtype=tl.float32)
+
+
+@triton.jit
+def z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn,
+            scale, am1, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr):
+    """One key block: (z, k, col_ok) with z = (alpha - 1) (scale q k^T + bias), -inf where masked or out of range."""
+    cols = start_n + offs_n
+    col_ok = cols < Lk
+    k = tl.load(K + k_base + cols[:, None] * skn + offs_d[None, :] * skd, mask=col_ok[:, None] & d_ok[None, :], other=0.0)
+    qk = dot(q, tl.trans(k), IEEE)
+    s = qk * scale
+    if HAS_BIAS:
+        bm = row_ok[:, None] & col_ok[None, :]
+        bias = tl.load(BIAS + bias_base + rows[:, None] * sbm + cols[None, :] * sbn, mask=bm, other=0.0).to(tl.float32)
+        s = s + bias
+    z = s * am1
+    z = tl.where(col_ok[None, :], z, float("-inf"))
+    return z, k, col_ok
+
+
+@triton.jit
+def tile_bit(bits, widx, j):
+    """Whether key block j was flagged (blocks past the bitmask's 64 * NW always are)."""
+    w = j // 64
+    word = tl.sum(tl.where(widx == w, bits, 0), 0)
+    return (((word >> (j % 64)) & 1) != 0) | (w >= widx.shape[0])
+
+
+@triton.jit
+def flag_tile(bits, widx, j, x, live):
+    """bits with key block j's flag set where some live row has x > -1 there (x = z - row max)."""
+    hit = tl.max(tl.max(tl.where(live[:, None], x, float("-inf")), 1), 0) > -1.0
+    return bits | tl.where(widx == j // 64, hit.to(tl.int64) << (j % 64), 0)
+
+
+@triton.jit
+def pow_on(x, t, e):
+    """[x - t]_+ ^ e (with 0^0 = 0: only where x > t), x - t > 0 read through log2 / exp2."""
+    on = x > t[:, None]
+    d = tl.where(on, x - t[:, None], 1.0)
+    return tl.where(on, tl.exp2(e * tl.log2(d)), 0.0), on, d
