@@ -4,6 +4,7 @@ BERT-family checkpoint (a local folder, a hub name online, or ``"minilm"``, the 
 
 from __future__ import annotations
 
+import logging
 import os
 
 from transformers import AutoConfig, AutoModelForSequenceClassification
@@ -33,6 +34,8 @@ from attnkit.models.modeling_attnkit import (
 )
 from attnkit.models.pooling import HEAD_KEY, HeadSpec
 from attnkit.models.resolve import DEFAULT_MODEL, resolve_model
+
+log = logging.getLogger("attnkit")
 
 
 def build_classifier(
@@ -73,7 +76,7 @@ def build_classifier(
         if from_scratch:
             net = AutoModelForSequenceClassification.from_config(base, attn_implementation=ATTN_IMPLEMENTATION)
         else:
-            net = AutoModelForSequenceClassification.from_pretrained(path, config=base, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True)
+            net = _with_new_head(AutoModelForSequenceClassification, path, num_labels, config=base, attn_implementation=ATTN_IMPLEMENTATION)
         return finish_model(net, spec)
     config = attnkit_config(base, spec, head)
     if not head.is_default:
@@ -84,8 +87,21 @@ def build_classifier(
     elif from_scratch:
         net = AttnkitForSequenceClassification._from_config(config)
     else:
-        net = AttnkitForSequenceClassification.from_pretrained(path, config=config, use_safetensors=True)
+        net = _with_new_head(AttnkitForSequenceClassification, path, num_labels, config=config)
     return finish_model(net, spec)
+
+
+def _with_new_head(cls, path: str, num_labels: int, **kwargs):
+    """``cls.from_pretrained(path)``; a checkpoint whose classifier has another number of outputs (a classifier of
+    another task) keeps its encoder and gets a new head, said in one line."""
+    try:
+        return cls.from_pretrained(path, use_safetensors=True, **kwargs)
+    except RuntimeError as e:
+        if "ignore_mismatched_sizes" not in str(e):
+            raise
+    log.warning("note: %s is a classifier with another number of labels than the task's %d: its encoder is fine-tuned "
+                "with a new classification head (the old head's weights are not used)", path, num_labels)
+    return cls.from_pretrained(path, use_safetensors=True, ignore_mismatched_sizes=True, **kwargs)
 
 
 def check_se_ratio(head: HeadSpec, config=None, model: str | os.PathLike | None = DEFAULT_MODEL) -> None:

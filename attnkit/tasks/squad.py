@@ -229,7 +229,8 @@ def best_spans(contexts: Sequence[str], example_index: Sequence[int], offsets: S
     """The best answer (text, score) of each context over all of its windows.
 
     A span is kept when both ends are context tokens, end >= start and it has at most
-    ``max_answer_tokens`` tokens; its score is start_logit + end_logit.
+    ``max_answer_tokens`` tokens; its score is start_logit + end_logit. The ``n_best`` ends are chosen among the
+    context tokens only: question and special tokens with high logits never crowd a valid span out.
     """
     import numpy as np
 
@@ -237,12 +238,15 @@ def best_spans(contexts: Sequence[str], example_index: Sequence[int], offsets: S
     for f, ex in enumerate(example_index):
         offs = offsets[f]
         n = len(offs)
+        context = np.array([o is not None and o[0] >= 0 for o in offs], dtype=bool)
+        if not context.any():
+            continue
         sl, el = np.asarray(start_logits[f][:n]), np.asarray(end_logits[f][:n])
-        for s in np.argsort(sl)[::-1][:n_best]:
-            if offs[s] is None or offs[s][0] < 0:
-                continue
-            for e in np.argsort(el)[::-1][:n_best]:
-                if offs[e] is None or offs[e][0] < 0 or e < s or e - s + 1 > max_answer_tokens:
+        starts = [s for s in np.argsort(np.where(context, sl, -np.inf), kind="stable")[::-1] if context[s]][:n_best]
+        ends = [e for e in np.argsort(np.where(context, el, -np.inf), kind="stable")[::-1] if context[e]][:n_best]
+        for s in starts:
+            for e in ends:
+                if e < s or e - s + 1 > max_answer_tokens:
                     continue
                 score = float(sl[s] + el[e])
                 if score > best[ex][1]:

@@ -54,3 +54,22 @@ def test_a_damaged_weights_file_is_named(run, tmp_path, capsys, damage):
     assert main(["predict", "--model", str(copy), "a fine film"]) == 2
     err = capsys.readouterr().err
     assert f"{f} is damaged or truncated" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_classifier_of_another_label_count_gives_its_encoder_a_new_head_said_in_one_line(tiny_bert, tmp_path, caplog):
+    """Fine-tuning a 2-label classifier on a 3-label task: its encoder is reused, its head is new (said), never a
+    traceback; the encoder's weights are the checkpoint's."""
+    import torch
+
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.build import build_classifier
+    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
+
+    two = build_classifier(tiny_bert, 2, AttentionSpec("sparsemax"), label_names=["neg", "pos"])
+    saved = save_checkpoint(two, tmp_path / "two", load_tokenizer(tiny_bert))
+    with caplog.at_level("WARNING", logger="attnkit"):
+        three = build_classifier(saved, 3, AttentionSpec("sparsemax"), label_names=["a", "b", "c"])
+    assert "is a classifier with another number of labels than the task's 3" in caplog.text
+    assert three.config.num_labels == 3 and three.classifier.out_features == 3
+    enc2, enc3 = dict(two.base_model.named_parameters()), dict(three.base_model.named_parameters())
+    assert enc2.keys() == enc3.keys() and all(torch.equal(enc2[k], enc3[k]) for k in enc2)

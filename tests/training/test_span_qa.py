@@ -232,14 +232,14 @@ def test_long_questions_are_cut_so_windows_keep_context(tiny_bert):
 def test_span_qa_runs_the_attention_warmups_and_checks_their_length(tiny_bert, tiny_squad, tmp_path, capsys, monkeypatch):
     """--alpha-warmup (and --lam-warmup) shape a span-QA run as they shape a classifier's: the map starts dense and
     ends at its target (it was silently ignored); a --warmup step count longer than the run, and --teacher, are refused."""
-    import attnkit.training.finetune as finetune
+    import attnkit.training.schedules as schedules
     from attnkit.attention.spec import spec_of
     from attnkit.cli import main
     from attnkit.models.checkpoint import load_model
 
     mixes = []
-    real = finetune.set_attention
-    monkeypatch.setattr(finetune, "set_attention", lambda model, spec: (mixes.append(spec.alpha_mix), real(model, spec))[1])
+    real = schedules.set_attention
+    monkeypatch.setattr(schedules, "set_attention", lambda model, spec: (mixes.append(spec.alpha_mix), real(model, spec))[1])
     base = ["train", "--task", "squad", "--data-dir", str(tiny_squad), "--model", str(tiny_bert), "--max-steps", "4",
             "--batch-size", "8", "--max-length", "40", "--lr", "1e-3", "--no-heatmap"]
     out = tmp_path / "warm"
@@ -254,3 +254,18 @@ def test_span_qa_runs_the_attention_warmups_and_checks_their_length(tiny_bert, t
     assert "--warmup 50: the run has 4 steps" in err and "Traceback" not in err
     assert main(base + ["--teacher", str(out), "--output-dir", str(tmp_path / "t")]) == 2
     assert "span QA has no distillation" in capsys.readouterr().err
+
+
+def test_question_tokens_with_high_logits_never_crowd_out_the_answer():
+    """The best span is sought among the context tokens only: a long question whose tokens carry the highest start and
+    end logits still leaves the context's best span as the answer (not an empty one)."""
+    import numpy as np
+
+    from attnkit.tasks.squad import best_spans
+
+    offsets = [[None] * 22 + [(0, 3), (4, 11), (12, 16)]]
+    starts = [np.r_[np.full(22, 5.0), [1.0, 0.0, 0.0]]]
+    ends = [np.r_[np.full(22, 5.0), [0.0, 0.0, 1.0]]]
+    assert best_spans(["The Broncos won."], [0], offsets, starts, ends) == [("The Broncos won.", 2.0, 0)]
+    # a window with no context token gives no answer from it
+    assert best_spans(["x"], [0], [[None, None]], [np.zeros(2)], [np.zeros(2)]) == [("", -float("inf"), -1)]
