@@ -53,6 +53,19 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*([eE][-+]?\d+)?|\.\d+([eE][-+]?\d+)?|inf(inity)?|nan)$", re.I)
 
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, rest = super().parse_known_args(args, namespace)
+        for dest in PATH_OPTIONS:  # an unset shell variable (--output "$OUT") would silently mean the default
+            value = getattr(namespace, dest, None)
+            if value == "" or (isinstance(value, list) and "" in value):
+                self.error(f"argument --{dest.replace('_', '-')}: an empty path (an unset shell variable?): expected a "
+                           "file or folder name")
+        return namespace, rest
+
+
+#: the options that name a file or folder: an empty value is refused
+PATH_OPTIONS = ("output", "output_dir", "stats", "html", "plot", "file", "data_dir", "model", "teacher", "text_file", "json")
+
 
 def layers_text(text: str) -> str:
     """A --sparse-layers value as it is recorded in the run's settings: without spaces, in lower case (``' last'``
