@@ -10,8 +10,8 @@ import numpy as np
 from attnkit.errors import DataFormatError, UserError
 from attnkit.models.checkpoint import load_model, load_tokenizer
 from attnkit.models.resolve import check_text_room, is_qa_model
-from attnkit.runfiles.names import MODEL_DIR, RUN_INFO
 from attnkit.runfiles.json_files import path_problem, read_json
+from attnkit.runfiles.names import MODEL_DIR, RUN_INFO
 from attnkit.runfiles.ownership import unfinished_run
 from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.tasks.metrics import predictions_of, task_metrics
@@ -45,8 +45,23 @@ def encoded_batches(
     for i in tqdm(starts, desc=desc, unit="batch", disable=not progress or len(starts) < 2):
         a = list(texts[i : i + batch_size])
         b = list(pairs[i : i + batch_size]) if pairs is not None else None
+        check_readable(tokenizer, a, i)
+        if b is not None:
+            check_readable(tokenizer, b, i, "the second text of pair")
         enc = tokenizer(a, b, truncation=True, max_length=max_length, padding=True, return_tensors="pt", **tokenizer_kwargs)
         yield i, enc.to(device)  # a BatchEncoding: word_ids() stays available
+
+
+def check_readable(tokenizer, texts: Sequence[str], first: int = 0, what: str = "text") -> None:
+    """Refuse a text that gives the tokenizer no token of its own (control characters, lone combining marks, U+FFFD):
+    the model would label [CLS][SEP] as if it had read it. ``first``: the 0-based number of ``texts[0]``."""
+    if not hasattr(tokenizer, "num_special_tokens_to_add"):
+        return
+    ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    for n, (text, own) in enumerate(zip(texts, ids), first + 1):
+        if not own:
+            raise UserError(f"{what} {n} ({text[:40]!r}) holds no token the model can read (only control characters, "
+                            "combining marks or replacement characters?): a model cannot label it")
 
 
 def predict_logits(

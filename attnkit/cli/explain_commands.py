@@ -20,6 +20,7 @@ from attnkit.analysis.faithfulness import (
 )
 from attnkit.analysis.html_view import write_html
 from attnkit.analysis.inference import (
+    check_readable,
     label_names_of,
     load_for_inference,
 )
@@ -29,9 +30,10 @@ from attnkit.cli.outputs import default_output, output_path
 from attnkit.cli.predict_commands import is_qa_model_folder, model_and_split
 from attnkit.errors import UserError
 from attnkit.models.pooling import head_of
+from attnkit.models.resolve import check_text_room
+from attnkit.runfiles.atomic import output_batch, write_json_atomic
 from attnkit.runfiles.names import WRITTEN_BY
 from attnkit.runfiles.ownership import check_side_file, record_output
-from attnkit.runfiles.atomic import output_batch, write_json_atomic
 from attnkit.tasks import default_data_dir
 from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.tasks.readers import is_blank
@@ -55,6 +57,8 @@ def cmd_explain(a) -> int:
     if is_blank(a.text):
         raise UserError("the text to explain is empty")
     _, model, tok = load_for_inference(a.model, qa_ok=True)
+    check_text_room(a.max_length, tok, False)  # else the heatmap would show [CLS][SEP] alone
+    check_readable(tok, [a.text], 0, "the text to explain,")
     maps = attention_maps(model, tok, a.text, max_length=a.max_length)
     st = maps.stats()
     with output_batch():  # the heatmap, --stats and --html together: if one cannot be written, none replaces its earlier file
@@ -157,6 +161,7 @@ def cmd_faithfulness(a) -> int:
     if a.max_examples:
         texts = texts[: a.max_examples]
         rationales = rationales[: a.max_examples] if rationales is not None else None
+    check_text_room(a.max_length, tok, False)  # else every text would be cut to [CLS][SEP]: scores of nothing
     clf = WordClassifier(model, tok, max_length=a.max_length, batch_size=a.batch_size, ig_steps=a.ig_steps)
     report = faithfulness_report(clf, texts, rationales=rationales, seed=a.seed)
     report = {"model": str(d), "task": task, "split": a.split, "attention": spec_of(model.config).describe(),

@@ -222,3 +222,22 @@ def test_json_lines_hold_one_row_per_line_for_every_reader(tmp_path):
     text = out.read_text(encoding="utf-8")
     assert len(text.splitlines()) == len(rows) == text.count("\n")
     assert [json.loads(line) for line in text.splitlines()] == rows
+
+
+@pytest.mark.parametrize("text", ["\x01\x02", "\u0301", "\ufffd"])
+def test_a_text_with_no_token_the_model_reads_is_refused_not_labelled(tiny_bert, tmp_path, capsys, text):
+    """predict and explain refuse, in one line naming the text, a text the tokenizer gives no token of its own
+    (control characters, a lone combining mark, U+FFFD): the model would label [CLS][SEP] as if it had read it."""
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.build import build_classifier
+    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
+
+    model = save_checkpoint(build_classifier(tiny_bert, 2, AttentionSpec("sparsemax"), label_names=["neg", "pos"]),
+                            tmp_path / "m", load_tokenizer(tiny_bert), extra={"task": "csv", "label_names": ["neg", "pos"]})
+    capsys.readouterr()  # the model's build
+    assert main(["predict", "--model", str(model), "good", text]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("attnkit predict: error: text 2 (") and "holds no token the model can read" in err
+    assert len(err.splitlines()) == 1
+    assert main(["explain", "--model", str(model), text, "--output", str(tmp_path / "x.png")]) == 2
+    assert "holds no token the model can read" in capsys.readouterr().err and not (tmp_path / "x.png").exists()
