@@ -107,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"\nattnkit {a.command}: interrupted.", file=sys.stderr)
         return 130
+    except UnicodeEncodeError as e:  # printing a text the terminal's encoding cannot show
+        print(f"attnkit {a.command}: error: standard output's encoding ({sys.stdout.encoding}) cannot show "
+              f"{e.object[e.start:e.end]!r}: set PYTHONIOENCODING=utf-8, or write to a file with --output", file=sys.stderr)
+        return 2
     except (UserError, OSError) as e:  # attnkit's refusals (DataFormatError is one) and the system's: one line
         print(f"attnkit {a.command}: error: {_os_error_line(e)}", file=sys.stderr)
         return 2

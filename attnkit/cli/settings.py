@@ -12,6 +12,7 @@ from attnkit.analysis.inference import (
 )
 from attnkit.attention.normalisers import names_with, normaliser
 from attnkit.errors import UserError
+from attnkit.models.checkpoint import unbuildable
 from attnkit.models.checks import check_model_folder
 from attnkit.models.freeze import parse_groups
 from attnkit.models.mini import MODEL_TYPE as MINI_MODEL_TYPE
@@ -133,7 +134,12 @@ def prepare_model_length(a) -> None:
 
     d = model_dir(a.model)
     check_model_folder(d, weights=False)  # config.json readable, its attention block there: before anything reads it
-    config = AutoConfig.from_pretrained(d)
+    try:
+        config = AutoConfig.from_pretrained(d)
+    except UserError:
+        raise
+    except ValueError as e:
+        raise unbuildable(d, e) from None
     if a.max_length is None:
         a.max_length = int(run_info(d).get("max_length") or min(128, max_positions(config) or 128))
     check_max_length(a.max_length, config, str(d))

@@ -51,6 +51,14 @@ from attnkit.runfiles.ownership import (
 )
 
 
+def unbuildable(path, e: ValueError) -> ModelFolderError:
+    """The one-line refusal of a model folder whose config.json transformers cannot build a model from."""
+    first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+    where = Path(str(path)) / "config.json" if Path(str(path)).is_dir() else path
+    return ModelFolderError(f"{where} does not describe a model transformers can build ({first}): restore the config.json "
+                            "written with the weights")
+
+
 def load_tokenizer(name_or_path: str | os.PathLike | None):
     register()  # also registers MiniBERT's config type, which AutoTokenizer reads from config.json
     path = resolve_model(name_or_path)
@@ -76,8 +84,13 @@ def _from_pretrained(cls, path: str, *, head: str, **kwargs):
     """``cls.from_pretrained`` that refuses a checkpoint whose ``head`` weights are missing (random)."""
     if Path(path).is_dir():
         check_weights_file(path)
-    net, info = cls.from_pretrained(path, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True,
-                                    output_loading_info=True, **kwargs)
+    try:
+        net, info = cls.from_pretrained(path, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True,
+                                        output_loading_info=True, **kwargs)
+    except UserError:
+        raise
+    except ValueError as e:  # transformers' own check of the config (heads that do not divide the width, ...)
+        raise unbuildable(path, e) from None
     missing = sorted(k for k in info.get("missing_keys", ()) if not k.endswith(tuple(e.param for e in LEARNED.values())))
     if missing:
         raise UntrainedHeadError(
@@ -97,7 +110,12 @@ def load_model(path: str | os.PathLike):
     register()
     path = resolve_model(path)
     check_model_folder(path)
-    config = AutoConfig.from_pretrained(path)
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except UserError:
+        raise
+    except ValueError as e:
+        raise unbuildable(path, e) from None
     spec = spec_of(config)
     qa = is_qa_model(config)
     head = "span (question answering) head" if qa else "classification head"

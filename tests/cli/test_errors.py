@@ -2,6 +2,8 @@
 named, every JSON file attnkit reads is named when it is garbled (all go through read_json), a damaged kernel wheel
 is named, and a refusal is one line while a bug shows its traceback."""
 
+import json
+import os
 import re
 import shutil
 import zipfile
@@ -169,3 +171,39 @@ def test_a_refusal_is_one_line_and_a_bug_shows_its_traceback(monkeypatch, capsys
     else:
         assert "Traceback (most recent call last)" in err and "internal error" in err.splitlines()[-1], err
         assert "not a mistake in your input" in err
+
+
+def _saved_classifier(tiny_bert, folder):
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.build import build_classifier
+    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
+
+    return save_checkpoint(build_classifier(tiny_bert, 2, AttentionSpec("sparsemax"), label_names=["neg", "pos"]),
+                           folder, load_tokenizer(tiny_bert), extra={"task": "csv", "label_names": ["neg", "pos"]})
+
+
+def test_a_config_transformers_cannot_build_is_named_in_one_line(tiny_bert, tmp_path, capsys):
+    """A config.json whose heads do not divide the width: transformers' own ValueError, said as a refusal naming the
+    file (not a traceback dressed as a bug)."""
+    model = _saved_classifier(tiny_bert, tmp_path / "m")
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["num_attention_heads"] = 3  # 32 is not a multiple of 3
+    (model / "config.json").write_text(json.dumps(cfg))
+    capsys.readouterr()
+    assert main(["predict", "--model", str(model), "good film"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{model / 'config.json'} does not describe a model transformers can build" in err[0], err
+
+
+@pytest.mark.slow
+def test_a_terminal_that_cannot_show_a_text_is_said_in_one_line(tiny_bert, tmp_path):
+    import subprocess
+    import sys
+
+    model = _saved_classifier(tiny_bert, tmp_path / "m")
+    env = dict(os.environ, PYTHONIOENCODING="ascii", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    r = subprocess.run([sys.executable, "-m", "attnkit.cli", "predict", "--model", str(model), "très bien"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1, r.stderr
+    assert "standard output's encoding (ascii) cannot show" in err[0] and "PYTHONIOENCODING=utf-8" in err[0]
