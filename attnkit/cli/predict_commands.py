@@ -161,6 +161,8 @@ def _read_qa_file(path: str) -> tuple[list[str], list[str]]:
         raise FileNotFoundError(f"input file {p} {path_problem(p) or 'is not a regular file'}")
     qs, cs = [], []
     for line, row in read_jsonl(p):
+        if line != len(qs) + 1:  # a skipped blank line would shift every later answer against the file's lines
+            raise DataFormatError(p, len(qs) + 1, "expected one question per line, found an empty line")
         if not isinstance(row.get("question"), str) or not isinstance(row.get("context"), str):
             raise DataFormatError(p, line, 'expected {"question": "...", "context": "..."} for a question-answering model')
         qs.append(row["question"])

@@ -269,3 +269,17 @@ def test_question_tokens_with_high_logits_never_crowd_out_the_answer():
     assert best_spans(["The Broncos won."], [0], offsets, starts, ends) == [("The Broncos won.", 2.0, 0)]
     # a window with no context token gives no answer from it
     assert best_spans(["x"], [0], [[None, None]], [np.zeros(2)], [np.zeros(2)]) == [("", -float("inf"), -1)]
+
+
+def test_a_question_file_with_an_empty_line_is_refused_as_a_text_file_is(tmp_path):
+    """One answer per line of the file: an empty line inside it is named (skipping it would shift every later answer
+    against the file's lines); empty lines at the end are nothing."""
+    from attnkit.cli.predict_commands import _read_qa_file
+    from attnkit.errors import DataFormatError
+
+    f = tmp_path / "q.jsonl"
+    f.write_text('{"question": "Who won?", "context": "The Broncos won."}\n\n{"question": "Who?", "context": "x y"}\n')
+    with pytest.raises(DataFormatError, match=r"q\.jsonl, line 2: expected one question per line, found an empty line"):
+        _read_qa_file(str(f))
+    f.write_text('{"question": "Who won?", "context": "The Broncos won."}\n{"question": "Who?", "context": "x y"}\n\n\n')
+    assert _read_qa_file(str(f)) == (["Who won?", "Who?"], ["The Broncos won.", "x y"])
