@@ -229,6 +229,7 @@ def add_pretrain_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, default=d.max_length, help=f"truncate texts to this many tokens (default {d.max_length})")
     p.add_argument("--max-train-samples", type=int, default=None, help="use a random subset of the training texts")
     p.add_argument("--seed", type=int, default=d.seed, help=f"random seed (default {d.seed})")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: what torch picks, one per core); 1 leaves a core free")
     p.add_argument("--output-dir", default=d.output_dir, help=f"run folder (default {d.output_dir}); the checkpoint goes to <it>/model; a finished run there with the same settings is kept as it is")
     p.add_argument("--no-resume", action="store_true", help="pre-train afresh even if the output folder holds a finished run (moved aside to <output-dir>/.replaced-<date>/, not deleted)")
     p.add_argument("--logging-steps", type=int, default=d.logging_steps)

@@ -206,7 +206,10 @@ class TrainConfig:
     def head(self) -> HeadSpec:
         from attnkit.models.pooling import HeadSpec  # torch: only when a run is set up, not for --help
 
-        return HeadSpec(self.pooling, se=self.se, se_ratio=self.se_ratio)
+        try:
+            return HeadSpec(self.pooling, se=self.se, se_ratio=self.se_ratio)
+        except ValueError as e:
+            raise UserError(str(e).replace("se_ratio=", "--se-ratio ")) from None
 
     def mini_shape(self) -> MiniShape:
         """The shape of a MiniBERT trained from scratch (``--model mini``): the options given, else the defaults."""

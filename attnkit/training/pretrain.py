@@ -148,7 +148,11 @@ def train_tokenizer(texts, vocab_size: int = DEFAULT_VOCAB, max_length: int = MA
     for t in texts:
         for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(t)):
             word_counts[w] = word_counts.get(w, 0) + 1
-    tk = Tokenizer(models.WordPiece(wordpiece_vocab(word_counts, vocab_size), unk_token="[UNK]", max_input_chars_per_word=100))
+    vocab = wordpiece_vocab(word_counts, vocab_size)
+    if len(vocab) > vocab_size:  # every character of the texts is kept: the alphabet alone is larger
+        log.warning("note: --vocab-size %d is below what the texts' characters and the special tokens need: the vocabulary "
+                    "has %d entries", vocab_size, len(vocab))
+    tk = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
     tk.normalizer = normalizer
     tk.pre_tokenizer = pre
     tk.decoder = decoders.WordPiece()

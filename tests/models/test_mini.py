@@ -638,3 +638,12 @@ def test_two_identical_runs_write_identical_files(tmp_path):
         assert (outs[0] / f).read_bytes() == (outs[1] / f).read_bytes(), f
     ma, mb = (json.loads((o / "metrics.json").read_text()) for o in outs)
     assert {k: ma["validation"][k] for k in ("accuracy", "loss")} == {k: mb["validation"][k] for k in ("accuracy", "loss")}
+
+
+def test_a_vocabulary_smaller_than_the_alphabet_is_said(caplog):
+    from attnkit.training.pretrain import train_tokenizer
+
+    with caplog.at_level("WARNING", logger="attnkit"):
+        tok = train_tokenizer(["great film", "awful film"], 6)
+    assert len(tok) > 6
+    assert f"note: --vocab-size 6 is below what the texts' characters and the special tokens need: the vocabulary has {len(tok)} entries" in caplog.text
