@@ -157,6 +157,9 @@ def model_dir(path: str | Path) -> Path:
         return p / MODEL_DIR
     if not p.exists():
         raise UserError(f"--model {path}: no such folder")
+    if not p.is_dir():
+        raise UserError(f"--model {path} is a file, not a folder: give the folder that holds the model's config.json "
+                        f"({p.parent if p.name == 'config.json' else 'a run folder or its model/'})")
     if not (p / "config.json").is_file():
         raise UserError(f"--model {path}: " + (unfinished_run(p) or "no config.json there (expected a folder written by `attnkit train`)"))
     return p

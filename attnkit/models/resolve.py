@@ -43,6 +43,9 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> str:
     s = str(name_or_path)
     p = Path(s).expanduser()
     if p.exists():
+        if not p.is_dir():
+            raise FileNotFoundError(f"model path {p} is a file, not a folder: give the checkpoint folder that holds its "
+                                    "config.json")
         if not (p / "config.json").is_file():
             raise FileNotFoundError(unfinished_run(p) or f"model folder {p} has no config.json: expected a Hugging Face checkpoint folder")
         return str(p)

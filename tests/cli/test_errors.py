@@ -207,3 +207,12 @@ def test_a_terminal_that_cannot_show_a_text_is_said_in_one_line(tiny_bert, tmp_p
     err = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(err) == 1, r.stderr
     assert "standard output's encoding (ascii) cannot show" in err[0] and "PYTHONIOENCODING=utf-8" in err[0]
+
+
+def test_a_model_path_that_is_a_file_is_called_a_file(tmp_path, capsys):
+    f = tmp_path / "config.json"
+    f.write_text("{}")
+    assert main(["predict", "--model", str(f), "good"]) == 2
+    assert f"--model {f} is a file, not a folder" in capsys.readouterr().err
+    assert main(["train", "--model", str(f), "--output-dir", str(tmp_path / "r")]) == 2
+    assert f"model path {f} is a file, not a folder" in capsys.readouterr().err
