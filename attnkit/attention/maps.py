@@ -169,6 +169,12 @@ def check_dense(scores) -> None:
         kind = "a nested tensor" if scores.is_nested else f"a {str(scores.layout).removeprefix('torch.')} tensor"
         raise TypeError(f"scores is {kind}: the sparse maps take dense (strided) tensors; pad the rows with -inf "
                         "(their weight is then exactly 0) or call .to_dense() first")
+    if scores.dtype in _FLOAT8:
+        raise TypeError(f"scores are {str(scores.dtype).removeprefix('torch.')}: the sparse maps take float16, bfloat16, "
+                        "float32 or float64 scores; call .float() first (float8 keeps too few bits for a threshold)")
+
+
+_FLOAT8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz") if hasattr(torch, n))
 
 
 def check_dim(dim) -> int:
