@@ -97,15 +97,17 @@ def label_names_of(model) -> list[str]:
     return [str(id2label.get(i, id2label.get(str(i), i))) for i in range(model.config.num_labels)]
 
 
-def evaluate_split(model, tokenizer, dataset, *, batch_size: int = 64, max_length: int = 128, kind: str = "accuracy") -> dict:
-    """Metrics of ``model`` on a tokenisable dataset (text, [text_pair], label); ``kind`` as in :func:`attnkit.tasks.metrics.task_metrics`."""
+def evaluate_split(model, tokenizer, dataset, *, batch_size: int = 64, max_length: int = 128, kind: str = "accuracy",
+                   what: str = "this split") -> dict:
+    """Metrics of ``model`` on a tokenisable dataset (text, [text_pair], label); ``kind`` as in
+    :func:`attnkit.tasks.metrics.task_metrics`; ``what`` names the split in a refusal."""
     labels = np.asarray(list(dataset["label"]))
     if len(labels) == 0 or labels.min() < 0:
         missing = int((labels < 0).sum())
         if 0 < missing < len(labels):  # a test file labelled in part: "no gold labels" was not what it held
-            raise UserError(f"{missing} of the {len(labels)} examples of this split have no gold label (an empty label "
+            raise UserError(f"{missing} of the {len(labels)} examples of {what} have no gold label (an empty label "
                              "field): give every row its label to evaluate it, or use `attnkit predict`")
-        raise UserError("this split has no gold labels; use `attnkit predict` instead")
+        raise UserError(f"{what} has no gold labels; use `attnkit predict` instead")
     pairs = list(dataset["text_pair"]) if "text_pair" in dataset.column_names else None
     logits = predict_logits(model, tokenizer, list(dataset["text"]), pairs, batch_size=batch_size, max_length=max_length)
     metrics = task_metrics(kind, labels, predictions_of(kind, logits))

@@ -89,7 +89,9 @@ def cmd_evaluate(a) -> int:
     if list(data.label_names) != [model.config.id2label[i] for i in range(model.config.num_labels)]:
         raise UserError(f"task {task} has labels {data.label_names} but the model predicts {list(model.config.id2label.values())}")
     out = output_path(a, a.output, "--output") if a.output else default_output(d / f"eval_{task}_{a.split}.json")
-    metrics = evaluate_split(model, tok, data.splits[a.split], batch_size=a.batch_size, max_length=a.max_length, kind=data.metric)
+    where = f" in {a.data_dir}" if a.data_dir else ""
+    metrics = evaluate_split(model, tok, data.splits[a.split], batch_size=a.batch_size, max_length=a.max_length, kind=data.metric,
+                             what=f"the {a.split} split of task {task}{where}")
     metrics = {"task": task, "split": a.split, "model": str(d), **metrics, WRITTEN_BY: "attnkit evaluate"}
     write_json_atomic(out, metrics)
     for k, v in metrics.items():

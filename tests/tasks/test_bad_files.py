@@ -53,7 +53,7 @@ def saved_classifier(tiny_bert, tmp_path_factory) -> Path:
 
 
 def test_evaluating_a_split_labelled_in_part_says_how_many_lack_a_label(saved_classifier, tmp_path, capsys):
-    """A test.csv with half its label fields empty: evaluate said "this split has no gold labels"."""
+    """A test.csv with half its label fields empty: evaluate says how many rows lack a label, naming the split."""
     from attnkit.cli import main
 
     data = tmp_path / "data"
@@ -66,7 +66,7 @@ def test_evaluating_a_split_labelled_in_part_says_how_many_lack_a_label(saved_cl
     assert main(["evaluate", "--model", str(saved_classifier), "--task", "csv", "--data-dir", str(data), "--split", "test",
                  "--threads", "1", "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "2 of the 4 examples of this split have no gold label" in err, err
+    assert len(err.splitlines()) == 1 and f"2 of the 4 examples of the test split of task csv in {data} have no gold label" in err, err
     assert not out.exists() and snapshot(data) == before
 
 
