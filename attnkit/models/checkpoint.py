@@ -26,7 +26,7 @@ from attnkit.attention.spec import (
     apply_spec,
     spec_of,
 )
-from attnkit.errors import UserError
+from attnkit.errors import DataFormatError, UserError
 from attnkit.models.build import finish_model
 from attnkit.models.checks import (
     ModelFolderError,
@@ -59,6 +59,18 @@ def unbuildable(path, e: ValueError) -> ModelFolderError:
                             "written with the weights")
 
 
+def _garbled_tokenizer_file(path) -> str | None:
+    """A one-line reason naming the tokenizer's JSON file of a model folder that is not readable JSON, else None."""
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        f = Path(str(path)) / name
+        if f.is_file():
+            try:
+                read_json(f, "a tokenizer file", expect=None)
+            except DataFormatError as e:
+                return f"{e}: restore the tokenizer files written with the model"
+    return None
+
+
 def load_tokenizer(name_or_path: str | os.PathLike | None):
     register()  # also registers MiniBERT's config type, which AutoTokenizer reads from config.json
     path = resolve_model(name_or_path)
@@ -67,9 +79,10 @@ def load_tokenizer(name_or_path: str | os.PathLike | None):
         tok = AutoTokenizer.from_pretrained(path)
     except OSError as e:  # hub name offline / unknown: transformers' message does not always name the model
         raise OSError(f"could not load the tokenizer of model {path!r}: {str(e).splitlines()[0]}") from None
-    except (ValueError, ImportError, TypeError, AttributeError) as e:  # a tokenizer that cannot be built (sentencepiece
-        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)  # missing, a bad file)
-        raise ModelFolderError(f"could not build the tokenizer of model {path!r} ({type(e).__name__}: {first})") from None
+    except Exception as e:  # noqa: BLE001  a tokenizer that cannot be built
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)  # (sentencepiece missing,
+        garbled = _garbled_tokenizer_file(path)  # a damaged file: named with its line)
+        raise ModelFolderError(garbled or f"could not build the tokenizer of model {path!r} ({type(e).__name__}: {first})") from None
     if Path(path).is_dir() and len(tok) <= len(set(tok.all_special_tokens)):
         raise ModelFolderError(f"the tokenizer in {path} has no vocabulary besides its special tokens ({len(tok)} tokens): "
                                "every word would be unknown; copy the tokenizer files of the model it was trained from")

@@ -216,3 +216,12 @@ def test_a_model_path_that_is_a_file_is_called_a_file(tmp_path, capsys):
     assert f"--model {f} is a file, not a folder" in capsys.readouterr().err
     assert main(["train", "--model", str(f), "--output-dir", str(tmp_path / "r")]) == 2
     assert f"model path {f} is a file, not a folder" in capsys.readouterr().err
+
+
+def test_a_garbled_tokenizer_file_is_named_with_its_line(tiny_bert, tmp_path, capsys):
+    model = _saved_classifier(tiny_bert, tmp_path / "m")
+    (model / "tokenizer.json").write_text('{"version": "1.0",\n "model": garbage')
+    capsys.readouterr()
+    assert main(["predict", "--model", str(model), "good film"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{model / 'tokenizer.json'}, line 2" in err[0] and "restore the tokenizer files" in err[0], err
