@@ -119,11 +119,11 @@ def _run_parts(B: int, H: int, Lq: int, Lk: int, D: int, alpha: torch.Tensor, de
     if _pool is None or _pool._max_workers < len(parts):
         _pool = ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="attnkit-flash")
     per = max(1, budget // len(parts))
-    grad_mode = torch.is_grad_enabled()
+    grad_mode, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
 
-    def run(part):
+    def run(part):  # grad and inference mode are per thread: the caller's, carried over
         torch.set_num_threads(1)
-        with torch.set_grad_enabled(grad_mode):
+        with torch.inference_mode(inference), torch.set_grad_enabled(grad_mode):
             for blk in _chunks(part, H, Lq, Lk, per, runs):
                 work(blk)
 

@@ -491,3 +491,18 @@ def test_backend_choice(monkeypatch):
     assert flash.backend_for(x64) is flash_cpu
     want = flash_cpu if _triton_backend_available() is not None else importlib.import_module("attnkit.attention.flash_triton")
     assert flash.backend_for(x32) is want
+
+
+def test_the_cpu_backend_runs_under_inference_mode_on_several_threads():
+    """Under torch.inference_mode (how prediction runs) the worker threads take the caller's mode: no in-place write
+    to an inference tensor outside it."""
+    q, k, v = (torch.randn(2, 4, 33, 16) for _ in range(3))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch.inference_mode():
+            out = sparse_attention(q, k, v, attention="entmax15")
+        want = sparse_attention(q, k, v, attention="entmax15")
+    finally:
+        torch.set_num_threads(threads)
+    torch.testing.assert_close(out, want.detach(), rtol=1e-6, atol=1e-6)

@@ -61,6 +61,7 @@ def test_sparsify_works(model_type, tmp_path):
     ids, mask = batch()
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+        plain = model(input_ids=ids, attention_mask=mask).logits  # no weights asked for: the flash path
         alone = model(input_ids=ids[1:, :4], attention_mask=mask[1:, :4])
     w = torch.stack(out.attentions)  # [layers, B, H, L, L]
     real = w[:, 0]  # the unpadded sentence: zeros come from the sparse map itself
@@ -69,7 +70,8 @@ def test_sparsify_works(model_type, tmp_path):
     model.save_pretrained(tmp_path / "m")
     again = AutoModelForSequenceClassification.from_pretrained(tmp_path / "m").eval()
     with torch.no_grad():
-        assert torch.equal(again(input_ids=ids, attention_mask=mask).logits, out.logits)
+        assert torch.equal(again(input_ids=ids, attention_mask=mask).logits, plain)
+    torch.testing.assert_close(plain, out.logits, rtol=1e-5, atol=1e-6)  # the flash and the materialised path
     assert spec_of(again.config) == spec_of(model.config)
 
 
@@ -88,13 +90,15 @@ def test_sparsify_every_head(auto, tmp_path):
     ids, mask = batch()
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+        plain = model(input_ids=ids, attention_mask=mask)  # no weights asked for: the flash path
     assert (out.attentions[0][0] == 0).any()
     model.save_pretrained(tmp_path / "m")
     again = getattr(transformers, auto).from_pretrained(tmp_path / "m").eval()
     with torch.no_grad():
         b = again(input_ids=ids, attention_mask=mask)
-    first = next(v for v in out.values() if isinstance(v, torch.Tensor))
+    first = next(v for v in plain.values() if isinstance(v, torch.Tensor))
     assert torch.equal(next(v for v in b.values() if isinstance(v, torch.Tensor)), first)
+    torch.testing.assert_close(first, next(v for v in out.values() if isinstance(v, torch.Tensor)), rtol=1e-5, atol=1e-6)
 
 
 def test_sparsify_refuses_other_heads_and_switches_an_attnkit_model():
@@ -138,6 +142,7 @@ def test_sparsemax_on_grouped_query_attention():
     ids, mask = batch()
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+        plain = model(input_ids=ids, attention_mask=mask).logits  # no weights asked for: the flash path
         alone = model(input_ids=ids[1:, :4], attention_mask=mask[1:, :4])
     allowed = torch.ones(7, 7, dtype=torch.bool).tril() & mask.bool()[:, None, None, :]  # [B, 1, Lq, Lk]
     for w in out.attentions:  # [B, H, L, L]

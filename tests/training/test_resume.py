@@ -54,12 +54,12 @@ def test_a_damaged_newest_checkpoint_is_moved_aside_and_the_run_resumes(tiny_ber
 
 
 def test_ctrl_c_says_how_to_resume(tiny_bert, data, tmp_path, capsys, monkeypatch):
-    import attnkit.cli.commands
+    import attnkit.cli.train_commands
 
     def interrupted(cfg):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(attnkit.cli.commands, "train", interrupted)
+    monkeypatch.setattr(attnkit.cli.train_commands, "train", interrupted)
     assert main(train_args(tiny_bert, data, tmp_path / "o")) == 130
     err = capsys.readouterr().err
     assert "interrupted" in err and "resume" in err and str(tmp_path / "o") in err and "Traceback" not in err
