@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from attnkit.analysis.stats import format_paired, rule_text, verdicts_by_family
-from benchmarks.common import provenance
+from attnkit.runfiles.provenance import provenance
 
 VARIANTS = {  # name -> (se, blur placement)
     "plain": (False, "none"),

@@ -15,13 +15,24 @@ import contextlib
 import fcntl
 import json
 import statistics
-import subprocess
 from pathlib import Path
 
 from attnkit.analysis.stats import (  # noqa: F401  (the verdict code lives in the package: attnkit sweep uses it too)
-    MARGIN, MIN_SEEDS, VERDICTS, Family, PairedTest, family_verdicts, format_p, format_paired, holm, paired, paired_test, rule_text,
+    MARGIN,
+    MIN_SEEDS,
+    VERDICTS,
+    Family,
+    PairedTest,
+    family_verdicts,
+    format_p,
+    format_paired,
+    holm,
+    paired,
+    paired_test,
+    rule_text,
     verdicts_by_family,
 )
+from attnkit.runfiles.provenance import git_output, provenance  # noqa: F401  (studies record them through here)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Records: one JSON list per table, read and appended under a lock (several workers may share a file)
@@ -130,37 +141,6 @@ def verdict(diffs: list[float]) -> str:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Provenance
-
-def git_output(args: list[str], cwd: Path) -> str | None:
-    """``git ARGS``' output in ``cwd``, stripped; None where git fails or is missing."""
-    try:
-        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def provenance(repo: str | Path | None = None) -> dict:
-    """What made a record: git commit, whether the tree was dirty, and the attnkit, torch and transformers versions."""
-    root = Path(repo) if repo is not None else Path(__file__).resolve().parent.parent
-    commit = git_output(["rev-parse", "HEAD"], root)
-    status = git_output(["status", "--porcelain", "--untracked-files=no"], root)
-    out = {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
-    for name in ("attnkit", "torch", "transformers"):
-        try:
-            mod = __import__(name)
-            out[f"{name}_version"] = getattr(mod, "__version__", None)
-        except ImportError:
-            out[f"{name}_version"] = None
-    if out["attnkit_version"] is None:
-        try:
-            from importlib.metadata import version
-
-            out["attnkit_version"] = version("attnkit")
-        except Exception:  # noqa: BLE001 — not installed: leave it unknown
-            pass
-    return out
-
 
 def sha256_file(path: str | Path) -> str:
     """The SHA-256 of a file (a model's weights), so "the same model to the bit" is checked, not inferred."""

@@ -34,7 +34,6 @@ from __future__ import annotations
 import importlib
 import math
 import numbers
-import os
 
 import torch
 
@@ -78,7 +77,7 @@ def backend_for(t: torch.Tensor):
     """The backend module that runs for tensors like ``t``."""
     choice = _force_backend
     if choice is None:
-        choice = "triton" if (t.device.type == "cuda" or kernels.MODE == "triton" or os.environ.get("ATTNKIT_KERNEL", "").strip().lower() == "triton") else "cpu"
+        choice = "triton" if (t.device.type == "cuda" or kernels.MODE == "triton") else "cpu"  # MODE: ATTNKIT_KERNEL
     if choice == "triton" and t.dtype == torch.float64 and t.device.type == "cpu" and _force_backend is None:
         return flash_cpu  # (the Triton kernels take no float64: CPU float64 stays exact on the blocked backend)
     if choice == "triton":

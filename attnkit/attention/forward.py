@@ -14,13 +14,21 @@ import os
 import torch
 from torch import nn
 
+try:  # the collector transformers records output_attentions through (read in every layer's call: imported once)
+    from transformers.utils.output_capturing import _active_collector
+except ImportError:  # another transformers: the weights are assumed asked for
+    _active_collector = None
+
+from ..errors import UserError
 from . import flash
-from .blur import gaussian_blur, valid_keys  # relative: this file also runs as a checkpoint's remote code
+from .blur import (  # relative: this file also runs as a checkpoint's remote code
+    gaussian_blur,
+    valid_keys,
+)
 from .learned import head_value
 from .normalisers import softmax
 from .placement import layer_index, sparse_layer_set
 from .spec import ATTN_IMPLEMENTATION, AttentionSpec, spec_of
-from ..errors import UserError
 
 
 def mask_scores(scores: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -98,9 +106,7 @@ def attention_path() -> str:
 def _weights_requested() -> bool:
     """Whether the model's caller asked for the attention weights (``output_attentions``): transformers records them
     from this function's second output. Unknown (another transformers): assumed asked for."""
-    try:
-        from transformers.utils.output_capturing import _active_collector
-    except ImportError:
+    if _active_collector is None:
         return True
     collected = _active_collector.get()
     return collected is None or "attentions" in collected or "cross_attentions" in collected
@@ -128,8 +134,7 @@ def _fast_call(spec: AttentionSpec, module, query, attention_mask, dropout, soft
         name, options = "entmax-alpha", {"alpha": value.reshape(-1) if isinstance(value, torch.Tensor) else float(value)}
 
     def call(q, k, v, mask, scaling):
-        v = gaussian_blur(v, spec.kernel(dtype=torch.promote_types(v.dtype, torch.float32), device=v.device),
-                          valid_keys(mask, v.size(0), v.size(-2))) if spec.blur == "value" else v
+        v = _value_blur(spec, v, mask)
         out = flash.sparse_attention(q, k, v, mask, attention=name, scale=scaling, **options)
         return _context_blur(spec, out, v, mask)
 
@@ -139,8 +144,7 @@ def _fast_call(spec: AttentionSpec, module, query, attention_mask, dropout, soft
 def _sdpa_call(spec: AttentionSpec):
     """Softmax attention by torch's ``scaled_dot_product_attention`` (its memory-efficient kernels), with the blur."""
     def call(q, k, v, mask, scaling):
-        v = gaussian_blur(v, spec.kernel(dtype=torch.promote_types(v.dtype, torch.float32), device=v.device),
-                          valid_keys(mask, v.size(0), v.size(-2))) if spec.blur == "value" else v
+        v = _value_blur(spec, v, mask)
         bias = mask
         if mask is not None and mask.dtype != torch.bool:  # 'very negative' made exactly -inf, as mask_scores does
             bias = mask.masked_fill(mask <= torch.finfo(mask.dtype).min / 2, -math.inf).to(q.dtype)
@@ -152,7 +156,16 @@ def _sdpa_call(spec: AttentionSpec):
     return call
 
 
+def _value_blur(spec: AttentionSpec, value: torch.Tensor, mask) -> torch.Tensor:
+    """The values blurred along the keys (``blur="value"``), padded keys zeroed first; else as they are."""
+    if spec.blur != "value":
+        return value
+    kernel = spec.kernel(dtype=torch.promote_types(value.dtype, torch.float32), device=value.device)  # in float32
+    return gaussian_blur(value, kernel, valid_keys(mask, value.size(0), value.size(-2)))
+
+
 def _context_blur(spec: AttentionSpec, out: torch.Tensor, value: torch.Tensor, mask) -> torch.Tensor:
+    """Each head's output blurred along the queries (``blur="context"``; self-attention, Lq == Lk); else as it is."""
     if spec.blur != "context":
         return out
     kernel = spec.kernel(dtype=torch.promote_types(value.dtype, torch.float32), device=value.device)
@@ -163,14 +176,7 @@ def _context_blur(spec: AttentionSpec, out: torch.Tensor, value: torch.Tensor, m
 def blurred(spec: AttentionSpec, weights: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """``weights @ value`` [B, H, Lq, D] with the spec's blur on the values or on each head's output (along the query
     positions; self-attention: Lq == Lk), padded keys (``mask``) zeroed first."""
-    if spec.blur == "none":
-        return torch.matmul(weights, value)
-    kernel = spec.kernel(dtype=torch.promote_types(value.dtype, torch.float32), device=value.device)  # blurred in float32
-    valid = valid_keys(mask, value.size(0), value.size(-2))  # [B, Lk] or None
-    if spec.blur == "value":
-        return torch.matmul(weights, gaussian_blur(value, kernel, valid))
-    out = torch.matmul(weights, value)
-    return gaussian_blur(out, kernel, valid if out.size(-2) == value.size(-2) else None)
+    return _context_blur(spec, torch.matmul(weights, _value_blur(spec, value, mask)), value, mask)
 
 
 #: The keywords transformers' attention layers pass to the attention function, and what

@@ -1,11 +1,13 @@
-"""What the benchmarks share: the provenance a result file records (git commit, dirty tree, versions)."""
+"""What made a result or record: the git commit, whether the tree was dirty, and the attnkit, torch and transformers
+versions."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+#: the checkout attnkit runs from (an editable install: the repository)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def git_output(args: list[str], cwd: Path) -> str | None:
@@ -18,8 +20,8 @@ def git_output(args: list[str], cwd: Path) -> str | None:
 
 
 def provenance(repo: str | Path | None = None) -> dict:
-    """What made a result: git commit, whether the tree was dirty, and the attnkit, torch and transformers versions
-    (the same fields as ``studies.stats.provenance``)."""
+    """The git commit and dirty state of ``repo`` (default: attnkit's checkout) and the attnkit, torch and
+    transformers versions."""
     root = Path(repo) if repo is not None else ROOT
     commit = git_output(["rev-parse", "HEAD"], root)
     status = git_output(["status", "--porcelain", "--untracked-files=no"], root)
