@@ -85,9 +85,9 @@ def _spec_of_settings(spec: AttentionSpec | None, attention, lam, alpha, **rest)
         return AttentionSpec(attention or "sparsegen-lin", lam, alpha=alpha, **rest)
     if not isinstance(spec, AttentionSpec):
         raise UserError(f"sparsify(spec=...) takes an AttentionSpec, got {type(spec).__name__}")
-    defaults = {"blur": "none", "blur_size": 3, "blur_sigma": 0.3, "learned": None, "sparse_layers": None}
+    defaults = inspect.signature(sparsify).parameters  # the settings' defaults, as sparsify declares them
     given = [k for k, v in (("attention", attention), ("lam", lam), ("alpha", alpha)) if v is not None]
-    given += [k for k, v in rest.items() if v != defaults[k]]
+    given += [k for k, v in rest.items() if v != defaults[k].default]
     if given:
         raise UserError(f"sparsify(spec=..., {', '.join(given)}=...): give the attention as spec or as settings, not both")
     return spec
