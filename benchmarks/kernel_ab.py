@@ -29,11 +29,11 @@ SOURCE = "attnkit/attention/csrc/sparsemax_cpu.cpp"
 def build(src_text: str, name: str):
     from torch.utils.cpp_extension import load
 
-    from attnkit.attention.kernels import _FLAGS, _OPENMP
+    from attnkit.attention.kernel_build import FLAGS, OPENMP
 
     d = Path(tempfile.mkdtemp(prefix=name))
     (d / "k.cpp").write_text(src_text)
-    return load(name=name, sources=[str(d / "k.cpp")], extra_cflags=_FLAGS + _OPENMP, extra_ldflags=_OPENMP, verbose=False)
+    return load(name=name, sources=[str(d / "k.cpp")], extra_cflags=FLAGS + OPENMP, extra_ldflags=OPENMP, verbose=False)
 
 
 def fwd_bwd(ext, z, g, scale):

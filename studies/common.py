@@ -59,15 +59,15 @@ def method_settings(method: str, task: str, a) -> dict:
                 from_scratch=scratch, epochs=a.np_epochs if scratch else epochs, lr=a.np_lr if scratch else a.lr,
                 warmup_ratio=a.np_warmup if scratch else 0.0)
     if method == "SSAF+learned-lam":
-        base["learn_lam"] = True
+        base["learned"] = "lam"
     elif method == "SSAF+learned-lam-fast":  # the lam parameters on their own learning rate (--lam-lr)
-        base.update(learn_lam=True, lam_lr=LAM_LR)
+        base.update(learned="lam", lam_lr=LAM_LR)
     elif method == "SSAF+lam-warmup":
         base.update(lam_warmup=0.1)
     elif method == "entmax15+alpha-warmup":
         base.update(alpha_warmup=ALPHA_WARMUP)
     elif method == "alpha-entmax-learned":
-        base.update(learn_alpha=True, alpha=1.5, alpha_lr=ALPHA_LR)
+        base.update(learned="alpha", alpha=1.5, alpha_lr=ALPHA_LR)
     elif method in SPARSE_LAYERS:
         base.update(sparse_layers=SPARSE_LAYERS[method])
     elif method not in ("softmax", "SSAF", "Np", "SSAF(Np)", "entmax15"):

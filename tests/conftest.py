@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import make_tiny_bert, use_backend, write_tiny_sentiment
+from attnkit.cli import main
+from helpers import four_step_train_args, make_tiny_bert, train_args, two_step_train_args, use_backend, write_tiny_sentiment
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -50,3 +51,62 @@ def tiny_task(tmp_path) -> Path:
 def data(tmp_path_factory) -> Path:
     """A tiny two-class csv task (96 train, 32 dev rows), written once per module."""
     return write_tiny_sentiment(tmp_path_factory.mktemp("task") / "data")
+
+
+# ----------------------------------------------------------------------------- runs and models, made once per module
+
+
+@pytest.fixture(scope="module")
+def run(tiny_bert, data, tmp_path_factory) -> Path:
+    """A finished two-step sparsegen-lin run (lam -2) of the tiny task."""
+    out = tmp_path_factory.mktemp("rel_run") / "run"
+    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained_run(tiny_bert, data, tmp_path_factory) -> Path:
+    """A finished four-step sparsegen-lin run (lam -2) evaluated every two steps."""
+    out = tmp_path_factory.mktemp("trust_run") / "run"
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--attention", "sparsegen-lin", "--lam", "-2")) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def finished(tiny_bert, data, tmp_path_factory) -> Path:
+    """A finished run (4 steps), to be copied by tests that damage it."""
+    out = tmp_path_factory.mktemp("rel2_done") / "run"
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def saved_classifier(tiny_bert, tmp_path_factory) -> Path:
+    """A classifier saved as `attnkit train` saves it (two layers, 32 wide, labels negative/positive)."""
+    import torch
+
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.build import build_classifier
+    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
+
+    out = tmp_path_factory.mktemp("sweep_model") / "model"
+    torch.manual_seed(0)
+    net = build_classifier(str(tiny_bert), 2, AttentionSpec("sparsegen-lin", -2.0), label_names=["negative", "positive"])
+    save_checkpoint(net, out, tokenizer=load_tokenizer(str(tiny_bert)), extra={"task": "csv", "max_length": 16})
+    return out
+
+
+@pytest.fixture(scope="module")
+def sparsemax_classifier(tiny_bert, tmp_path_factory) -> Path:
+    """A sparsemax classifier saved as `attnkit train` saves it (labels negative/positive, trained at 16 tokens)."""
+    import torch
+
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.build import build_classifier
+    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
+
+    out = tmp_path_factory.mktemp("nsr_model") / "model"
+    torch.manual_seed(0)
+    net = build_classifier(str(tiny_bert), 2, AttentionSpec("sparsemax"), label_names=["negative", "positive"])
+    save_checkpoint(net, out, tokenizer=load_tokenizer(str(tiny_bert)), extra={"task": "csv", "max_length": 16})
+    return out

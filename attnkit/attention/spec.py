@@ -183,13 +183,14 @@ class AttentionSpec:
                 f"a blur needs a sigma above about 0.1 (width 3: 0.3 gives [0.004, 0.992, 0.004], 0.5 [0.107, 0.787, 0.107])")
 
 
-def upgraded(d: dict[str, Any]) -> dict[str, Any]:
-    """A spec's dict with an older attnkit's ``learn_lam`` / ``learn_alpha`` (true or false) as ``learned``."""
+def upgraded(d: dict[str, Any], where: str = f"config '{CONFIG_KEY}'") -> dict[str, Any]:
+    """A spec's (or a run's settings') dict with an older attnkit's ``learn_lam`` / ``learn_alpha`` (true or false) as
+    ``learned``."""
     if not any(k in d for k in OLD_LEARNED_KEYS):
         return d
     old = [v for k, v in OLD_LEARNED_KEYS.items() if d.get(k)]
     if len(old) > 1 or (old and d.get("learned", old[0]) != old[0]):
-        raise UserError(f"config '{CONFIG_KEY}' learns more than one setting per head ({', '.join(old)}): attnkit learns one")
+        raise UserError(f"{where} learns more than one setting per head ({', '.join(old)}): attnkit learns one")
     new = {k: v for k, v in d.items() if k not in OLD_LEARNED_KEYS}
     if old:
         new["learned"] = old[0]

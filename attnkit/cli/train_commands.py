@@ -32,13 +32,8 @@ from attnkit.runfiles.atomic import is_main_process, output_batch
 from attnkit.runfiles.ownership import make_way
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.training.adapt import adapt
-from attnkit.training.config import (
-    METRICS_FILE,
-    MODEL_DIR,
-    AdaptConfig,
-    PretrainConfig,
-    is_mini_alias,
-)
+from attnkit.training.adapt_config import AdaptConfig
+from attnkit.training.config import METRICS_FILE, MODEL_DIR, PretrainConfig, is_mini_alias
 from attnkit.training.finetune import train
 from attnkit.training.pretrain import pretrain
 from attnkit.training.recipes import recipe_options

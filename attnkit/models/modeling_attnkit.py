@@ -45,7 +45,7 @@ from .pooling import HEAD_KEY, PooledEncoderForSequenceClassification, head_of
 MODEL_TYPE = "attnkit"
 #: the files saved beside the weights so that trust_remote_code=True can load the model without attnkit
 CODE_FILES = ("modeling_attnkit.py", "spec.py", "normalisers.py", "learned.py", "blur.py", "placement.py", "forward.py",
-              "names.py", "maps.py", "entmax.py", "kernels.py", "flash.py", "flash_cpu.py", "pooling.py", "errors.py")
+              "names.py", "maps.py", "entmax.py", "kernels.py", "kernel_build.py", "flash.py", "flash_cpu.py", "pooling.py", "errors.py")
 #: where each code file lives in the attnkit package (in a checkpoint they sit side by side)
 _CODE_PACKAGES = {**{name: "attention" for name in CODE_FILES}, "modeling_attnkit.py": "models", "pooling.py": "models", "errors.py": ""}
 _PACKAGE_IMPORT = re.compile(r"^(\s*)from \.\.(?:\w+\.)?(\w+) import ", re.M)

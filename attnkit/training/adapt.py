@@ -45,7 +45,7 @@ from attnkit.runfiles.json_files import finite_record, path_problem, read_json
 from attnkit.runfiles.atomic import write_json_atomic
 from attnkit.tasks import load_task
 from attnkit.tasks.registry import default_data_dir
-from attnkit.training.config import ADAPT_ALPHA_START, ADAPT_LAM_FACTOR, AdaptConfig
+from attnkit.training.adapt_config import ADAPT_ALPHA_START, ADAPT_LAM_FACTOR, AdaptConfig
 from attnkit.training.masking import BatchSeededMasking, MaskingState
 from attnkit.training.pretrain import check_maskable, mlm_collator
 from attnkit.training.trainer import check_finite, check_precision, finish_run, fit, shared_arguments

@@ -1,5 +1,5 @@
 """What a run depends on: :class:`TrainConfig` (fine-tuning), :class:`PretrainConfig` (MiniBERT's MLM), and the
-SSAF paper's lam and epochs per task.
+SSAF paper's lam and epochs per task (:class:`~attnkit.training.adapt_config.AdaptConfig` is beside it).
 
 This module is light on purpose: the command line reads its defaults to answer ``--help`` without torch. The
 attention and head settings it builds (:meth:`TrainConfig.spec`, :meth:`TrainConfig.head`) live in torch-backed
@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from attnkit.attention.names import KINDS, NormaliserChoices
+from attnkit.attention.names import KINDS
 from attnkit.runfiles.names import METRICS_FILE, MODEL_DIR  # noqa: F401  (re-exported: where a run keeps what)
 from attnkit.tasks.lemmas import lemmatizer
 from attnkit.errors import UserError
 
 if TYPE_CHECKING:
-    from attnkit.models.mini import MiniShape
+    from attnkit.models.mini_config import MiniShape
     from attnkit.attention.spec import AttentionSpec
     from attnkit.models.pooling import HeadSpec
 
@@ -52,7 +52,8 @@ def check_seed(seed, option: str = "--seed") -> int:
 
 
 #: settings whose command-line option is not --<name with dashes>
-_OPTIONS = {"precision": "--bf16/--fp16", "pooling": "--layer-pooling", "warmup_ratio": "--warmup", "resume": "--no-resume", "eval_batch_size": "eval batch size"}
+_OPTIONS = {"precision": "--bf16/--fp16", "pooling": "--layer-pooling", "warmup_ratio": "--warmup", "resume": "--no-resume", "eval_batch_size": "eval batch size",
+            "learned": "--learn-lam/--learn-alpha"}
 
 
 def option_name(field: str) -> str:
@@ -89,14 +90,13 @@ class TrainConfig:
     logging_steps: int = 50
     group_by_length: bool = False  # batches of similar length (less padding; same examples per epoch)
     precision: str = "fp32"  # fp32 | bf16 | fp16: mixed precision under autocast (weights and optimizer stay float32)
-    learn_lam: bool = False  # sparsegen-lin: lam learned per layer and head, started at lam
-    lam_lr: float | None = None  # learn_lam: the learning rate of the lam parameters (None: lr, like every weight)
+    learned: str | None = None  # "lam" (sparsegen-lin) or "alpha" (entmax-alpha): learned per layer and head from its value
+    lam_lr: float | None = None  # learned lam: the learning rate of the lam parameters (None: lr, like every weight)
     lemmatize: str | None = None  # language: texts replaced by their lemmas (simplemma), recorded with the model
     keep_checkpoints: bool = False  # keep the Trainer's checkpoint-N folders (with optimizer state) after a finished run
     lam_warmup: float = 0.0  # sparsegen-lin: lam moves from a denser start to lam over this fraction of the steps (or count); 0: off
     alpha: float = 1.5  # entmax-alpha: 1 is softmax, 1.5 1.5-entmax, 2 sparsemax
-    learn_alpha: bool = False  # entmax-alpha: alpha learned per layer and head, started at alpha
-    alpha_lr: float | None = None  # learn_alpha: the learning rate of the alpha parameters (None: lr)
+    alpha_lr: float | None = None  # learned alpha: the learning rate of the alpha parameters (None: lr)
     alpha_warmup: float = 0.0  # entmax maps: alpha moves from 1 (softmax) to its target over this fraction of the steps (or count); 0: off
     sparse_layers: str | None = None  # layers that use the sparse map ("last", "4-5", "0,5"); None: all; the others keep softmax
     teacher: str | None = None  # a fine-tuned model (or run folder) whose predictions the student also learns from
@@ -178,20 +178,21 @@ class TrainConfig:
         lam = self.lam if self.lam is not None else PAPER_LAM.get(self.task, 0.0)
         norm = NORMALISERS.get(canonical(self.attention))
         setting, anneal = (norm.setting, norm.anneal) if norm is not None else (None, None)
-        if self.lam_lr is not None and not (self.learn_lam and isinstance(self.lam_lr, (int, float)) and math.isfinite(self.lam_lr) and self.lam_lr > 0):
+        if self.learned not in (None, "lam", "alpha"):
+            raise UserError(f"learned={self.learned!r}: expected 'lam' (--learn-lam), 'alpha' (--learn-alpha) or None")
+        if self.lam_lr is not None and not (self.learned == "lam" and isinstance(self.lam_lr, (int, float)) and math.isfinite(self.lam_lr) and self.lam_lr > 0):
             raise UserError(f"--lam-lr {self.lam_lr}: needs --learn-lam and a learning rate > 0")
         if self.lam_warmup and (setting != "lam" or not self.lam_warmup > 0):
             raise UserError(f"--lam-warmup {self.lam_warmup}: needs --attention {' or '.join(names_with(setting='lam'))} and a fraction of the steps (< 1) or a step count > 0")
-        if self.alpha_lr is not None and not (self.learn_alpha and isinstance(self.alpha_lr, (int, float)) and math.isfinite(self.alpha_lr) and self.alpha_lr > 0):
+        if self.alpha_lr is not None and not (self.learned == "alpha" and isinstance(self.alpha_lr, (int, float)) and math.isfinite(self.alpha_lr) and self.alpha_lr > 0):
             raise UserError(f"--alpha-lr {self.alpha_lr}: needs --learn-alpha and a learning rate > 0")
         if self.alpha_warmup and (anneal != "alpha" or not (math.isfinite(self.alpha_warmup) and self.alpha_warmup > 0)):
             raise UserError(f"--alpha-warmup {self.alpha_warmup}: needs --attention {' or '.join(names_with(anneal='alpha'))} and a fraction of the steps (< 1) or a step count > 0")
-        if (self.alpha != 1.5 or self.learn_alpha) and setting != "alpha":
+        if (self.alpha != 1.5 or self.learned == "alpha") and setting != "alpha":
             raise UserError(f"--alpha/--learn-alpha: need --attention {' or '.join(names_with(setting='alpha'))}, not {self.attention}")
-        learned = "lam" if self.learn_lam else "alpha" if self.learn_alpha else None
         try:
             return AttentionSpec(self.attention, lam, blur=self.blur, blur_size=self.blur_size, blur_sigma=self.blur_sigma,
-                                 learned=learned, alpha=self.alpha, sparse_layers=self.sparse_layers)
+                                 learned=self.learned, alpha=self.alpha, sparse_layers=self.sparse_layers)
         except ValueError as e:
             msg = re.sub(r"^learned=(\w+)", r"--learn-\1", str(e))  # learned=lam needs ... -> --learn-lam needs ...
             msg = re.sub(r"^(\w+)=(.*?):", lambda m: f"{option_name(m.group(1))} {m.group(2).strip(chr(39))}:", msg)  # blur_size=4: -> --blur-size 4:
@@ -201,7 +202,7 @@ class TrainConfig:
     @property
     def head_lr(self) -> float | None:
         """The learning rate of the settings learned per head (--lam-lr, --alpha-lr); None: --lr, like every weight."""
-        return self.lam_lr if self.learn_lam else self.alpha_lr
+        return self.lam_lr if self.learned == "lam" else self.alpha_lr
 
     def head(self) -> HeadSpec:
         from attnkit.models.pooling import HeadSpec  # torch: only when a run is set up, not for --help
@@ -213,7 +214,7 @@ class TrainConfig:
 
     def mini_shape(self) -> MiniShape:
         """The shape of a MiniBERT trained from scratch (``--model mini``): the options given, else the defaults."""
-        from attnkit.models.mini import MiniShape  # torch: only when a run is set up, not for --help
+        from attnkit.models.mini_config import MiniShape  # torch: only when a run is set up, not for --help
 
         given = {k: getattr(self, k) for k in ("kind", "layers", "heads", "dim", "vocab_size", "score_scale", "head_mode")}
         return MiniShape(**{k: v for k, v in given.items() if v is not None})
@@ -228,7 +229,7 @@ DEFAULT_MINI_LR = 1e-2  # a tiny model trained from (nearly) scratch: AdamW at 1
 DEFAULT_VOCAB = 4000
 
 
-SCORE_SCALES = ("none", "sqrt")  # as attnkit.models.mini (not imported here: no torch for --help)
+SCORE_SCALES = ("none", "sqrt")  # as attnkit.models.mini_config (not imported here: no torch for --help)
 HEAD_MODES = ("split", "full")
 
 
@@ -272,7 +273,7 @@ class PretrainConfig:
     resume: bool = True  # False: an earlier run in output_dir is moved aside (.replaced-<date>/) and pre-training starts afresh
 
     def shape(self) -> MiniShape:
-        from attnkit.models.mini import MiniShape  # torch: only when a run is set up, not for --help
+        from attnkit.models.mini_config import MiniShape  # torch: only when a run is set up, not for --help
 
         return MiniShape(self.kind, self.layers, self.heads, self.dim, self.vocab_size, self.score_scale, self.head_mode)
 
@@ -309,110 +310,3 @@ class PretrainConfig:
             raise UserError(f"--max-length {self.max_length}: MiniBERT has {MAX_POSITIONS} positions at most")
         if not 0 < self.mlm_probability < 1:
             raise UserError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
-
-
-# ----------------------------------------------------------------------------- adapting an encoder to a sparse map
-
-#: the alpha an entmax anneal starts from (AdaSplash's 1.01: all but softmax, every weight still positive)
-ADAPT_ALPHA_START = 1.01
-#: sparsegen-lin's anneal starts at the lam whose temperature 1 - lam is this many times larger (a much denser map)
-ADAPT_LAM_FACTOR = 8.0
-
-
-@dataclass
-class AdaptConfig:
-    """Continued masked-LM pre-training of an encoder for a sparse map (``attnkit adapt``); written to
-    ``<output>/run_config.json``. The sparsity is annealed from (nearly) softmax to the target over ``anneal``."""
-
-    tasks: list = field(default_factory=lambda: ["rotten-tomatoes"])  # tasks whose TRAINING texts are read
-    text_files: list = field(default_factory=list)  # the user's own texts, one per line
-    data_dir: str | None = None
-    model: str = "minilm"
-    attention: str = "entmax15"
-    lam: float = -4.0  # sparsegen-lin's target lam
-    alpha: float = 1.5  # entmax-alpha's target alpha (entmax15: 1.5)
-    anneal: float = 0.5  # fraction of the steps (< 1) or a step count over which the map goes from dense to the target
-    head_warmup: float = 0.05  # fraction of the steps (< 1) or a step count in which only the MLM head trains (the encoder frozen)
-    sparse_layers: str | None = None
-    max_steps: int = 2000
-    batch_size: int = 32
-    lr: float = 5e-5
-    warmup_ratio: float = 0.06
-    weight_decay: float = 0.01
-    max_length: int = 128
-    max_train_samples: int | None = None
-    mlm_probability: float = 0.15
-    seed: int = 42
-    output_dir: str = "runs/adapt"
-    resume: bool = True
-    logging_steps: int = 50
-    save_steps: int = 500
-    precision: str = "fp32"
-    keep_checkpoints: bool = False
-
-    def spec(self) -> AttentionSpec:
-        from attnkit.attention.normalisers import normaliser  # torch: only when a run is set up, not for --help
-        from attnkit.attention.spec import AttentionSpec
-
-        try:
-            setting = normaliser(self.attention).setting
-            return AttentionSpec(self.attention, self.lam if setting == "lam" else 0.0,
-                                 alpha=self.alpha if setting == "alpha" else 1.5, sparse_layers=self.sparse_layers)
-        except ValueError as e:
-            raise UserError(str(e).replace("sparse_layers=", "--sparse-layers ").replace("a sparse attention", "a sparse --attention")) from None
-
-    def validate(self) -> None:
-        if self.attention not in NormaliserChoices(adapt_only=True):
-            raise UserError(f"--attention {self.attention}: attnkit adapt takes {', '.join(NormaliserChoices(adapt_only=True))}")
-        if not self.tasks and not self.text_files:
-            raise UserError("no text to adapt on: give --task (its training split) or --text-file")
-        if self.spec().normaliser.setting == "alpha" and self.alpha <= ADAPT_ALPHA_START:
-            raise UserError(f"--alpha {self.alpha:g}: the anneal starts at alpha {ADAPT_ALPHA_START:g}; give a target above it "
-                            "(1.5: 1.5-entmax)")
-        if len(set(self.tasks)) != len(self.tasks) or len(set(self.text_files)) != len(self.text_files):
-            raise UserError("a --task or --text-file given twice: each is read once")
-        for t in self.tasks:
-            if ":" in t:
-                name, _, split = t.partition(":")
-                raise UserError(f"--task {t}: attnkit adapt reads training texts only (never {split} texts, which would "
-                                 f"leak into the evaluation): give --task {name}")
-        if not isinstance(self.max_steps, int) or self.max_steps < 1:
-            raise UserError(f"--max-steps {self.max_steps}: expected a number of steps >= 1")
-        if not (isinstance(self.anneal, (int, float)) and math.isfinite(self.anneal) and self.anneal >= 0) or (self.anneal >= 1 and self.anneal != int(self.anneal)):
-            raise UserError(f"--anneal {self.anneal}: expected a fraction of the steps (< 1) or a whole step count, >= 0")
-        if not (isinstance(self.head_warmup, (int, float)) and math.isfinite(self.head_warmup) and self.head_warmup >= 0) or (self.head_warmup >= 1 and self.head_warmup != int(self.head_warmup)):
-            raise UserError(f"--head-warmup {self.head_warmup}: expected a fraction of the steps (< 1) or a whole step count, >= 0")
-        if self.head_warmup >= 1 and self.head_warmup >= self.max_steps:
-            raise UserError(f"--head-warmup {self.head_warmup:g}: the run has {self.max_steps} steps, so the encoder would never train")
-        if self.anneal >= 1 and self.anneal > self.max_steps:
-            raise UserError(f"--anneal {self.anneal:g}: the run has {self.max_steps} steps, so the anneal would never reach its "
-                             "target; give a fraction of the steps (< 1) or fewer steps")
-        for name, v in (("--batch-size", self.batch_size), ("--logging-steps", self.logging_steps), ("--save-steps", self.save_steps)):
-            if not isinstance(v, int) or v < 1:
-                raise UserError(f"{name} {v}: expected a whole number >= 1")
-        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise UserError(f"--lr {self.lr}: expected a learning rate > 0")
-        if not (isinstance(self.warmup_ratio, (int, float)) and math.isfinite(self.warmup_ratio) and 0 <= self.warmup_ratio < 1):
-            raise UserError(f"--warmup {self.warmup_ratio}: expected a fraction of the steps, >= 0 and < 1")
-        if not (isinstance(self.weight_decay, (int, float)) and math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise UserError(f"--weight-decay {self.weight_decay}: expected a finite number >= 0")
-        if not isinstance(self.max_length, int) or self.max_length < 3:
-            raise UserError(f"--max-length {self.max_length}: expected a whole number of tokens of at least 3 ([CLS], a token, [SEP])")
-        if self.max_train_samples is not None and (not isinstance(self.max_train_samples, int) or self.max_train_samples < 1):
-            raise UserError(f"--max-train-samples {self.max_train_samples}: expected a whole number >= 1")
-        if not 0 < self.mlm_probability < 1:
-            raise UserError(f"--mlm-probability {self.mlm_probability}: expected a fraction in (0, 1)")
-        if self.precision not in PRECISIONS:
-            raise UserError(f"precision {self.precision!r}: expected one of {', '.join(PRECISIONS)} (--bf16, --fp16, or neither)")
-        check_seed(self.seed)
-        if self.spec().normaliser.setting == "alpha" and not self.alpha > ADAPT_ALPHA_START:
-            raise UserError(f"--alpha {self.alpha:g}: the anneal starts at alpha {ADAPT_ALPHA_START:g}; give a target above it "
-                             "(1.5: 1.5-entmax)")
-
-    def head_warmup_steps(self) -> int:
-        """The first steps, in which the encoder is frozen and only the MLM head trains."""
-        return int(self.head_warmup * self.max_steps) if self.head_warmup < 1 else int(self.head_warmup)
-
-    def anneal_steps(self) -> int:
-        """The number of steps over which the map goes from dense to its target (0: none, the target from step 0)."""
-        return int(self.anneal * self.max_steps) if self.anneal < 1 else int(self.anneal)

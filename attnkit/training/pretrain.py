@@ -41,13 +41,8 @@ from transformers import (
 from attnkit.attention.spec import AttentionSpec
 from attnkit.errors import UserError
 from attnkit.models.checkpoint import save_checkpoint
-from attnkit.models.mini import (
-    MiniBertForMaskedLM,
-    MiniBertModel,
-    MiniShape,
-    attention_parameter_count,
-    make_config,
-)
+from attnkit.models.mini import MiniBertForMaskedLM, MiniBertModel, attention_parameter_count
+from attnkit.models.mini_config import MiniShape, make_config
 from attnkit.runfiles.atomic import write_json_atomic
 from attnkit.runfiles.json_files import finite_record
 from attnkit.tasks import load_task

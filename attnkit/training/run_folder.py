@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
+from attnkit.attention.spec import upgraded
 from attnkit.errors import DataFormatError, UserError
 from attnkit.models.checks import check_weights_file
 from attnkit.runfiles.names import LOCK_FILE, REPLACED_PREFIX, RUN_RECORD
@@ -122,10 +123,11 @@ def first_missing(path: Path) -> Path | None:
 
 def with_defaults(saved: dict, fields) -> dict:
     """A recorded run's settings with the ones it predates filled in with their defaults: a setting added to attnkit
-    later defaults to what older runs did (e.g. ``holdout`` 0), so asking for another value is a difference."""
+    later defaults to what older runs did (e.g. ``holdout`` 0), so asking for another value is a difference; the
+    ``learn_lam`` / ``learn_alpha`` of older runs are read as ``learned``."""
     import dataclasses
 
-    out = dict(saved)
+    out = dict(upgraded(saved, "a run's settings"))
     for k, f in fields.items():
         if k not in out and f.default is not dataclasses.MISSING:
             out[k] = f.default

@@ -32,3 +32,9 @@ def read_sweep_records(path: Path) -> list[dict]:
         raise UserError(f"{path} does not hold attnkit sweep records (a list of cells, each with its {', '.join(SWEEP_RECORD_KEYS)}): "
                          f"attnkit did not write it; {way_out}")
     return recs
+
+
+def swept(r: dict) -> tuple[str, float | str]:
+    """(the swept setting, its value or "softmax") of a sweep record (records of earlier attnkit sweep lam only)."""
+    param = r.get("param", "lam")
+    return param, r[param]

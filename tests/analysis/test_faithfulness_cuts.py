@@ -1,6 +1,5 @@
 """Faithfulness records and says which texts it cut to the model's length."""
 
-from pathlib import Path
 
 import pytest
 
@@ -8,29 +7,13 @@ from attnkit.cli import main
 from helpers import snapshot, strict_json, write_csv_task
 
 
-@pytest.fixture(scope="module")
-def saved_classifier(tiny_bert, tmp_path_factory) -> Path:
-    """A classifier saved as `attnkit train` saves it (labels negative/positive, trained at 16 tokens)."""
-    import torch
-
-    from attnkit.attention.spec import AttentionSpec
-    from attnkit.models.build import build_classifier
-    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
-
-    out = tmp_path_factory.mktemp("nsr_model") / "model"
-    torch.manual_seed(0)
-    net = build_classifier(str(tiny_bert), 2, AttentionSpec("sparsemax"), label_names=["negative", "positive"])
-    save_checkpoint(net, out, tokenizer=load_tokenizer(str(tiny_bert)), extra={"task": "csv", "max_length": 16})
-    return out
-
-
 @pytest.mark.slow
-def test_faithfulness_records_and_says_what_it_cut(saved_classifier, tmp_path, capsys):
+def test_faithfulness_records_and_says_what_it_cut(sparsemax_classifier, tmp_path, capsys):
     long = " ".join(["good film"] * 12)  # 24 words: past 16 tokens
     data = write_csv_task(tmp_path / "d", [("good film", "positive"), ("bad plot", "negative")],
                 [(long, "positive"), ("a dull plot", "negative"), (long + " bad", "negative")])
     before = snapshot(data)
-    base = ["faithfulness", "--model", str(saved_classifier), "--task", "csv", "--data-dir", str(data), "--split",
+    base = ["faithfulness", "--model", str(sparsemax_classifier), "--task", "csv", "--data-dir", str(data), "--split",
             "validation", "--ig-steps", "2", "--max-length", "16", "--threads", "1"]
     out = tmp_path / "f.json"
     assert main([*base, "--output", str(out)]) == 0

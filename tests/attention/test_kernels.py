@@ -32,8 +32,8 @@ def test_build_without_openmp_falls_back_to_one_thread(tmp_path):
         pytest.skip(kernels.backend_reason())
     code = (
         "import torch\n"
-        "from attnkit.attention import kernels\n"
-        "kernels._OPENMP = ['-fno-such-openmp-flag']\n"
+        "from attnkit.attention import kernel_build, kernels\n"
+        "kernel_build.OPENMP = ['-fno-such-openmp-flag']\n"
         "import attnkit\n"
         "p = attnkit.sparsemax(torch.tensor([[1.0, 0.5, -3.0]]))\n"
         "print(kernels.backend(), '|', kernels.backend_reason(), '|', p.tolist())\n"

@@ -4,7 +4,6 @@ teacher, a read-only or full disk. The user's files are checked byte for byte af
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -30,22 +29,6 @@ def test_an_output_that_is_a_device_or_pipe_is_refused_not_replaced(tmp_path):
             write()
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]  # no temporary file, no ledger
-
-
-@pytest.fixture(scope="module")
-def saved_classifier(tiny_bert, tmp_path_factory) -> Path:
-    """A classifier saved as `attnkit train` saves it (two layers, 32 wide, labels negative/positive)."""
-    import torch
-
-    from attnkit.attention.spec import AttentionSpec
-    from attnkit.models.build import build_classifier
-    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
-
-    out = tmp_path_factory.mktemp("sweep_model") / "model"
-    torch.manual_seed(0)
-    net = build_classifier(str(tiny_bert), 2, AttentionSpec("sparsegen-lin", -2.0), label_names=["negative", "positive"])
-    save_checkpoint(net, out, tokenizer=load_tokenizer(str(tiny_bert)), extra={"task": "csv", "max_length": 16})
-    return out
 
 
 def test_an_output_into_a_busy_run_folder_names_the_way_out_of_the_command_used(saved_classifier, tmp_path, capsys):

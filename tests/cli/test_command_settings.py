@@ -11,13 +11,6 @@ from helpers import train_args, write_run_record
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def run(tiny_bert, data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("trust_run") / "run"
-    assert main(train_args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--attention", "sparsegen-lin", "--lam", "-2")) == 0
-    return out
-
-
 @pytest.mark.parametrize("extra,needle", [
     (["--epochs", "0"], "--epochs 0"),
     (["--epochs", "-1"], "--epochs -1"),
@@ -34,11 +27,11 @@ def test_settings_that_would_do_nothing_or_crash(tiny_bert, data, tmp_path, caps
     assert not (tmp_path / "o" / "metrics.json").exists()
 
 
-def test_inference_lengths(run, capsys):
-    assert main(["predict", "--model", str(run), "--max-length", "100000", "x"]) == 2
+def test_inference_lengths(trained_run, capsys):
+    assert main(["predict", "--model", str(trained_run), "--max-length", "100000", "x"]) == 2
     assert "(64 tokens, its position embeddings)" in capsys.readouterr().err
     # a text far longer than the model's 64 positions is truncated, not a crash
-    assert main(["predict", "--model", str(run), " ".join(["good"] * 500)]) == 0
+    assert main(["predict", "--model", str(trained_run), " ".join(["good"] * 500)]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["label"] in ("positive", "negative")
 
 

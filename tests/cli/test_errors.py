@@ -112,9 +112,9 @@ def test_read_json_names_the_file_the_line_and_what_was_expected(tmp_path):
 def test_every_json_read_in_attnkit_goes_through_read_json():
     """Only read_json parses a JSON file. The exceptions, one parse each: JSON lines (readers.py: one record per line,
     each error naming its line), a safetensors header (models/checks.py: its errors name the weights file) and the kernel's
-    build record (kernels.py, which also runs as a checkpoint's remote code without attnkit: a garbled record only
+    build record (kernel_build.py, which also runs as a checkpoint's remote code without attnkit: a garbled record only
     means the kernel is built again)."""
-    allowed = {"attnkit/runfiles/json_files.py": 1, "attnkit/tasks/readers.py": 1, "attnkit/models/checks.py": 1, "attnkit/attention/kernels.py": 1}
+    allowed = {"attnkit/runfiles/json_files.py": 1, "attnkit/tasks/readers.py": 1, "attnkit/models/checks.py": 1, "attnkit/attention/kernel_build.py": 1}
     found = {}
     for f in sorted((ROOT / "attnkit").rglob("*.py")):
         n = len(re.findall(r"\bjson\.loads?\(", f.read_text(encoding="utf-8")))

@@ -13,7 +13,6 @@ import pytest
 from attnkit.cli import main
 from helpers import (
     error_line,
-    four_step_train_args,
     only_stderr_line,
     snapshot_without_lock,
     two_step_train_args,
@@ -21,13 +20,6 @@ from helpers import (
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def run(tiny_bert, data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("rel_run") / "run"
-    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
-    return out
 
 
 def test_output_that_is_also_the_input_is_refused(run, tmp_path, capsys):
@@ -131,14 +123,6 @@ def test_default_outputs_keep_a_users_file(user_run, data, tmp_path, capsys, mon
 def test_a_data_dir_that_is_a_file_is_named_so(tiny_bert, data, tmp_path, capsys):
     assert main(two_step_train_args(tiny_bert, data / "train.csv", tmp_path / "o")) == 2
     only_stderr_line(capsys, "is a file, not a folder")
-
-
-@pytest.fixture(scope="module")
-def finished(tiny_bert, data, tmp_path_factory) -> Path:
-    """A finished run (4 steps), to be copied by tests that damage it."""
-    out = tmp_path_factory.mktemp("rel2_done") / "run"
-    assert main(four_step_train_args(tiny_bert, data, out)) == 0
-    return out
 
 
 @pytest.fixture(scope="module")

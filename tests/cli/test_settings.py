@@ -15,13 +15,6 @@ from helpers import error_line, four_step_train_args, only_stderr_line, two_step
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def run(tiny_bert, data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("rel_run") / "run"
-    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
-    return out
-
-
 @pytest.mark.parametrize("extra,needle", [
     (["--weight-decay", "nan"], "--weight-decay nan"),
     (["--weight-decay", "inf"], "--weight-decay inf"),

@@ -158,10 +158,11 @@ def test_no_import_cycle():
 LAZY = {
     "attnkit": {"attnkit.attention.maps", "attnkit.attention.entmax", "attnkit.models.sparsify", "attnkit.models"},
     "attnkit.cli.main": {"attnkit.cli.commands", "attnkit.cli.outputs", "attnkit.cli.settings"},
-    "attnkit.training.config": {"attnkit.attention.spec", "attnkit.attention.normalisers", "attnkit.models.pooling", "attnkit.models.mini"},
+    "attnkit.training.config": {"attnkit.attention.spec", "attnkit.attention.normalisers", "attnkit.models.pooling", "attnkit.models.mini_config"},
+    "attnkit.training.adapt_config": {"attnkit.attention.spec", "attnkit.attention.normalisers"},
 }
 #: modules that must import no torch, transformers or datasets (checked in a fresh interpreter)
-LIGHT = ["attnkit", "attnkit.cli", "attnkit.cli.main", "attnkit.cli.parser", "attnkit.training.config", "attnkit.tasks",
+LIGHT = ["attnkit", "attnkit.cli", "attnkit.cli.main", "attnkit.cli.parser", "attnkit.training.config", "attnkit.training.adapt_config", "attnkit.tasks",
          "attnkit.attention.names", "attnkit.errors", "attnkit.runfiles"]
 
 

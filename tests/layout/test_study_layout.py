@@ -23,9 +23,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted(p for top in ("studies", "benchmarks") for p in (ROOT / top).rglob("*.py"))
-#: private names of attnkit a benchmark still reads, each until the package offers a public one
-KNOWN_PRIVATE = {("benchmarks/kernel_ab.py", "attnkit.attention.kernels", "_FLAGS"),
-                 ("benchmarks/kernel_ab.py", "attnkit.attention.kernels", "_OPENMP")}
 SYS_PATH_EDIT = re.compile(r"sys\.path\s*(\.\s*(insert|append|extend|remove|pop|clear)\b|\[[^\]]*\]\s*=|\+=|=(?!=))")
 
 
@@ -115,7 +112,7 @@ def test_imports_follow_the_folder_rule(path):
 @pytest.mark.parametrize("path", FILES, ids=rel)
 def test_no_private_name_imported_from_another_module(path):
     bad = [(m, n, line) for m, names, line in imports(path) for n in names
-           if n.startswith("_") and not n.startswith("__") and (rel(path), m, n) not in KNOWN_PRIVATE]
+           if n.startswith("_") and not n.startswith("__")]
     tree = ast.parse(path.read_text())
     imported = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
                 for a in node.names}

@@ -19,8 +19,8 @@ from attnkit.models.mini import (
     MiniBertForSequenceClassification,
     MiniBertModel,
     attention_parameter_count,
-    make_config,
 )
+from attnkit.models.mini_config import make_config
 from attnkit.models.build import build_classifier
 from attnkit.models.checkpoint import load_classifier, load_tokenizer, save_checkpoint
 from attnkit.training.config import DEFAULT_MINI_LR

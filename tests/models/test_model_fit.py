@@ -11,22 +11,6 @@ import pytest
 from helpers import snapshot
 
 
-@pytest.fixture(scope="module")
-def saved_classifier(tiny_bert, tmp_path_factory) -> Path:
-    """A classifier saved as `attnkit train` saves it (two layers, 32 wide, labels negative/positive)."""
-    import torch
-
-    from attnkit.attention.spec import AttentionSpec
-    from attnkit.models.build import build_classifier
-    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
-
-    out = tmp_path_factory.mktemp("sweep_model") / "model"
-    torch.manual_seed(0)
-    net = build_classifier(str(tiny_bert), 2, AttentionSpec("sparsegen-lin", -2.0), label_names=["negative", "positive"])
-    save_checkpoint(net, out, tokenizer=load_tokenizer(str(tiny_bert)), extra={"task": "csv", "max_length": 16})
-    return out
-
-
 def _int_weights(folder: Path) -> None:
     import torch
     from safetensors.torch import load_file, save_file

@@ -7,16 +7,8 @@ import time
 import pytest
 
 from attnkit.cli import main
-from helpers import train_args
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def run(tiny_bert, data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("trust_run") / "run"
-    assert main(train_args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "2", "--attention", "sparsegen-lin", "--lam", "-2")) == 0
-    return out
 
 
 @pytest.mark.parametrize("command", [["predict", "a fine film"], ["explain", "a fine film", "--output", "x.png"]])
@@ -45,9 +37,9 @@ def test_an_unknown_model_name_fails_at_once_naming_it(tmp_path, capsys, monkeyp
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garble"])
-def test_a_damaged_weights_file_is_named(run, tmp_path, capsys, damage):
+def test_a_damaged_weights_file_is_named(trained_run, tmp_path, capsys, damage):
     copy = tmp_path / "copy"
-    shutil.copytree(run / "model", copy)
+    shutil.copytree(trained_run / "model", copy)
     f = copy / "model.safetensors"
     raw = f.read_bytes()
     f.write_bytes(raw[: len(raw) // 2] if damage == "truncate" else b"\x07" * 64 + raw[64:])

@@ -150,6 +150,7 @@ def test_sparsemax_on_grouped_query_attention():
         assert ((w == 0) & allowed).any()  # and zeros the map gives among the keys it may see
         assert torch.allclose(w.sum(-1), torch.ones_like(w.sum(-1)), atol=1e-5)
     assert torch.allclose(out.logits[1], alone.logits[0], atol=1e-5)
+    assert torch.allclose(plain, out.logits, atol=1e-5)  # the flash path gives what the materialised maps give
 
 
 def test_attention_keywords_are_honoured_or_refused():

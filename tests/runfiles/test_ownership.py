@@ -29,13 +29,6 @@ from helpers import (
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def run(tiny_bert, data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("rel_run") / "run"
-    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
-    return out
-
-
 def test_a_second_process_on_one_run_folder_stops_at_once(tiny_bert, data, tmp_path, capsys):
     out = tmp_path / "runs"
     out.mkdir()
@@ -105,14 +98,6 @@ def test_a_sweep_md_of_the_users_is_moved_aside_not_overwritten(tiny_bert, data,
     (aside,) = out.glob(".replaced-*/sweep.md")
     assert aside.read_text().endswith("my notes on this sweep\n")
     assert (out / "sweep.md").read_text() == table
-
-
-@pytest.fixture(scope="module")
-def finished(tiny_bert, data, tmp_path_factory) -> Path:
-    """A finished run (4 steps), to be copied by tests that damage it."""
-    out = tmp_path_factory.mktemp("rel2_done") / "run"
-    assert main(four_step_train_args(tiny_bert, data, out)) == 0
-    return out
 
 
 def test_a_model_folder_is_replaced_only_as_attnkit_wrote_it(tiny_bert, tmp_path):

@@ -3,7 +3,6 @@ a key twice, a split labelled in part, a text of invisible characters only (an e
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -34,22 +33,6 @@ def test_jsonl_object_giving_a_key_twice_is_refused(tmp_path):
     with pytest.raises(DataFormatError, match=r"train\.jsonl, line 2: key 'text' appears twice"):
         load_task("jsonl", data_dir=data)
     assert snapshot(data) == before
-
-
-@pytest.fixture(scope="module")
-def saved_classifier(tiny_bert, tmp_path_factory) -> Path:
-    """A classifier saved as `attnkit train` saves it (two layers, 32 wide, labels negative/positive)."""
-    import torch
-
-    from attnkit.attention.spec import AttentionSpec
-    from attnkit.models.build import build_classifier
-    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
-
-    out = tmp_path_factory.mktemp("sweep_model") / "model"
-    torch.manual_seed(0)
-    net = build_classifier(str(tiny_bert), 2, AttentionSpec("sparsegen-lin", -2.0), label_names=["negative", "positive"])
-    save_checkpoint(net, out, tokenizer=load_tokenizer(str(tiny_bert)), extra={"task": "csv", "max_length": 16})
-    return out
 
 
 def test_evaluating_a_split_labelled_in_part_says_how_many_lack_a_label(saved_classifier, tmp_path, capsys):

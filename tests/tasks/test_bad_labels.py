@@ -9,13 +9,6 @@ from helpers import only_stderr_line, two_step_train_args, write_csv_task
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def run(tiny_bert, data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("rel_run") / "run"
-    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
-    return out
-
-
 def test_training_data_with_one_class_is_refused(tiny_bert, tmp_path, capsys):
     d = write_csv_task(tmp_path / "d", [("good film", "pos")] * 10, [("bad film", "pos")] * 4)
     assert main(two_step_train_args(tiny_bert, d, tmp_path / "o")) == 2

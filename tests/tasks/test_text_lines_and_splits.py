@@ -13,22 +13,6 @@ from attnkit.cli import main
 from helpers import one_line_error, snapshot
 
 
-@pytest.fixture(scope="module")
-def saved_classifier(tiny_bert, tmp_path_factory) -> Path:
-    """A classifier saved as `attnkit train` saves it (labels negative/positive, trained at 16 tokens)."""
-    import torch
-
-    from attnkit.attention.spec import AttentionSpec
-    from attnkit.models.build import build_classifier
-    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
-
-    out = tmp_path_factory.mktemp("nsr_model") / "model"
-    torch.manual_seed(0)
-    net = build_classifier(str(tiny_bert), 2, AttentionSpec("sparsemax"), label_names=["negative", "positive"])
-    save_checkpoint(net, out, tokenizer=load_tokenizer(str(tiny_bert)), extra={"task": "csv", "max_length": 16})
-    return out
-
-
 def test_read_text_file_splits_on_newlines_only(tmp_path):
     from attnkit.analysis.inference import read_text_file
 
@@ -41,12 +25,12 @@ def test_read_text_file_splits_on_newlines_only(tmp_path):
         read_text_file(bad)
 
 
-def test_predict_file_gives_one_prediction_per_line(saved_classifier, tmp_path):
+def test_predict_file_gives_one_prediction_per_line(sparsemax_classifier, tmp_path):
     texts = tmp_path / "texts.txt"
     texts.write_bytes("good film\u2028bad plot\r\nthe actor\x85is\x0cgreat\n".encode("utf-8"))
     before = texts.read_bytes()
     out = tmp_path / "pred.jsonl"
-    assert main(["predict", "--model", str(saved_classifier), "--file", str(texts), "--output", str(out), "--threads", "1"]) == 0
+    assert main(["predict", "--model", str(sparsemax_classifier), "--file", str(texts), "--output", str(out), "--threads", "1"]) == 0
     rows = [json.loads(line) for line in out.read_bytes().decode("utf-8").split("\n") if line]  # JSON lines end at \n
     assert [r["text"] for r in rows] == ["good film\u2028bad plot", "the actor\x85is\x0cgreat"]
     assert texts.read_bytes() == before

@@ -164,7 +164,7 @@ def test_a_head_that_does_not_call_its_decoder_keeps_the_full_loss(tmp_path):
 ])
 def test_the_anneal_schedule(attention, extra, values):
     from attnkit.training.adapt import schedule_value, spec_at
-    from attnkit.training.config import AdaptConfig
+    from attnkit.training.adapt_config import AdaptConfig
 
     cfg = AdaptConfig(attention=attention, max_steps=8, anneal=0.5, **extra)
     cfg.validate()
@@ -256,7 +256,7 @@ def test_adapt_refusals_are_one_line(case, tiny_bert, data, tmp_path, capsys):
 
 
 def test_adapt_settings_refused_before_any_work():
-    from attnkit.training.config import AdaptConfig
+    from attnkit.training.adapt_config import AdaptConfig
 
     for kw, needle in ((dict(attention="entmax-alpha", alpha=1.005), "--alpha 1.005"),  # below the anneal's start
                        (dict(tasks=["csv:test"]), "training texts only"),
@@ -708,7 +708,8 @@ def test_the_distillation_loss_by_hand():
 def test_minibert_keeps_softmax_outside_the_sparse_layers():
     """MiniBERT's own attention (not transformers' attention function) honours --sparse-layers too."""
     from attnkit.attention.spec import AttentionSpec
-    from attnkit.models.mini import MiniBertModel, make_config
+    from attnkit.models.mini import MiniBertModel
+    from attnkit.models.mini_config import make_config
 
     torch.manual_seed(0)
     for layers, sparse in (("0", {0}), ("last", {1}), ("all", {0, 1})):
@@ -751,7 +752,7 @@ def test_recipe_refuses_an_option_that_contradicts_it(extra, needles, tiny_bert,
 
 @pytest.mark.parametrize("alpha", [1.0, 1.01])
 def test_the_api_refuses_an_alpha_the_anneal_cannot_reach_as_the_cli_does(alpha, capsys):
-    from attnkit.training.config import AdaptConfig
+    from attnkit.training.adapt_config import AdaptConfig
 
     with pytest.raises(ValueError, match=rf"--alpha {alpha:g}: the anneal starts at alpha 1.01; give a target above it"):
         AdaptConfig(attention="entmax-alpha", alpha=alpha, tasks=["sst2"]).validate()

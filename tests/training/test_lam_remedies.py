@@ -1,5 +1,6 @@
 """SSAF remedies: lam learned per layer and head, and a lam warm-up schedule."""
 
+from dataclasses import asdict, replace
 import json
 
 import pytest
@@ -81,6 +82,21 @@ def test_learned_lam_survives_save_and_reload(tiny_bert, tmp_path):
     assert torch.equal(logits_of(back, tok, SENTS).logits, logits_of(model, tok, SENTS).logits)
 
 
+def test_older_runs_learn_lam_reads_as_learned():
+    """A run recorded before ``learned`` (``learn_lam`` / ``learn_alpha`` booleans) compares as the same settings."""
+    from attnkit.training.run_folder import settings_differences
+
+    fields = TrainConfig.__dataclass_fields__
+    now = asdict(TrainConfig(attention="sparsegen-lin", learned="lam"))
+    old = {k: v for k, v in now.items() if k != "learned"} | {"learn_lam": True, "learn_alpha": False}
+    assert settings_differences(old, now, (), fields) == []
+    assert settings_differences(old | {"learn_lam": False}, now, (), fields) == ["--learn-lam/--learn-alpha: None there, 'lam' now"]
+    with pytest.raises(ValueError, match="more than one setting"):
+        settings_differences(old | {"learn_alpha": True}, now, (), fields)
+    with pytest.raises(ValueError, match="learned='beta'"):
+        TrainConfig(learned="beta").spec()
+
+
 def test_learn_lam_needs_sparsegen_lin():
     with pytest.raises(ValueError, match="sparsegen-lin"):
         AttentionSpec("softmax", learned="lam")
@@ -101,7 +117,7 @@ def test_lam_warmup_and_learned_lam_train_end_to_end(tiny_bert, tiny_task, tmp_p
     m = train(TrainConfig(**base, lam_warmup=0.5, output_dir=str(tmp_path / "w")))
     assert m["attention"]["lam"] == -2.0  # the target is what the model is saved with
     assert json.loads((tmp_path / "w/model/config.json").read_text())["attnkit"]["lam"] == -2.0
-    m = train(TrainConfig(**base, learn_lam=True, lr=5e-2, output_dir=str(tmp_path / "l")))
+    m = train(TrainConfig(**base, learned="lam", lr=5e-2, output_dir=str(tmp_path / "l")))
     lams = m["lam_learned"]
     assert len(lams) == 2 and any(abs(x + 2.0) > 1e-4 for row in lams for x in row)  # it moved
     assert (tmp_path / "l/lam_learned.png").is_file() and (tmp_path / "l/lam_learned.svg").is_file()
@@ -133,7 +149,7 @@ def test_lam_lr_moves_lam_on_its_own_learning_rate(tiny_bert, tiny_task, tmp_pat
     """--lam-lr: the lam parameters get their own learning rate. At lr 1e-7 the weights and lam stay put; with
     lam_lr 5e-2 lam moves while the other weights still barely do."""
     base = dict(task="csv", data_dir=str(tiny_task), model=str(tiny_bert), attention="sparsegen-lin", lam=-2.0, epochs=1,
-                batch_size=16, max_length=32, logging_steps=1, seed=3, learn_lam=True, lr=1e-7)
+                batch_size=16, max_length=32, logging_steps=1, seed=3, learned="lam", lr=1e-7)
     still = train(TrainConfig(**base, output_dir=str(tmp_path / "still")))
     moved = train(TrainConfig(**base, lam_lr=5e-2, output_dir=str(tmp_path / "moved")))
     drift = lambda m: max(abs(x + 2.0) for row in m["lam_learned"] for x in row)  # noqa: E731
@@ -141,7 +157,7 @@ def test_lam_lr_moves_lam_on_its_own_learning_rate(tiny_bert, tiny_task, tmp_pat
     a, b = load_classifier(tmp_path / "still/model"), load_classifier(tmp_path / "moved/model")
     w = "bert.encoder.layer.0.attention.self.query.weight"
     assert torch.allclose(a.state_dict()[w], b.state_dict()[w], atol=1e-4)  # the others kept the tiny lr
-    for bad in (dict(lam_lr=1e-3, learn_lam=False), dict(lam_lr=0.0), dict(lam_lr=float("nan"))):
+    for bad in (dict(lam_lr=1e-3, learned=None), dict(lam_lr=0.0), dict(lam_lr=float("nan"))):
         with pytest.raises(ValueError, match="--lam-lr"):
             TrainConfig(**{**base, **bad}).spec()
 
@@ -176,12 +192,11 @@ def test_holdout_trains_without_a_seeded_fraction_and_scores_it(tiny_bert, tiny_
 
 
 def test_a_sweep_cell_recorded_before_a_setting_existed_is_reused_only_at_its_default(tiny_bert, tiny_task):
-    from dataclasses import replace
 
     from attnkit.training.sweep import _check_same, sweep_settings
 
     base = TrainConfig(task="csv", data_dir=str(tiny_task), model=str(tiny_bert), attention="softmax")
-    old = {"settings": {k: v for k, v in sweep_settings(base).items() if k not in ("holdout", "alpha_warmup", "learn_alpha")}}
+    old = {"settings": {k: v for k, v in sweep_settings(base).items() if k not in ("holdout", "alpha_warmup", "learned")}}
     _check_same(old, base, "the cell")  # the settings it predates were at their defaults
     with pytest.raises(ValueError, match="--holdout: 0.0 there, 0.25 now"):
         _check_same(old, replace(base, holdout=0.25), "the cell")

@@ -14,13 +14,6 @@ from helpers import only_stderr_line, snapshot_without_lock, two_step_train_args
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def run(tiny_bert, data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("rel_run") / "run"
-    assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
-    return out
-
-
 def test_a_finished_run_with_other_settings_is_refused_and_kept(tiny_bert, data, tmp_path, capsys):
     out = tmp_path / "runs"
     assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0

@@ -4,7 +4,6 @@ corrupt RNG state; the user's files in a run are kept byte for byte."""
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -22,14 +21,6 @@ def reference(tiny_bert, data, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("rel2_ref") / "run"
     assert main(four_step_train_args(tiny_bert, data, out)) == 0
     return json.loads((out / "metrics.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def finished(tiny_bert, data, tmp_path_factory) -> Path:
-    """A finished run (4 steps), to be copied by tests that damage it."""
-    out = tmp_path_factory.mktemp("rel2_done") / "run"
-    assert main(four_step_train_args(tiny_bert, data, out)) == 0
-    return out
 
 
 @pytest.mark.parametrize("mine", ["model/README.md", "checkpoint-mine/n", "checkpoint-3/notes.txt"])
