@@ -1,7 +1,8 @@
 """attnkit: sparse, local and minimal self-attention for transformer encoders.
 
 ``import attnkit`` is light (no torch): ``attnkit.sparsemax``, ``attnkit.sparsegen_lin``, ``attnkit.entmax15``,
-``attnkit.entmax_bisect`` and ``attnkit.sparsify`` load their modules on first use.
+``attnkit.entmax_bisect``, ``attnkit.sparse_attention``, ``attnkit.attention_weights`` (flash sparse attention) and
+``attnkit.sparsify`` load their modules on first use.
 
 Registration with transformers is explicit: :func:`register` (or ``import attnkit.models``) adds attnkit's model types
 to the Auto classes and ``pipeline`` and its attention to ``AttentionInterface``. ``import attnkit`` registers at once
@@ -14,7 +15,8 @@ import sys
 
 __version__ = "0.1.0"
 
-__all__ = ["sparsemax", "sparsegen_lin", "entmax15", "entmax_bisect", "sparsify", "register", "__version__"]
+__all__ = ["sparsemax", "sparsegen_lin", "entmax15", "entmax_bisect", "sparse_attention", "attention_weights", "sparsify",
+           "register", "__version__"]
 
 
 def __getattr__(name: str):
@@ -26,6 +28,10 @@ def __getattr__(name: str):
         from attnkit.attention import entmax
 
         return getattr(entmax, name)
+    if name in ("sparse_attention", "attention_weights"):
+        from attnkit.attention import flash
+
+        return getattr(flash, name)
     if name == "sparsify":
         from attnkit.models.sparsify import sparsify
 

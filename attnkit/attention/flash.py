@@ -22,6 +22,8 @@ CPU); computed in float32 (float64 for float64 inputs), returned in the inputs' 
 builds them: values at or below half the dtype's lowest are taken as -inf, as attnkit's own attention does). Every
 mask becomes one additive ``bias`` tensor broadcastable to (B, H, Lq, Lk) by ``expand`` (never materialised larger
 than given). A row with no key to attend gives zeros (never NaN) and zero gradients. The mask gets no gradient.
+``dropout``: the weights dropped in the forward as ``nn.functional.dropout`` would drop the materialised map, by a
+mask hashed from a seed (drawn from torch's generator) and each entry's place, redrawn in the backward: not stored.
 
 Backends (the same contract, see :mod:`attnkit.attention.flash_cpu`): CPU tensors run :mod:`flash_cpu` (blocked
 torch and attnkit's compiled row kernel); CUDA tensors, and any tensor with ``ATTNKIT_KERNEL=triton``, run
@@ -227,9 +229,10 @@ def _prepare(q, k, v, mask, attention, alpha, lam, scale):
 
 class _FlashSparseAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, bias, alpha, scale, backend):
-        out, tau, aux = backend.forward(q, k, v, bias, alpha.detach(), scale)
-        ctx.backend, ctx.scale = backend, scale
+    def forward(ctx, q, k, v, bias, alpha, scale, backend, dropout):
+        extra = () if dropout is None else (dropout,)
+        out, tau, aux = backend.forward(q, k, v, bias, alpha.detach(), scale, *extra)
+        ctx.backend, ctx.scale, ctx.extra = backend, scale, extra
         ctx.save_for_backward(q, k, v, bias, alpha, out, tau, aux)
         return out
 
@@ -239,15 +242,31 @@ class _FlashSparseAttention(torch.autograd.Function):
         q, k, v, bias, alpha, out, tau, aux = ctx.saved_tensors
         need_alpha = ctx.needs_input_grad[4]
         dq, dk, dv, dalpha = ctx.backend.backward(q, k, v, bias, alpha.detach(), ctx.scale, out, tau, aux,
-                                                  grad_out.contiguous(), need_alpha)
-        return dq, dk, dv, None, (dalpha.to(alpha.dtype) if need_alpha else None), None, None
+                                                  grad_out.contiguous(), need_alpha, *ctx.extra)
+        return dq, dk, dv, None, (dalpha.to(alpha.dtype) if need_alpha else None), None, None, None
 
 
-def sparse_attention(q, k, v, mask=None, *, attention="entmax15", alpha=None, lam=None, scale=None) -> torch.Tensor:
+def _check_dropout(dropout) -> tuple[float, int] | None:
+    """None (no dropout), or (p, seed) with the seed drawn from torch's default generator (so ``torch.manual_seed``
+    and a resumed run's restored generator give the same masks)."""
+    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) or not 0 <= float(dropout) < 1:
+        raise _err(f"dropout must be a probability in [0, 1), got {dropout!r}")
+    if float(dropout) == 0:
+        return None
+    return float(dropout), int(torch.randint(-(1 << 62), 1 << 62, ()).item())
+
+
+def sparse_attention(q, k, v, mask=None, *, attention="entmax15", alpha=None, lam=None, scale=None,
+                     dropout=0.0) -> torch.Tensor:
     """Exact sparse attention ``map(scale * q kᵀ + bias) v``, (B, H, Lq, D) in the inputs' dtype, with no L x L
-    matrix in the forward or the backward; gradients for q, k, v and a tensor ``alpha``. See the module's docstring."""
+    matrix in the forward or the backward; gradients for q, k, v and a tensor ``alpha``. ``dropout``: the weights
+    dropped with that probability (kept ones scaled by 1 / (1 - dropout)), as ``nn.functional.dropout`` on the
+    materialised map would, the mask redrawn from a seed in the backward (the blocked backend: Triton's kernels take
+    none). See the module's docstring."""
     q, k, v, bias, alpha_t, scale_f = _prepare(q, k, v, mask, attention, alpha, lam, scale)
-    return _FlashSparseAttention.apply(q, k, v, bias, alpha_t, scale_f, backend_for(q))
+    drop = _check_dropout(dropout)
+    backend = backend_for(q) if drop is None else flash_cpu
+    return _FlashSparseAttention.apply(q, k, v, bias, alpha_t, scale_f, backend, drop)
 
 
 def attention_weights(q, k, v, mask=None, *, attention="entmax15", alpha=None, lam=None, scale=None) -> torch.Tensor:

@@ -214,6 +214,41 @@ def _map_backward(p: torch.Tensor, g: torch.Tensor, kind: str, a_rows, need_alph
     return grad_scores(p, g, power_on_support(p, 2 - a_rows)), None
 
 
+# ----------------------------------------------------------------------------- dropout on the weights
+
+_MASK63 = (1 << 63) - 1
+_MIX1, _MIX2 = 0xBF58476D1CE4E5B9 - (1 << 64), 0x94D049BB133111EB - (1 << 64)  # splitmix64's, as signed int64
+_GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
+
+
+def _shr(x: torch.Tensor, n: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's >> is arithmetic on signed integers)."""
+    return (x >> n) & ((1 << (64 - n)) - 1)
+
+
+def _kept(dropout: tuple[float, int], blk, H: int, Lq: int, Lk: int, device) -> torch.Tensor:
+    """Which weights of the block dropout keeps (bool, (nb * nh, rows, Lk)): a hash (splitmix64) of the seed and each
+    entry's place (b, h, i, j) in the whole (B, H, Lq, Lk) map, so the forward and the backward draw the same mask
+    however the rows are blocked or split over threads, and no mask is stored."""
+    p, seed = dropout
+    b0, b1, h0, h1, _, i0, i1 = blk
+    ar = lambda a, b: torch.arange(a, b, device=device, dtype=torch.int64)  # noqa: E731
+    bh = (ar(b0, b1)[:, None] * H + ar(h0, h1)[None, :]).reshape(-1, 1, 1)
+    x = (bh * Lq + ar(i0, i1).view(1, -1, 1)) * Lk + ar(0, Lk).view(1, 1, -1)
+    x = x * _GOLDEN + seed
+    x = (x ^ _shr(x, 30)) * _MIX1
+    x = (x ^ _shr(x, 27)) * _MIX2
+    x = x ^ _shr(x, 31)
+    return _shr(x, 11) >= int(p * (1 << 53))  # a uniform 53-bit draw at or above p: kept with probability 1 - p
+
+
+def _dropped(w: torch.Tensor, dropout, blk, H, Lq, Lk) -> torch.Tensor:
+    """``w`` (weights, or their gradient) with dropout's mask and its 1 / (1 - p) applied; itself without dropout."""
+    if dropout is None:
+        return w
+    return w * _kept(dropout, blk, H, Lq, Lk, w.device) * (1.0 / (1.0 - dropout[0]))
+
+
 def _flat(t: torch.Tensor, dtype) -> torch.Tensor:
     B, H, L, D = t.shape
     return t.to(dtype).contiguous().view(B * H, L, D)
@@ -224,8 +259,10 @@ def _bias4(bias, B, H, Lq, Lk, dtype):
 
 
 @torch.no_grad()
-def forward(q, k, v, bias, alpha, scale):
-    """(out (B, H, Lq, D) in q's dtype, tau (B, H, Lq) float32/64, aux None). See the module's docstring."""
+def forward(q, k, v, bias, alpha, scale, dropout=None):
+    """(out (B, H, Lq, D) in q's dtype, tau (B, H, Lq) float32/64, aux None). See the module's docstring.
+    ``dropout``: None, or (p, seed): the weights dropped with probability p (the kept ones scaled by 1 / (1 - p))
+    before they meet v; tau is the map's, before dropout."""
     B, H, Lq, D = q.shape
     Lk = k.shape[2]
     dtype = _compute_dtype(q)
@@ -239,16 +276,16 @@ def forward(q, k, v, bias, alpha, scale):
         s = _scores(q3, k3, bias, H, blk, scale, dtype)
         a_rows = _alpha_rows(alpha, blk, s.shape, dtype) if kind == "alpha" else None
         p = _row_map(s, kind, a_rows)
-        torch.bmm(p, _bh(v3, H, b0, b1, h0, h1), out=_bh(out, H, b0, b1, h0, h1)[:, i0:i1])
         _bh(tau, H, b0, b1, h0, h1)[:, i0:i1] = _tau_from(s, p, kind, a_rows)
+        torch.bmm(_dropped(p, dropout, blk, H, Lq, Lk), _bh(v3, H, b0, b1, h0, h1), out=_bh(out, H, b0, b1, h0, h1)[:, i0:i1])
 
     _run_parts(B, H, Lq, Lk, D, alpha, q.device, work)
     return out.view(B, H, Lq, -1).to(q.dtype), tau.view(B, H, Lq), None
 
 
 @torch.no_grad()
-def backward(q, k, v, bias, alpha, scale, out, tau, aux, grad_out, need_alpha_grad):
-    """(dq, dk, dv in their inputs' dtypes, dalpha (H,) float32/64 or None)."""
+def backward(q, k, v, bias, alpha, scale, out, tau, aux, grad_out, need_alpha_grad, dropout=None):
+    """(dq, dk, dv in their inputs' dtypes, dalpha (H,) float32/64 or None); ``dropout`` as the forward's."""
     B, H, Lq, D = q.shape
     Lk = k.shape[2]
     dtype = _compute_dtype(q)
@@ -267,8 +304,8 @@ def backward(q, k, v, bias, alpha, scale, out, tau, aux, grad_out, need_alpha_gr
         p = _p_from_tau(s, _bh(tau3, H, b0, b1, h0, h1)[:, i0:i1], kind, a_rows)
         kb, vb = _bh(k3, H, b0, b1, h0, h1), _bh(v3, H, b0, b1, h0, h1)
         qb, dob = _bh(q3, H, b0, b1, h0, h1)[:, i0:i1], _bh(do3, H, b0, b1, h0, h1)[:, i0:i1]
-        _bh(dv, H, b0, b1, h0, h1).baddbmm_(p.transpose(1, 2), dob)
-        dp = torch.bmm(dob, vb.transpose(1, 2))
+        _bh(dv, H, b0, b1, h0, h1).baddbmm_(_dropped(p, dropout, blk, H, Lq, Lk).transpose(1, 2), dob)
+        dp = _dropped(torch.bmm(dob, vb.transpose(1, 2)), dropout, blk, H, Lq, Lk)
         ds, ga = _map_backward(p, dp, kind, a_rows, need_alpha_grad)
         del p, dp, s
         torch.bmm(ds, kb, out=_bh(dq, H, b0, b1, h0, h1)[:, i0:i1])

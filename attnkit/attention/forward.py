@@ -71,8 +71,9 @@ def attnkit_attention_forward(
     if scaling is None:
         scaling = query.size(-1) ** -0.5
     fast = _fast_call(spec, module, query, attention_mask, dropout, softcap, s_aux)
-    if fast is not None:  # no [B, H, Lq, Lk] matrix: flash sparse attention, or SDPA in a layer that keeps softmax
-        return fast(query, key, value, attention_mask, scaling).transpose(1, 2).contiguous(), None
+    if fast is not None:  # flash sparse attention (its exact map only where asked for), or SDPA in a softmax layer
+        out, weights = fast(query, key, value, attention_mask, scaling)
+        return out.transpose(1, 2).contiguous(), weights
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # [B, H, Lq, Lk]
     if softcap is not None:  # Gemma-2's logit soft-capping, before the mask as in its eager attention
         scores = softcap * torch.tanh(scores / softcap)
@@ -113,15 +114,21 @@ def _weights_requested() -> bool:
 
 
 def _fast_call(spec: AttentionSpec, module, query, attention_mask, dropout, softcap, s_aux):
-    """The attention computed without the [B, H, Lq, Lk] matrix, as a function of (q, k, v, mask, scaling) giving
-    [B, H, Lq, D], or None where only the materialised path computes what the model asks: weights asked for,
-    dropout on the weights in training, soft-capping, sinks, a learned lam, a map flash attention does not know, an
-    alpha warm-up at softmax, ``torch.compile`` tracing, meta tensors, or ``ATTNKIT_ATTENTION=materialised``."""
-    if (softcap is not None or s_aux is not None or (module.training and dropout > 0) or query.device.type == "meta"
-            or torch.compiler.is_compiling() or attention_path() == "materialised" or _weights_requested()):
+    """The attention by flash sparse attention, as a function of (q, k, v, mask, scaling) giving ([B, H, Lq, D], the
+    weights or None): no [B, H, Lq, Lk] matrix unless the weights are asked for (then the exact map from the flash
+    thresholds, under no_grad only). None where only the materialised path computes what the model asks: weights
+    asked for with gradients on (they may be differentiated) or in a softmax layer, dropout on the weights in training
+    off the CPU (Triton's kernels take no dropout; the CPU path draws it), soft-capping, sinks, a learned lam, a map
+    flash attention does not know, an alpha warm-up at softmax, ``torch.compile`` tracing, meta tensors, or
+    ``ATTNKIT_ATTENTION=materialised``."""
+    dropout = dropout if module.training else 0.0
+    want = _weights_requested()
+    if (softcap is not None or s_aux is not None or (dropout > 0 and (query.device.type != "cpu" or want))
+            or query.device.type == "meta" or torch.compiler.is_compiling() or attention_path() == "materialised"
+            or (want and torch.is_grad_enabled())):
         return None
     if spec.sparse_layers is not None and layer_index(module) not in sparse_layer_set(spec.sparse_layers, module.config.num_hidden_layers):
-        return _sdpa_call(spec)  # a layer that keeps softmax (--sparse-layers)
+        return None if want else _sdpa_call(spec, dropout)  # a layer that keeps softmax (--sparse-layers)
     name, options = spec.attention, {}
     if name not in flash.ATTENTIONS or spec.learned == "lam":
         return None
@@ -135,23 +142,27 @@ def _fast_call(spec: AttentionSpec, module, query, attention_mask, dropout, soft
 
     def call(q, k, v, mask, scaling):
         v = _value_blur(spec, v, mask)
-        out = flash.sparse_attention(q, k, v, mask, attention=name, scale=scaling, **options)
-        return _context_blur(spec, out, v, mask)
+        if want:  # the map asked for: the flash thresholds' exact map, and the output from it
+            p = flash.attention_weights(q, k, v, mask, attention=name, scale=scaling, **options)
+            return _context_blur(spec, torch.matmul(p, v), v, mask), p
+        out = flash.sparse_attention(q, k, v, mask, attention=name, scale=scaling, dropout=dropout, **options)
+        return _context_blur(spec, out, v, mask), None
 
     return call
 
 
-def _sdpa_call(spec: AttentionSpec):
-    """Softmax attention by torch's ``scaled_dot_product_attention`` (its memory-efficient kernels), with the blur."""
+def _sdpa_call(spec: AttentionSpec, dropout: float = 0.0):
+    """Softmax attention by torch's ``scaled_dot_product_attention`` (its memory-efficient kernels), with the blur
+    (and ``dropout`` on the weights: training)."""
     def call(q, k, v, mask, scaling):
         v = _value_blur(spec, v, mask)
         bias = mask
         if mask is not None and mask.dtype != torch.bool:  # 'very negative' made exactly -inf, as mask_scores does
             bias = mask.masked_fill(mask <= torch.finfo(mask.dtype).min / 2, -math.inf).to(q.dtype)
-        out = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scaling)
+        out = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scaling, dropout_p=dropout)
         if mask is not None:  # a row with no key to attend to: zeros, as the materialised softmax gives (not NaN)
             out = torch.nan_to_num(out, nan=0.0)
-        return _context_blur(spec, out, v, mask)
+        return _context_blur(spec, out, v, mask), None
 
     return call
 

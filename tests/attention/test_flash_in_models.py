@@ -75,27 +75,49 @@ def test_flash_in_a_model_equals_the_materialised_path(spec, monkeypatch, flash_
         torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-8, atol=1e-10, msg=name)
 
 
-def test_weights_asked_for_come_from_the_materialised_path_and_match(monkeypatch, flash_calls):
-    model = tiny(AttentionSpec("entmax15")).eval()
+@pytest.mark.parametrize("spec", [AttentionSpec("entmax15"), AttentionSpec("sparsegen-lin", -1.0, blur="context"),
+                                  AttentionSpec("entmax15", sparse_layers="last")], ids=lambda s: s.describe())
+def test_weights_asked_for_are_the_flash_thresholds_exact_maps(spec, monkeypatch, flash_calls):
+    """Without gradients, the maps asked for come from flash attention's thresholds (attention_weights) in its
+    layers, equal to the materialised path's maps; with gradients on (they may be differentiated), the materialised
+    path gives them."""
+    model = tiny(spec).eval()
     ids, mask = batch()
+    weights_calls = []
+    real = flash.attention_weights
+    monkeypatch.setattr(flash, "attention_weights", lambda *a, **k: weights_calls.append(1) or real(*a, **k))
+    sparse = 1 if spec.sparse_layers == "last" else 2
     monkeypatch.setenv("ATTNKIT_ATTENTION", "auto")
     with torch.no_grad():
         plain = model(input_ids=ids, attention_mask=mask).logits
-        assert len(flash_calls) == 2
+        assert len(flash_calls) == sparse
         out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
-    assert len(flash_calls) == 2 and len(out.attentions) == 2
+    assert len(flash_calls) == sparse and len(weights_calls) == sparse and len(out.attentions) == 2
     torch.testing.assert_close(out.logits, plain, rtol=1e-10, atol=1e-10)
-    p = out.attentions[0]
+    p = out.attentions[-1]
     assert p.shape == (3, 4, 23, 23) and bool((p[0, :, :, 17:] == 0).all())
     torch.testing.assert_close(p.sum(-1), torch.ones_like(p.sum(-1)))
+    monkeypatch.setenv("ATTNKIT_ATTENTION", "materialised")
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+    for got, ref in zip(out.attentions, want.attentions):
+        torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-12)
+        assert torch.equal(got == 0, ref == 0)  # the same exact zeros
+    monkeypatch.setenv("ATTNKIT_ATTENTION", "auto")
+    model(input_ids=ids, attention_mask=mask, output_attentions=True)  # gradients on: materialised
+    assert len(weights_calls) == sparse
 
 
-def test_dropout_on_the_weights_in_training_takes_the_materialised_path(monkeypatch, flash_calls):
+def test_dropout_on_the_weights_in_training_runs_in_flash_on_the_cpu(monkeypatch, flash_calls):
     model = tiny(AttentionSpec("sparsemax"), dropout=0.1)
-    run(model, "auto", monkeypatch, train=True)
-    assert flash_calls == []
-    run(model, "auto", monkeypatch, train=False)  # evaluation: no dropout, flash
+    torch.manual_seed(4)
+    logits, grads = run(model, "auto", monkeypatch, train=True)
     assert len(flash_calls) == 2
+    torch.manual_seed(4)
+    again, grads_again = run(model, "auto", monkeypatch, train=True)  # the masks follow torch's seed
+    assert torch.equal(logits, again) and all(torch.equal(grads[n], grads_again[n]) for n in grads)
+    run(model, "auto", monkeypatch, train=False)  # evaluation: no dropout, flash
+    assert len(flash_calls) == 6
 
 
 def test_a_wrong_attention_path_is_refused_in_one_line(monkeypatch):
