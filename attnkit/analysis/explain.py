@@ -94,14 +94,16 @@ def plot_attention(maps: AttentionMaps, path: str | Path, layer: int | None = No
 
     if len(cells) == 1:
         l, h = cells[0]
-        side = max(4.0, 0.35 * L + 2)
+        ticks = tick_positions(L)
+        names = maps.tokens if len(ticks) == L else [f"{i} {maps.tokens[i]}" for i in range(L)]  # thinned: each label says its place
+        side = max(4.0, 0.35 * len(ticks) + 2)
         fig, ax = plt.subplots(figsize=(side + 1.5, side))
         w = maps.weights[l, h]
         im = ax.imshow(np.where(w > 0, w, -1), cmap=cmap, vmin=1e-9, vmax=max(w.max(), 1e-6))
-        ax.set_xticks(range(L), maps.tokens, rotation=90)
-        ax.set_yticks(range(L), maps.tokens)
+        ax.set_xticks(ticks, [names[i] for i in ticks], rotation=90)
+        ax.set_yticks(ticks, [names[i] for i in ticks])
         sec = ax.secondary_yaxis("right")
-        sec.set_yticks(range(L), [f"|S|={int(s)}" for s in sizes[l, h]])
+        sec.set_yticks(ticks, [f"|S|={int(sizes[l, h, i])}" for i in ticks])
         ax.set_xlabel("attended token (key)")
         ax.set_ylabel("attending token (query)")
         ax.set_title(f"{maps.attention}: layer {l}{maps.layer_map(l)}, head {h}")
@@ -118,6 +120,16 @@ def plot_attention(maps: AttentionMaps, path: str | Path, layer: int | None = No
             ax.set_title(f"L{l} H{h} |S|={sizes[l, h].mean():.1f}{maps.layer_map(l)}", fontsize=7)
         fig.suptitle(f"{maps.attention}: {' '.join(maps.tokens)[:120]}\n|S| = mean support size per row; white = exact zero", fontsize=9)
     return save_figure(fig, path)
+
+
+#: the most tick labels on an axis of a heatmap: a longer input labels every k-th token (k = ceil(L / 64))
+MAX_TICK_LABELS = 64
+
+
+def tick_positions(n: int, most: int = MAX_TICK_LABELS) -> range:
+    """The tokens labelled on a heatmap axis of ``n`` tokens: every one up to ``most``, else every k-th from the first,
+    k = ceil(n / most), so that 512 tokens still give legible labels (64 of them) on a figure of a sane size."""
+    return range(0, n, -(-n // most))
 
 
 # ----------------------------------------------------------------------------- layer weights (SesameBERT)

@@ -1,14 +1,26 @@
-"""An interactive, self-contained HTML view of one input's attention (every layer and head).
+"""An interactive, self-contained HTML view of one input's attention (every layer and head), kept small at any length.
 
-Two views in one page, in the spirit of bertviz's head and model views, with no external script:
+Two views in one page, in the spirit of bertviz's head and model views, with no external script (the page itself is
+in :mod:`html_page`):
 
-* **head view** — tokens in two columns; a line from each query token to every key it attends to, its
-  opacity the weight; pick the layer and the head (or "all heads", one colour each); hover a token to see
-  only its lines. A weight that is exactly 0 draws no line at all.
-* **model view** — a grid of every layer x head as small heatmaps; exact zeros are white, so sparse maps
-  look sparse; click a cell to open it in the head view.
+* **head view** — tokens (or words) in two columns; a line from the chosen query token to every key it attends to,
+  its opacity the weight over the row's largest; pick the layer and the head, "all heads" (one colour each) or the
+  mean of the heads or of the layers; hover a token to see its lines, click it to keep it. A weight that is exactly 0
+  draws no line at all. Inputs of at most 64 tokens show every token's lines at first.
+* **model view** — a grid of every layer x head (and their means) as small heatmaps painted into canvases; exact zeros
+  are white, so sparse maps look sparse; a long input is downsampled (a pixel: the largest weight of its block).
 
-The weights are embedded as JSON; the page works offline, in a browser or in a notebook (IPython.display.HTML).
+The weights are embedded as JSON support lists, per row the keys with a stored weight and those weights:
+
+* a row with an exact zero (a sparse map's) keeps every non-zero weight, to 6 significant digits (off by under 1e-6);
+* a row without one (softmax) keeps every weight too, to 6 significant digits, while all such rows fit in
+  :data:`BUDGET` stored weights; past that each keeps its largest weights that carry :data:`MASS` of its mass, at most
+  ``K = BUDGET // rows`` (at least 8), to 4 significant digits, and ``rest`` (the mass left out) is drawn spread evenly
+  over its other keys. The page states which rule applied, with its numbers.
+
+Words merge the word pieces (``##`` or a missing ``▁``/``Ġ`` marks a piece that goes on a word; special tokens are
+words of their own): the attention a word receives is the sum over its pieces, the attention it gives the mean over
+its pieces, so a row still sums to 1. The page works offline, in a browser or in a notebook (IPython.display.HTML).
 """
 
 from __future__ import annotations
@@ -18,98 +30,23 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
+
 from attnkit.analysis.explain import AttentionMaps
+from attnkit.analysis.html_page import PAGE
 from attnkit.errors import UserError
 from attnkit.runfiles.atomic import write_text_atomic
 
-_PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>
-<style>
-body { font: 13px system-ui, sans-serif; margin: 16px; color: #222; }
-h1 { font-size: 16px; margin: 0 0 4px; } .meta { color: #666; margin-bottom: 10px; }
-.bar { margin: 8px 0; } select, button { font: inherit; margin-right: 8px; }
-#grid { display: grid; gap: 4px; margin-top: 8px; } #grid canvas { border: 1px solid #ddd; cursor: pointer; }
-#grid .lab { font-size: 11px; color: #666; text-align: center; align-self: center; }
-#status { color: #666; margin-top: 6px; }
-</style></head><body>
-<h1>__TITLE__</h1>
-<div class="meta">__META__</div>
-<div class="bar"><b>head view</b> layer <select id="layer"></select> head <select id="head"></select>
-<span id="zeros"></span></div>
-<svg id="headview" xmlns="http://www.w3.org/2000/svg"></svg>
-<div class="bar"><b>model view</b>: every layer (rows) x head (columns); white = exactly 0; click a cell</div>
-<div id="grid"></div>
-<div id="status">loading</div>
-<script id="data" type="application/json">__DATA__</script>
-<script>
-"use strict";
-const D = JSON.parse(document.getElementById("data").textContent);
-const W = D.weights, T = D.tokens, NL = W.length, NH = W[0].length, L = T.length;
-const COLORS = ["#1f77b4","#ff7f0e","#2ca02c","#d62728","#9467bd","#8c564b","#e377c2","#7f7f7f","#bcbd22","#17becf","#393b79","#637939"];
-const layerSel = document.getElementById("layer"), headSel = document.getElementById("head");
-const SP = D.sparse_layers;  // --sparse-layers: the layers with the sparse map (the others softmax); null: all
-const layerName = l => String(l) + (SP ? (SP.includes(l) ? " (sparse)" : " (softmax)") : "");
-for (let l = 0; l < NL; l++) layerSel.add(new Option(layerName(l), String(l)));
-headSel.add(new Option("all", "all"));
-for (let h = 0; h < NH; h++) headSel.add(new Option(String(h), String(h)));
-layerSel.value = String(NL - 1); headSel.value = "0";
-let focus = null;
-function drawHead() {
-  const svg = document.getElementById("headview"), rowH = 18, width = 520, x1 = 150, x2 = 370;
-  svg.setAttribute("width", width); svg.setAttribute("height", rowH * L + 10);
-  while (svg.firstChild) svg.removeChild(svg.firstChild);
-  const ns = "http://www.w3.org/2000/svg", l = +layerSel.value;
-  const heads = headSel.value === "all" ? [...Array(NH).keys()] : [+headSel.value];
-  let lines = 0, zeros = 0, cells = 0;
-  for (const h of heads) for (let i = 0; i < L; i++) for (let j = 0; j < L; j++) {
-    const w = W[l][h][i][j]; cells++;
-    if (w === 0) { zeros++; continue; }
-    if (focus !== null && focus !== i) continue;
-    const ln = document.createElementNS(ns, "line");
-    ln.setAttribute("x1", x1); ln.setAttribute("y1", 14 + i * rowH); ln.setAttribute("x2", x2); ln.setAttribute("y2", 14 + j * rowH);
-    ln.setAttribute("stroke", heads.length > 1 ? COLORS[h % COLORS.length] : "#1f5fa8");
-    ln.setAttribute("stroke-opacity", Math.min(1, w)); ln.setAttribute("stroke-width", 2);
-    svg.appendChild(ln); lines++;
-  }
-  for (const [x, anchor, side] of [[x1 - 6, "end", "q"], [x2 + 6, "start", "k"]]) T.forEach((t, i) => {
-    const tx = document.createElementNS(ns, "text");
-    tx.setAttribute("x", x); tx.setAttribute("y", 18 + i * rowH); tx.setAttribute("text-anchor", anchor);
-    tx.textContent = t; tx.setAttribute("class", "tok-" + side);
-    if (side === "q") { tx.style.cursor = "pointer";
-      tx.addEventListener("mouseenter", () => { focus = i; drawHead(); });
-      tx.addEventListener("mouseleave", () => { focus = null; drawHead(); }); }
-    svg.appendChild(tx);
-  });
-  document.getElementById("zeros").textContent = `exactly 0: ${(100 * zeros / cells).toFixed(1)}% of ${cells} weights; ${lines} lines drawn`;
-  svg.dataset.lines = String(lines);
-}
-function drawGrid() {
-  const grid = document.getElementById("grid"), px = Math.max(2, Math.floor(96 / L));
-  grid.style.gridTemplateColumns = `40px repeat(${NH}, ${px * L + 2}px)`;
-  grid.appendChild(Object.assign(document.createElement("div"), {className: "lab"}));
-  for (let h = 0; h < NH; h++) grid.appendChild(Object.assign(document.createElement("div"), {className: "lab", textContent: "h" + h}));
-  for (let l = 0; l < NL; l++) {
-    grid.appendChild(Object.assign(document.createElement("div"), {className: "lab", textContent: "L" + l}));
-    for (let h = 0; h < NH; h++) {
-      const c = document.createElement("canvas"); c.width = c.height = px * L;
-      const g = c.getContext("2d");
-      for (let i = 0; i < L; i++) for (let j = 0; j < L; j++) {
-        const w = W[l][h][i][j];
-        g.fillStyle = w === 0 ? "#ffffff" : `rgba(31, 95, 168, ${0.12 + 0.88 * Math.min(1, w)})`;
-        g.fillRect(j * px, i * px, px, px);
-      }
-      c.title = `layer ${layerName(l)}, head ${h}`;
-      c.addEventListener("click", () => { layerSel.value = String(l); headSel.value = String(h); drawHead(); });
-      grid.appendChild(c);
-    }
-  }
-}
-layerSel.addEventListener("change", drawHead); headSel.addEventListener("change", drawHead);
-drawHead(); drawGrid();
-document.getElementById("status").textContent = `rendered ${NL} layers x ${NH} heads, ${L} tokens`;
-document.title = "ready: " + document.title;
-</script></body></html>
-"""
+#: the most weights stored for the softmax rows of one page before each row is cut to its largest
+BUDGET = 500_000
+#: the share of a softmax row's mass that its stored largest weights carry, once rows are cut
+MASS = 0.99
+#: the fewest weights a cut row keeps, whatever the budget
+MIN_KEEP = 8
+#: significant digits of a row stored whole (exact to under 1e-6) and of a cut row's weights and left-out mass
+WHOLE_DIGITS, CUT_DIGITS = 6, 4
+
+_SPECIAL = re.compile(r"\[[A-Za-z_]+\]|<[^<>\s]+>")  # [CLS], [SEP], <s>, </s>, <pad>: words of their own
 
 
 def write_html(maps: AttentionMaps, path: str | Path, title: str = "attnkit attention") -> Path:
@@ -117,23 +54,147 @@ def write_html(maps: AttentionMaps, path: str | Path, title: str = "attnkit atte
     path = Path(path)
     if path.suffix.lower() not in (".html", ".htm"):
         raise UserError(f"--html {path.name}: the page file must end in .html")
-    st = maps.stats()
-    data = {"tokens": maps.tokens, "weights": [[[[round(float(w), 6) for w in row] for row in head] for head in layer] for layer in maps.weights],
-            "sparse_layers": maps.sparse_layers}
-    meta = (f"{html.escape(maps.attention)} · {len(maps.tokens)} tokens · exactly 0: {st['zero_fraction']:.1%} · "
-            f"mean support {st['mean_support']:.2f} per row")
-    if maps.sparse_layers is not None:
-        dense = [l for l in range(len(maps.weights)) if l not in maps.sparse_layers]
-        meta += (f" · sparse map in layer{'s' * (len(maps.sparse_layers) > 1)} {', '.join(map(str, maps.sparse_layers))}; "
-                 f"softmax in {', '.join(map(str, dense)) or 'none'}")
-    fields = {"__TITLE__": html.escape(title), "__META__": meta, "__DATA__": script_json(data)}
-    page = re.sub("__(?:TITLE|META|DATA)__", lambda m: fields[m.group(0)], _PAGE)  # one pass: a field's text is never read as a field
+    data, summary = page_data(maps)
+    fields = {"__TITLE__": html.escape(title), "__META__": _meta(maps, summary), "__RULES__": _rules(summary),
+              "__DATA__": script_json(data)}
+    page = re.sub("__(?:TITLE|META|RULES|DATA)__", lambda m: fields[m.group(0)], PAGE)  # one pass: a field's text is never read as a field
     write_text_atomic(path, page)
     return path
 
 
+def page_data(maps: AttentionMaps) -> tuple[dict, dict]:
+    """The page's JSON (tokens, words, every head's support lists) and a summary of how it was stored: the
+    softmax rows (``dense_rows``), the most each kept (``keep``; None: every weight), the mean mass left out
+    (``left_out``), and the share of exact zeros and the mean support (as :meth:`AttentionMaps.stats`)."""
+    w = np.asarray(maps.weights)
+    if w.ndim != 4 or w.shape[2] != w.shape[3] or w.shape[2] != len(maps.tokens) or 0 in w.shape:
+        raise UserError(f"attention weights of shape {list(w.shape)} for {len(maps.tokens)} tokens: expected "
+                        f"[layers, heads, {len(maps.tokens)}, {len(maps.tokens)}]")
+    n_layers, n_heads, L, _ = w.shape
+    has_zero = np.stack([[(w[l, h] == 0).any(-1) for h in range(n_heads)] for l in range(n_layers)])
+    dense_rows = int((~has_zero).sum())
+    keep = None if dense_rows * L <= BUDGET else max(MIN_KEEP, BUDGET // dense_rows)
+    heads, nonzero, left = [], 0, 0.0
+    for l in range(n_layers):
+        heads.append([])
+        for h in range(n_heads):
+            a = np.asarray(w[l, h], dtype=np.float64)
+            nonzero += int(np.count_nonzero(a))
+            rows, lost = head_rows(a, None if keep is None else ~has_zero[l, h], keep)
+            heads[-1].append(rows)
+            left += lost
+    words, word_of = word_pieces(maps.tokens)
+    data = {"tokens": list(maps.tokens), "words": words, "word_of": word_of, "maps": heads,
+            "sparse_layers": maps.sparse_layers,
+            "storage": {"whole_digits": WHOLE_DIGITS, "cut_digits": CUT_DIGITS, "mass": MASS, "keep": keep}}
+    cells = n_layers * n_heads * L
+    summary = {"dense_rows": dense_rows, "keep": keep, "left_out": left / max(dense_rows, 1),
+               "zero_fraction": 1 - nonzero / (cells * L), "mean_support": nonzero / cells}
+    return data, summary
+
+
+def head_rows(a: np.ndarray, cut: np.ndarray | None, keep: int | None) -> tuple[dict, float]:
+    """One head's map ``a`` [L, L] as support lists ``{"idx": [[key, ...] per row], "val": [[weight, ...] per row]}``
+    and, where rows are ``cut`` (a mask), ``"rest"``: each row's mass left out (0 for a row stored whole); with the
+    total mass left out. A cut row keeps its largest weights up to :data:`MASS` of its mass, at most ``keep``."""
+    L = a.shape[0]
+    cut = np.zeros(L, bool) if cut is None or keep is None or keep >= L else cut
+    idx: list = [None] * L
+    val: list = [None] * L
+    whole = np.flatnonzero(~cut)
+    if whole.size:
+        r, c = np.nonzero(a[whole])
+        _split(idx, val, whole, np.bincount(r, minlength=whole.size), c, significant(a[whole][r, c], WHOLE_DIGITS))
+    rest = np.zeros(L)
+    if cut.any():
+        rows = a[cut]
+        top = np.argpartition(-rows, keep - 1, axis=-1)[:, :keep]
+        v = np.take_along_axis(rows, top, -1)
+        order = np.argsort(-v, axis=-1, kind="stable")
+        top, v = np.take_along_axis(top, order, -1), np.take_along_axis(v, order, -1)
+        total = rows.sum(-1)
+        n = np.minimum((np.cumsum(v, -1) < MASS * total[:, None]).sum(-1) + 1, keep)
+        mask = np.arange(keep) < n[:, None]
+        rest[cut] = total - np.where(mask, v, 0).sum(-1)
+        by_key = np.argsort(np.where(mask, top, L), axis=-1, kind="stable")  # the kept keys in order, then the rest
+        top, v = np.take_along_axis(top, by_key, -1), np.take_along_axis(v, by_key, -1)
+        _split(idx, val, np.flatnonzero(cut), n, top.ravel()[mask.ravel()], significant(v.ravel()[mask.ravel()], CUT_DIGITS))
+    out = {"idx": idx, "val": val}
+    if cut.any():
+        out["rest"] = significant(np.maximum(rest, 0), CUT_DIGITS).tolist()
+    return out, float(rest.sum())
+
+
+def _split(idx: list, val: list, rows: np.ndarray, counts: np.ndarray, keys: np.ndarray, weights: np.ndarray) -> None:
+    """Fill ``idx[i]``, ``val[i]`` for each of ``rows`` from the flat ``keys``/``weights``, ``counts[k]`` for row k."""
+    keys, weights = keys.tolist(), weights.tolist()
+    start = 0
+    for i, n in zip(rows.tolist(), counts.tolist()):
+        idx[i], val[i] = keys[start:start + n], weights[start:start + n]
+        start += n
+
+
+def significant(x: np.ndarray, digits: int) -> np.ndarray:
+    """``x`` rounded to ``digits`` significant digits (a non-zero stays non-zero; JSON then writes it short)."""
+    x = np.asarray(x, dtype=np.float64)
+    out = np.zeros_like(x)
+    nz = x != 0
+    q = 10.0 ** (digits - 1 - np.floor(np.log10(np.abs(x[nz]))))
+    out[nz] = np.round(x[nz] * q) / q
+    return out
+
+
+def word_pieces(tokens: list[str]) -> tuple[list[str], list[int]]:
+    """The words of ``tokens`` and, per token, its word's index. A piece goes on the word before it where it starts
+    with ``##`` (WordPiece) or, in a vocabulary that marks word starts (``▁`` SentencePiece, ``Ġ`` byte-level BPE),
+    where it lacks the mark; special tokens ([CLS], <s>) are words of their own and never take a piece."""
+    marked = any(t.startswith(("▁", "Ġ")) for t in tokens)
+    words: list[str] = []
+    word_of: list[int] = []
+    prev_special = True
+    for t in tokens:
+        special = bool(_SPECIAL.fullmatch(t))
+        goes_on = not special and not prev_special and (not t.startswith(("▁", "Ġ")) if marked else t.startswith("##"))
+        piece = t[2:] if t.startswith("##") else t.lstrip("▁Ġ") if marked else t
+        if goes_on:
+            words[-1] += piece
+        else:
+            words.append(piece if piece else t)
+        word_of.append(len(words) - 1)
+        prev_special = special
+    return words, word_of
+
+
+def _meta(maps: AttentionMaps, summary: dict) -> str:
+    """The line under the title: the map, the length, the exact zeros, the support, which layers are sparse."""
+    meta = (f"{html.escape(maps.attention)} · {len(maps.tokens)} tokens · exactly 0: {summary['zero_fraction']:.1%} · "
+            f"mean support {summary['mean_support']:.2f} per row")
+    if maps.sparse_layers is not None:
+        dense = [l for l in range(len(maps.weights)) if l not in maps.sparse_layers]
+        meta += (f" · sparse map in layer{'s' * (len(maps.sparse_layers) > 1)} {', '.join(map(str, maps.sparse_layers))}; "
+                 f"softmax in {', '.join(map(str, dense)) or 'none'}")
+    return meta
+
+
+def _rules(summary: dict) -> str:
+    """The page's statement of how its weights are stored and how words and means are made (plain text, no markup)."""
+    s = (f"Stored weights: a row with an exact zero (a sparse map's) keeps every non-zero weight, to {WHOLE_DIGITS} "
+         "significant digits: its support list is exact. ")
+    if summary["keep"] is None:
+        s += f"A row without one (softmax) keeps every weight too, to {WHOLE_DIGITS} significant digits. "
+    else:
+        s += (f"A row without one (softmax; {summary['dense_rows']:,} here) keeps its largest weights that carry "
+              f"{MASS:.0%} of the row's mass, at most {summary['keep']} per row ({BUDGET:,} stored weights for the "
+              f"page's softmax rows), to {CUT_DIGITS} significant digits; the mass left out ({summary['left_out']:.1%} "
+              "of a row on average) is drawn spread evenly over the row's other keys. ")
+    return s + ("Words: a word's pieces merged; the attention a word receives is the sum over its pieces, the attention "
+                "it gives the mean over its pieces, so each row still sums to 1. Means: the mean of the heads' (or the "
+                "layers') maps, row by row.")
+
+
 def script_json(data) -> str:
-    """``data`` as JSON to embed in a ``<script>`` element: ``<``, ``>`` and ``&`` (which JSON has only inside its
-    strings) written as ``\\u003c``, ``\\u003e``, ``\\u0026``, so that no token (``</script>``, ``<!--``) can end
+    """``data`` as compact JSON to embed in a ``<script>`` element: ``<``, ``>`` and ``&`` (which JSON has only inside
+    its strings) written as ``\\u003c``, ``\\u003e``, ``\\u0026``, so that no token (``</script>``, ``<!--``) can end
     the element or change how the browser reads it; ``JSON.parse`` gives the text back unchanged."""
-    return json.dumps(data).replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+    text = json.dumps(data, separators=(",", ":"))
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")

@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{e.object[e.start:e.end]!r}: set PYTHONIOENCODING=utf-8, or write to a file with --output", file=sys.stderr)
         return 2
     except (UserError, OSError) as e:  # attnkit's refusals (DataFormatError is one) and the system's: one line
-        print(f"attnkit {a.command}: error: {_os_error_line(e)}", file=sys.stderr)
+        print(f"attnkit {a.command}: error: {_one_line(_os_error_line(e))}", file=sys.stderr)
         return 2
     except RuntimeError as e:
         if not str(e).startswith("Symlink loop from "):  # pathlib's resolve() before Python 3.13
@@ -130,6 +130,11 @@ def _bug(command: str, e: Exception) -> int:
     print(f"attnkit {command}: internal error ({type(e).__name__}): this is a bug in attnkit or a library it uses, not a "
           "mistake in your input; please report it with the command and the traceback above", file=sys.stderr)
     return 1
+
+
+def _one_line(message: str) -> str:
+    """A message on one line: line breaks inside it (a path or text that holds one) written as ``\\n``."""
+    return message.replace("\r", "\\r").replace("\n", "\\n").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 def _os_error_line(e: Exception) -> str:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
+
+log = logging.getLogger("attnkit")
 
 #: metric kind -> the metric that picks the best checkpoint
 MAIN_METRIC = {"accuracy": "accuracy", "mcc": "mcc", "f1": "f1", "regression": "pearson"}
@@ -20,8 +24,12 @@ def task_metrics(kind: str, labels: np.ndarray, predictions: np.ndarray) -> dict
     if kind == "regression":
         from scipy.stats import pearsonr, spearmanr
 
-        p = float(pearsonr(predictions, labels)[0]) if np.std(predictions) > 0 else 0.0
-        s = float(spearmanr(predictions, labels)[0]) if np.std(predictions) > 0 else 0.0
+        flat = [name for name, x in (("predictions", predictions), ("gold scores", labels)) if not np.std(x) > 0]
+        if flat:  # a correlation with a constant is undefined: 0 (no linear relation), said, and marked in the metrics
+            log.warning("all %d %s are one value: pearson and spearman are undefined and reported as 0",
+                        len(labels), " and ".join(flat))
+            return {"pearson": 0.0, "spearman": 0.0, "corr": 0.0, "undefined_correlation": 1.0}
+        p, s = float(pearsonr(predictions, labels)[0]), float(spearmanr(predictions, labels)[0])
         return {"pearson": p, "spearman": s, "corr": (p + s) / 2}
     out = {"accuracy": float(accuracy_score(labels, predictions))}
     if kind == "mcc":

@@ -28,13 +28,32 @@ def test_page_is_self_contained_and_holds_every_weight(tmp_path):
     m = maps()
     page = write_html(m, tmp_path / "v.html").read_text()
     assert "<script src" not in page and "http://" not in page.replace("http://www.w3.org", "") and "https://" not in page
-    data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', page, re.S).group(1))
+    data = page_data(page)
     assert data["tokens"] == m.tokens
-    w = np.array(data["weights"])
+    w = dense(data)
     assert w.shape == (2, 3, 5, 5) and np.allclose(w, m.weights, atol=1e-6)
     assert ((w == 0) == (m.weights == 0)).all()  # zeros stay exactly zero
+    assert all(len(i) == len(v) == np.count_nonzero(row) for layer, mw in zip(data["maps"], m.weights)
+               for head, hw in zip(layer, mw) for i, v, row in zip(head["idx"], head["val"], hw))  # support lists: the non-zeros only
     with pytest.raises(ValueError, match="must end in .html"):
         write_html(m, tmp_path / "v.png")
+
+
+def page_data(page: str) -> dict:
+    """The JSON embedded in a page's data element."""
+    return json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', page, re.S).group(1))
+
+
+def dense(data) -> np.ndarray:
+    """The page's support lists (per layer, head and row: the keys and their weights) as a [layers, heads, L, L] array;
+    a key with no stored weight is 0."""
+    L = len(data["tokens"])
+    w = np.zeros((len(data["maps"]), len(data["maps"][0]), L, L))
+    for l, layer in enumerate(data["maps"]):
+        for h, head in enumerate(layer):
+            for i, (keys, vals) in enumerate(zip(head["idx"], head["val"])):
+                w[l, h, i, keys] = vals
+    return w
 
 
 def _chromium(*args, timeout=120):
@@ -92,3 +111,108 @@ def test_a_page_of_markup_tokens_renders_them_as_text(tmp_path):
     r = _chromium(f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri())
     assert "rendered 2 layers x 3 heads, 5 tokens" in r.stdout, r.stderr[-2000:]
     assert "&lt;!--&lt;script&gt;alert(1)&lt;/script&gt;</text>" in r.stdout  # drawn as a token's text, not run
+
+
+# ----------------------------------------------------------------------------- views that scale
+
+
+def sparsemax(z: np.ndarray) -> np.ndarray:
+    """Sparsemax over the last axis (Martins & Astudillo, 2016): a row with exact zeros that sums to 1."""
+    s = -np.sort(-z, -1)
+    c = np.cumsum(s, -1)
+    k = (1 + np.arange(1, z.shape[-1] + 1) * s > c).sum(-1, keepdims=True)
+    return np.maximum(z - (np.take_along_axis(c, k - 1, -1) - 1) / k, 0)
+
+
+def synthetic_maps(L: int, layers: int = 6, heads: int = 12, seed: int = 0) -> AttentionMaps:
+    """MiniLM's shape with no model: softmax in every layer but the last, sparsemax (of random scores) in the last;
+    every third token a word piece (``##``)."""
+    rng = np.random.default_rng(seed)
+    w = np.empty((layers, heads, L, L), np.float32)
+    for l in range(layers):
+        z = 2 * rng.standard_normal((heads, L, L))
+        e = np.exp(z - z.max(-1, keepdims=True))
+        w[l] = sparsemax(z) if l == layers - 1 else e / e.sum(-1, keepdims=True)
+    tokens = ["[CLS]", *(("##" if i % 3 == 2 else "") + f"w{i}" for i in range(1, L - 1)), "[SEP]"]
+    return AttentionMaps(tokens=tokens, weights=w, attention="sparsemax in the last layer (softmax in the others)",
+                         sparse_layers=[layers - 1])
+
+
+def _open(page, tmp_path, view=""):
+    """The page's DOM once drawn in headless Chromium (``view``: the part after ``#``), with the console's errors."""
+    r = _chromium(f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri() + view)
+    assert 'id="status">rendered' in r.stdout, r.stderr[-2000:]
+    errors = [l for l in r.stderr.splitlines() if "CONSOLE" in l and ("Uncaught" in l or "Error" in l)]
+    assert not errors, errors
+    return r.stdout
+
+
+def _drawn(dom: str) -> dict:
+    """What the head view drew: its data attributes and, per line, the key it goes to and its opacity."""
+    svg = re.search(r'<svg id="headview"[^>]*>', dom).group(0)
+    attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', svg))
+    lines = [(int(y2) - 14) // 18 for y2 in re.findall(r'<line [^>]*y2="(\d+)"', dom)]
+    opacity = [float(o) for o in re.findall(r'<line [^>]*stroke-opacity="([\d.]+)"', dom)]
+    return {**attrs, "keys": lines, "opacity": opacity}
+
+
+def test_a_long_input_is_stored_as_support_lists_under_the_budget(tmp_path):
+    from attnkit.analysis.html_view import BUDGET, MASS, MIN_KEEP
+
+    m = synthetic_maps(512)
+    path = write_html(m, tmp_path / "v.html")
+    page = path.read_text()
+    data = page_data(page)
+    dense_rows = 5 * 12 * 512
+    keep = max(MIN_KEEP, BUDGET // dense_rows)
+    assert data["storage"]["keep"] == keep and f"at most {keep} per row" in page and "99% of the row's mass" in page
+    sparse, soft = data["maps"][5][3], data["maps"][0][2]
+    for i in (0, 100, 511):  # the sparse layer: exactly its non-zeros, to 6 significant digits, nothing left out
+        assert sparse["idx"][i] == np.flatnonzero(m.weights[5, 3, i]).tolist() and "rest" not in sparse
+        assert np.allclose(sparse["val"][i], m.weights[5, 3, i][sparse["idx"][i]], rtol=5e-6, atol=0)
+        row = m.weights[0, 2, i].astype(np.float64)  # softmax: its largest weights, up to 99% of the mass or keep
+        top = np.sort(row)[::-1]
+        n = min(keep, int((np.cumsum(top) < MASS).sum()) + 1)
+        assert sorted(soft["idx"][i]) == soft["idx"][i] and set(soft["idx"][i]) == set(np.argsort(-row)[:n].tolist())
+        assert np.allclose(soft["val"][i], row[soft["idx"][i]], rtol=5e-4, atol=0)
+        assert soft["rest"][i] == pytest.approx(1 - top[:n].sum(), rel=1e-3)
+    assert not re.search(r"\d\.\d{7,}", page)  # rounded: no weight with more than 6 significant digits
+    assert path.stat().st_size <= 10_000_000
+
+
+def test_word_pieces_merge_into_words():
+    from attnkit.analysis.html_view import word_pieces
+
+    assert word_pieces(["[CLS]", "a", "fine", "##st", "##s", "film", "[SEP]", "##x"]) == (
+        ["[CLS]", "a", "finests", "film", "[SEP]", "x"], [0, 1, 2, 2, 2, 3, 4, 5])
+    assert word_pieces(["<s>", "A", "Ġfin", "est", "Ġfilm", "</s>"]) == (["<s>", "A", "finest", "film", "</s>"], [0, 1, 2, 2, 3, 4])
+    assert word_pieces(["[CLS]", "▁a", "▁fin", "est", "[SEP]"]) == (["[CLS]", "a", "finest", "[SEP]"], [0, 1, 2, 2, 3])
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium here: apt-get install chromium (Debian) to run the browser test")
+def test_words_and_means_are_drawn_from_the_support_lists(tmp_path):
+    m = maps()
+    m.tokens = ["[CLS]", "fine", "##st", "film", "[SEP]"]  # words: [CLS] finest film [SEP]
+    page = write_html(m, tmp_path / "v.html")
+    drawn = _drawn(_open(page, tmp_path, "#units=words&layer=mean&head=mean&token=1"))
+    pieces = m.weights.mean((0, 1))[[1, 2]].mean(0)  # "finest" gives the mean over its pieces, of the mean map
+    row = np.array([pieces[0], pieces[1] + pieces[2], pieces[3], pieces[4]])  # and each word receives the sum over its pieces
+    assert drawn["token"] == "1" and float(drawn["row-sum"]) == pytest.approx(1, abs=1e-4)
+    assert drawn["keys"] == np.flatnonzero(row).tolist() and drawn["lines"] == str(np.count_nonzero(row))
+    assert np.allclose(drawn["opacity"], np.maximum(0.05, row[row > 0] / row.max()), atol=1e-3)
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium here: apt-get install chromium (Debian) to run the browser test")
+def test_a_page_of_512_tokens_is_small_and_drawn_at_once(tmp_path):
+    m = synthetic_maps(512)
+    page = write_html(m, tmp_path / "v.html")
+    assert page.stat().st_size <= 10_000_000  # 6 x 12 maps of 512 x 512; the page that held every weight: 155 MB
+    dom = _open(page, tmp_path, "#layer=5&head=3&token=100")
+    assert "rendered 6 layers x 12 heads, 512 tokens" in dom
+    assert int(re.search(r'data-drawn-ms="(\d+)"', dom).group(1)) <= 5000  # from navigation to both views drawn
+    drawn = _drawn(dom)
+    assert drawn["token"] == "100" and drawn["keys"] == np.flatnonzero(m.weights[5, 3, 100]).tolist()
+    assert int(drawn["lines"]) == np.count_nonzero(m.weights[5, 3, 100])  # one line per non-zero weight, no other
+    assert dom.count("<canvas") == 7 * 13  # the model view: every layer x head and the means, as canvases
+    drawn = _drawn(_open(page, tmp_path, "#layer=0&head=2&token=7"))  # a softmax row: its stored largest weights
+    assert drawn["keys"] == page_data(page.read_text())["maps"][0][2]["idx"][7] and float(drawn["row-sum"]) == pytest.approx(1, abs=1e-3)

@@ -16,7 +16,7 @@ from attnkit.cli import main
 from attnkit.errors import DataFormatError
 from attnkit.runfiles.json_files import path_problem, read_json
 from attnkit.runfiles.names import RUN_RECORD
-from helpers import batch_8_args, batch_8_train_args, one_line_error_without
+from helpers import batch_8_args, batch_8_train_args, one_line_error_without, only_stderr_line
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -225,3 +225,8 @@ def test_a_garbled_tokenizer_file_is_named_with_its_line(tiny_bert, tmp_path, ca
     assert main(["predict", "--model", str(model), "good film"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{model / 'tokenizer.json'}, line 2" in err[0] and "restore the tokenizer files" in err[0], err
+
+
+def test_a_path_with_a_line_break_is_named_on_one_line(capsys):
+    assert main(["predict", "--model", "/no/such\nmodel", "hello"]) == 2
+    only_stderr_line(capsys, "/no/such\\nmodel")

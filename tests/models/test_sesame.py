@@ -242,6 +242,16 @@ def test_glue_metrics_agree_with_scipy_and_sklearn():
     r = task_metrics("regression", t, s)
     assert r["pearson"] == pytest.approx(pearsonr(s, t)[0])
     assert r["spearman"] == pytest.approx(spearmanr(s, t)[0]) == pytest.approx(0.9)
+    assert "undefined_correlation" not in r
+
+
+def test_a_correlation_with_constant_scores_is_marked_undefined_not_nan(caplog):
+    from attnkit.tasks.metrics import task_metrics
+
+    for gold, pred in ((np.array([0.5, 1.0, 2.0]), np.full(3, 2.0)), (np.full(3, 3.0), np.array([0.5, 1.0, 2.0]))):
+        r = task_metrics("regression", gold, pred)
+        assert r == {"pearson": 0.0, "spearman": 0.0, "corr": 0.0, "undefined_correlation": 1.0}
+    assert "are one value: pearson and spearman are undefined" in caplog.text
 
 
 # ----------------------------------------------------------------------------- GLUE files
