@@ -20,7 +20,8 @@ WORDS = (
 
 
 def make_tiny_bert(path: Path, family: str = "bert", layers: int = 2, hidden: int = 32, heads: int = 4) -> Path:
-    """A randomly initialised BERT/RoBERTa encoder + WordPiece tokenizer saved as a local checkpoint."""
+    """A randomly initialised encoder (``family``: bert, roberta, deberta-v2, mpnet) + WordPiece tokenizer saved as a
+    local checkpoint."""
     import torch
     from transformers import (
         BertConfig,
@@ -38,8 +39,18 @@ def make_tiny_bert(path: Path, family: str = "bert", layers: int = 2, hidden: in
               intermediate_size=2 * hidden, max_position_embeddings=64)
     if family == "bert":
         model = BertModel(BertConfig(**kw))
-    else:
+    elif family == "roberta":
         model = RobertaModel(RobertaConfig(**kw, pad_token_id=0, bos_token_id=2, eos_token_id=3))
+    elif family == "deberta-v2":  # DeBERTa-v3's relative-position settings
+        from transformers import DebertaV2Config, DebertaV2Model
+
+        model = DebertaV2Model(DebertaV2Config(**kw, relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=16,
+                                               max_relative_positions=32, share_att_key=True, norm_rel_ebd="layer_norm",
+                                               pad_token_id=0))
+    else:
+        from transformers import MPNetConfig, MPNetModel
+
+        model = MPNetModel(MPNetConfig(**dict(kw, max_position_embeddings=66), pad_token_id=0))
     model.save_pretrained(path)
     tok = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
     assert tok.convert_tokens_to_ids("good") == vocab.index("good")

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnkit.analysis.inference import encoded_batches
+from attnkit.analysis.inference import encoded_batches, say_truncated
 from attnkit.attention.placement import sparse_layer_set
 from attnkit.attention.spec import spec_of
 from attnkit.errors import UserError
@@ -64,6 +64,9 @@ def attention_maps(model, tokenizer, text: str, text_pair: str | None = None, ma
     """Run ``model`` on one sentence and collect every layer's attention weights."""
     model.eval()
     enc = tokenizer(text, text_pair, truncation=True, max_length=max_length, return_tensors="pt")
+    whole = tokenizer(text, text_pair, add_special_tokens=True)["input_ids"]
+    if len(whole) > max_length:
+        say_truncated(1, 1, len(whole) - tokenizer.num_special_tokens_to_add(text_pair is not None), max_length)
     with torch.inference_mode():
         out = model(**enc, output_attentions=True)
     if not out.attentions:
@@ -95,7 +98,7 @@ def plot_attention(maps: AttentionMaps, path: str | Path, layer: int | None = No
     if len(cells) == 1:
         l, h = cells[0]
         ticks = tick_positions(L)
-        names = maps.tokens if len(ticks) == L else [f"{i} {maps.tokens[i]}" for i in range(L)]  # thinned: each label says its place
+        names = maps.tokens if len(ticks) == L else [f"{i} {t}" for i, t in enumerate(maps.tokens)]  # thinned: with its place
         side = max(4.0, 0.35 * len(ticks) + 2)
         fig, ax = plt.subplots(figsize=(side + 1.5, side))
         w = maps.weights[l, h]

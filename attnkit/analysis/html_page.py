@@ -1,11 +1,11 @@
 """The page of ``attnkit explain --html``: its HTML, CSS and JavaScript, with fields that :mod:`html_view` fills in.
 
 The program reads the maps as support lists (per row: the keys with a stored weight and those weights; ``rest``: the
-mass a softmax row left out, drawn spread evenly over its other keys) and derives every other view from them: words
-(a word's pieces merged: the attention it receives summed over its pieces, the attention it gives averaged, so a row
-still sums to 1) and means over heads or layers, each computed once when first shown. The head view draws one
-query token's lines (every token's where the input is short); the model view paints each map into a canvas of at most
-96 x 96 pixels (a pixel: the largest weight of its block of tokens). Fields: ``__TITLE__``, ``__META__``,
+mass a softmax row left out, drawn spread evenly over the pieces it stores nothing for) and derives every other view
+from them: words (a word's pieces merged: the attention it receives summed over its pieces, the attention it gives
+averaged, so a row still sums to 1) and means over heads or layers, each computed once when first shown. The head view
+draws one query token's lines (every token's where the input is short); the model view paints each map into a canvas
+of at most 96 x 96 pixels (a pixel: the largest weight of its block of tokens). Fields: ``__TITLE__``, ``__META__``,
 ``__RULES__`` (text already escaped) and ``__DATA__`` (JSON made safe for a script element).
 """
 
@@ -46,31 +46,36 @@ const COLORS = ["#1f77b4","#ff7f0e","#2ca02c","#d62728","#9467bd","#8c564b","#e3
 const BINS = 96, EVERY_MAX = 256, ROW = 18, X1 = 170, X2 = 390, NS = "http://www.w3.org/2000/svg";
 const $ = id => document.getElementById(id);
 const sel = {units: $("units"), layer: $("layer"), head: $("head"), every: $("every")};
-const BASE = D.maps.map(hs => hs.map(h => ({n: T.length, idx: h.idx, val: h.val, rest: h.rest || null})));
+const BASE = D.maps.map(hs => hs.map(h => ({n: T.length, idx: h.idx, val: h.val, rest: h.rest || null, size: null,
+  even: h.rest ? h.rest.map((r, i) => r / Math.max(1, T.length - h.idx[i].length)) : null})));
 const ACC = new Float64Array(T.length), SEEN = new Uint8Array(T.length), CACHE = new Map();
 const ids = (v, n) => v === "mean" ? [...Array(n).keys()].map(String) : [v];
 const layerName = l => l === "mean" ? "mean of layers" : l + (SP ? (SP.includes(+l) ? " (sparse)" : " (softmax)") : "");
 const headName = h => h === "mean" ? "mean of heads" : h === "all" ? "all (one colour each)" : h;
 
-function mixRow(terms, key, out) {  // one row of a derived map: the sum of f * (row i of map m), keys mapped by key
-  const keys = []; let rest = 0;
+// One row of a derived map: the sum of f * (row i of piece map m), keys mapped by key (to words) or not. A row's
+// left-out mass lies evenly on the pieces it stores nothing for (even: per piece), in every map, derived or not.
+function mixRow(terms, key, size, out) {
+  const keys = []; let even = 0;
   for (const [m, i, f] of terms) {
-    const ix = m.idx[i], vx = m.val[i];
+    const ix = m.idx[i], vx = m.val[i], e = m.even ? f * m.even[i] : 0;
+    even += e;
     for (let k = 0; k < ix.length; k++) {
       const j = key ? key[ix[k]] : ix[k];
       if (!SEEN[j]) { SEEN[j] = 1; keys.push(j); }
-      ACC[j] += f * vx[k];
+      ACC[j] += f * vx[k] - e;  // the stored weight in place of the even share of it
     }
-    if (m.rest) rest += f * m.rest[i];
   }
   keys.sort((a, b) => a - b);
-  out.idx.push(keys); out.val.push(keys.map(j => ACC[j])); out.rest.push(rest);
+  let held = 0;
+  out.idx.push(keys); out.val.push(keys.map(j => { const s = size ? size[j] : 1; held += s; return ACC[j] + even * s; }));
+  out.even.push(even); out.rest.push(even * (T.length - held));
   for (const j of keys) { ACC[j] = 0; SEEN[j] = 0; }
 }
-function derived(n, rows, key) {
-  const out = {n, idx: [], val: [], rest: []};
-  rows.forEach(terms => mixRow(terms, key, out));
-  if (!out.rest.some(r => r > 0)) out.rest = null;
+function derived(n, rows, key, size) {  // size: the pieces of each key (words), or null
+  const out = {n, idx: [], val: [], rest: [], even: [], size};
+  rows.forEach(terms => mixRow(terms, key, size, out));
+  if (!out.rest.some(r => r > 0)) out.rest = out.even = null;
   return out;
 }
 function mapOf(l, h, units) {  // l, h: an index or "mean"; units: pieces or words
@@ -79,10 +84,10 @@ function mapOf(l, h, units) {  // l, h: an index or "mean"; units: pieces or wor
   let m;
   if (units === "words") {
     const p = mapOf(l, h, "pieces");
-    m = derived(D.words.length, PIECES.map(rows => rows.map(i => [p, i, 1 / rows.length])), D.word_of);
+    m = derived(D.words.length, PIECES.map(rows => rows.map(i => [p, i, 1 / rows.length])), D.word_of, PIECES.map(r => r.length));
   } else {
     const ms = ids(l, NL).flatMap(a => ids(h, NH).map(b => BASE[a][b]));
-    m = ms.length === 1 ? ms[0] : derived(T.length, T.map((_, i) => ms.map(x => [x, i, 1 / ms.length])), null);
+    m = ms.length === 1 ? ms[0] : derived(T.length, T.map((_, i) => ms.map(x => [x, i, 1 / ms.length])), null, null);
   }
   CACHE.set(key, m);
   return m;
@@ -137,7 +142,8 @@ function drawLines() {
   Object.assign(svg.dataset, {lines: String(lines), token: focus === null ? "all" : String(focus), rowSum: (sum / heads.length / rows.length).toFixed(4)});
   $("zeros").textContent = `exactly 0: ${(100 * zeros / cells).toFixed(1)}% of ${cells} weights; ${lines} lines drawn`;
   $("row").textContent = focus === null ? "every token's lines (hover a token for its own; click one to keep it)"
-    : heads.map(h => (heads.length > 1 ? `head ${h}: ` : "") + rowText(mapOf(l, h, units), focus, N)).slice(0, 3).join(" · ");
+    : heads.slice(0, 3).map(h => (heads.length > 1 ? `head ${h}: ` : "") + rowText(mapOf(l, h, units), focus, N)).join(" · ")
+      + (heads.length > 3 ? " · …" : "");
 }
 function choose(i) {
   qTexts[chosen].classList.remove("chosen"); chosen = i; qTexts[chosen].classList.add("chosen");
@@ -145,10 +151,11 @@ function choose(i) {
 }
 
 function paint(canvas, m, b) {  // the map into a b x b canvas: a pixel holds the largest weight of its block
-  const n = m.n, cell = new Float64Array(b * b);
+  const n = m.n, cell = new Float64Array(b * b), wide = new Float64Array(b).fill(1);  // wide: a block's largest key
+  if (m.size) m.size.forEach((s, j) => { const c = Math.floor(j * b / n); if (wide[c] < s) wide[c] = s; });
   for (let i = 0; i < n; i++) {
-    const r = Math.floor(i * b / n) * b, ix = m.idx[i], vx = m.val[i], left = m.rest ? m.rest[i] : 0;
-    if (left > 0) { const even = left / Math.max(1, n - ix.length); for (let c = r; c < r + b; c++) if (cell[c] < even) cell[c] = even; }
+    const r = Math.floor(i * b / n) * b, ix = m.idx[i], vx = m.val[i], even = m.even ? m.even[i] : 0;
+    if (even > 0) for (let c = 0; c < b; c++) if (cell[r + c] < even * wide[c]) cell[r + c] = even * wide[c];
     for (let k = 0; k < ix.length; k++) { const c = r + Math.floor(ix[k] * b / n); if (cell[c] < vx[k]) cell[c] = vx[k]; }
   }
   let top = 0; for (const v of cell) if (v > top) top = v;
@@ -205,7 +212,7 @@ function setUp() {
   sel.layer.addEventListener("change", drawLines); sel.head.addEventListener("change", drawLines);
   sel.every.addEventListener("change", drawLines);
   sel.units.addEventListener("change", () => {
-    chosen = sel.units.value === "words" ? D.word_of[chosen] : PIECES[chosen][0];
+    chosen = sel.units.value === "words" ? D.word_of[chosen] : PIECES[chosen][0]; hover = null;
     buildTokens(); drawLines(); drawGrid();
   });
 }

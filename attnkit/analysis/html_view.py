@@ -14,9 +14,10 @@ The weights are embedded as JSON support lists, per row the keys with a stored w
 
 * a row with an exact zero (a sparse map's) keeps every non-zero weight, to 6 significant digits (off by under 1e-6);
 * a row without one (softmax) keeps every weight too, to 6 significant digits, while all such rows fit in
-  :data:`BUDGET` stored weights; past that each keeps its largest weights that carry :data:`MASS` of its mass, at most
-  ``K = BUDGET // rows`` (at least 8), to 4 significant digits, and ``rest`` (the mass left out) is drawn spread evenly
-  over its other keys. The page states which rule applied, with its numbers.
+  :data:`BUDGET` stored weights (the sparse rows' counted first); past that each keeps its largest weights that carry
+  :data:`MASS` of its mass, at most ``K = (BUDGET - the sparse rows' weights) // rows`` (at least 8), to 4 significant
+  digits, and ``rest`` (the mass left out) is drawn spread evenly over the keys it stores nothing for. The page states
+  which rule applied, with its numbers.
 
 Words merge the word pieces (``##`` or a missing ``▁``/``Ġ`` marks a piece that goes on a word; special tokens are
 words of their own): the attention a word receives is the sum over its pieces, the attention it gives the mean over
@@ -37,7 +38,7 @@ from attnkit.analysis.html_page import PAGE
 from attnkit.errors import UserError
 from attnkit.runfiles.atomic import write_text_atomic
 
-#: the most weights stored for the softmax rows of one page before each row is cut to its largest
+#: the most weights stored in one page (the sparse rows' first) before each softmax row is cut to its largest
 BUDGET = 500_000
 #: the share of a softmax row's mass that its stored largest weights carry, once rows are cut
 MASS = 0.99
@@ -71,16 +72,15 @@ def page_data(maps: AttentionMaps) -> tuple[dict, dict]:
         raise UserError(f"attention weights of shape {list(w.shape)} for {len(maps.tokens)} tokens: expected "
                         f"[layers, heads, {len(maps.tokens)}, {len(maps.tokens)}]")
     n_layers, n_heads, L, _ = w.shape
-    has_zero = np.stack([[(w[l, h] == 0).any(-1) for h in range(n_heads)] for l in range(n_layers)])
-    dense_rows = int((~has_zero).sum())
-    keep = None if dense_rows * L <= BUDGET else max(MIN_KEEP, BUDGET // dense_rows)
-    heads, nonzero, left = [], 0, 0.0
+    zeros = np.stack([[(w[l, h] == 0).sum(-1) for h in range(n_heads)] for l in range(n_layers)])  # per row
+    has_zero = zeros > 0
+    dense_rows, whole = int((~has_zero).sum()), int((L - zeros)[has_zero].sum())  # the sparse rows' weights come first
+    keep = None if not dense_rows or whole + dense_rows * L <= BUDGET else max(MIN_KEEP, (BUDGET - whole) // dense_rows)
+    heads, left = [], 0.0
     for l in range(n_layers):
         heads.append([])
         for h in range(n_heads):
-            a = np.asarray(w[l, h], dtype=np.float64)
-            nonzero += int(np.count_nonzero(a))
-            rows, lost = head_rows(a, None if keep is None else ~has_zero[l, h], keep)
+            rows, lost = head_rows(np.asarray(w[l, h], dtype=np.float64), ~has_zero[l, h], keep)
             heads[-1].append(rows)
             left += lost
     words, word_of = word_pieces(maps.tokens)
@@ -89,16 +89,16 @@ def page_data(maps: AttentionMaps) -> tuple[dict, dict]:
             "storage": {"whole_digits": WHOLE_DIGITS, "cut_digits": CUT_DIGITS, "mass": MASS, "keep": keep}}
     cells = n_layers * n_heads * L
     summary = {"dense_rows": dense_rows, "keep": keep, "left_out": left / max(dense_rows, 1),
-               "zero_fraction": 1 - nonzero / (cells * L), "mean_support": nonzero / cells}
+               "zero_fraction": float(zeros.sum()) / (cells * L), "mean_support": float(L - zeros.mean())}
     return data, summary
 
 
-def head_rows(a: np.ndarray, cut: np.ndarray | None, keep: int | None) -> tuple[dict, float]:
+def head_rows(a: np.ndarray, cut: np.ndarray, keep: int | None) -> tuple[dict, float]:
     """One head's map ``a`` [L, L] as support lists ``{"idx": [[key, ...] per row], "val": [[weight, ...] per row]}``
     and, where rows are ``cut`` (a mask), ``"rest"``: each row's mass left out (0 for a row stored whole); with the
     total mass left out. A cut row keeps its largest weights up to :data:`MASS` of its mass, at most ``keep``."""
     L = a.shape[0]
-    cut = np.zeros(L, bool) if cut is None or keep is None or keep >= L else cut
+    cut = np.zeros(L, bool) if keep is None or keep >= L else cut
     idx: list = [None] * L
     val: list = [None] * L
     whole = np.flatnonzero(~cut)
@@ -118,7 +118,8 @@ def head_rows(a: np.ndarray, cut: np.ndarray | None, keep: int | None) -> tuple[
         rest[cut] = total - np.where(mask, v, 0).sum(-1)
         by_key = np.argsort(np.where(mask, top, L), axis=-1, kind="stable")  # the kept keys in order, then the rest
         top, v = np.take_along_axis(top, by_key, -1), np.take_along_axis(v, by_key, -1)
-        _split(idx, val, np.flatnonzero(cut), n, top.ravel()[mask.ravel()], significant(v.ravel()[mask.ravel()], CUT_DIGITS))
+        kept = mask.ravel()
+        _split(idx, val, np.flatnonzero(cut), n, top.ravel()[kept], significant(v.ravel()[kept], CUT_DIGITS))
     out = {"idx": idx, "val": val}
     if cut.any():
         out["rest"] = significant(np.maximum(rest, 0), CUT_DIGITS).tolist()
@@ -184,9 +185,10 @@ def _rules(summary: dict) -> str:
         s += f"A row without one (softmax) keeps every weight too, to {WHOLE_DIGITS} significant digits. "
     else:
         s += (f"A row without one (softmax; {summary['dense_rows']:,} here) keeps its largest weights that carry "
-              f"{MASS:.0%} of the row's mass, at most {summary['keep']} per row ({BUDGET:,} stored weights for the "
-              f"page's softmax rows), to {CUT_DIGITS} significant digits; the mass left out ({summary['left_out']:.1%} "
-              "of a row on average) is drawn spread evenly over the row's other keys. ")
+              f"{MASS:.0%} of the row's mass, at most {summary['keep']} per row (a budget of {BUDGET:,} stored weights for "
+              f"the page, the sparse rows' counted first), to {CUT_DIGITS} significant digits; the mass left out "
+              f"({summary['left_out']:.1%} of a row on average) is drawn spread evenly over the keys the row stores "
+              "nothing for. ")
     return s + ("Words: a word's pieces merged; the attention a word receives is the sum over its pieces, the attention "
                 "it gives the mean over its pieces, so each row still sums to 1. Means: the mean of the heads' (or the "
                 "layers') maps, row by row.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Sequence
 
@@ -16,6 +17,8 @@ from attnkit.runfiles.ownership import unfinished_run
 from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.tasks.metrics import predictions_of, task_metrics
 from attnkit.tasks.readers import is_blank
+
+log = logging.getLogger("attnkit")
 
 
 def encoded_batches(
@@ -42,26 +45,40 @@ def encoded_batches(
     model.eval()
     device = next(model.parameters()).device
     starts = range(0, len(texts), batch_size)
+    longer, longest = 0, 0
     for i in tqdm(starts, desc=desc, unit="batch", disable=not progress or len(starts) < 2):
         a = list(texts[i : i + batch_size])
         b = list(pairs[i : i + batch_size]) if pairs is not None else None
-        check_readable(tokenizer, a, i)
+        n = check_readable(tokenizer, a, i)
         if b is not None:
-            check_readable(tokenizer, b, i, "the second text of pair")
+            n = [x + y for x, y in zip(n, check_readable(tokenizer, b, i, "the second text of pair"))]
+        room = max_length - (tokenizer.num_special_tokens_to_add(b is not None) if hasattr(tokenizer, "num_special_tokens_to_add") else 0)
+        longer, longest = longer + sum(x > room for x in n), max([longest, *n])
         enc = tokenizer(a, b, truncation=True, max_length=max_length, padding=True, return_tensors="pt", **tokenizer_kwargs)
         yield i, enc.to(device)  # a BatchEncoding: word_ids() stays available
+    if longer:
+        say_truncated(longer, len(texts), longest, max_length)
 
 
-def check_readable(tokenizer, texts: Sequence[str], first: int = 0, what: str = "text") -> None:
+def say_truncated(longer: int, total: int, longest: int, max_length: int) -> None:
+    """One line on stderr: how many texts were longer than the model reads and were cut."""
+    log.warning("%d of %d text%s longer than --max-length %d tokens (the longest: %d tokens of text): each was cut to "
+                "its first %d tokens; a larger --max-length reads more (up to the model's window)", longer, total,
+                "s were" if total > 1 else " was", max_length, longest, max_length)
+
+
+def check_readable(tokenizer, texts: Sequence[str], first: int = 0, what: str = "text") -> list[int]:
     """Refuse a text that gives the tokenizer no token of its own (control characters, lone combining marks, U+FFFD):
-    the model would label [CLS][SEP] as if it had read it. ``first``: the 0-based number of ``texts[0]``."""
+    the model would label [CLS][SEP] as if it had read it. ``first``: the 0-based number of ``texts[0]``. Returns
+    each text's number of tokens (without the special ones; 0s for a tokenizer without special tokens)."""
     if not hasattr(tokenizer, "num_special_tokens_to_add"):
-        return
+        return [0] * len(texts)
     ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
     for n, (text, own) in enumerate(zip(texts, ids), first + 1):
         if not own:
             raise UserError(f"{what} {n} ({text[:40]!r}) holds no token the model can read (only control characters, "
                             "combining marks or replacement characters?): a model cannot label it")
+    return [len(own) for own in ids]
 
 
 def predict_logits(

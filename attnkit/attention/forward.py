@@ -80,15 +80,19 @@ def attnkit_attention_forward(
     valid_mask = attention_mask
     if s_aux is not None:  # one more key per head that every query sees: the sink's logit
         scores, attention_mask = _with_sink(scores, attention_mask, s_aux)
-    scores = mask_scores(scores, attention_mask)
-    if spec.sparse_layers is not None and layer_index(module) not in sparse_layer_set(spec.sparse_layers, module.config.num_hidden_layers):
-        weights = softmax(scores)  # a layer that keeps softmax (--sparse-layers)
-    else:
-        weights = spec.normalise(scores, head_value(module, spec))
+    weights = layer_map(module, spec, mask_scores(scores, attention_mask))
     if s_aux is not None:
         weights = weights[..., :-1]  # the sink's share goes nowhere: rows sum to less than 1
     dropped = nn.functional.dropout(weights, p=dropout, training=module.training)
     return blurred(spec, dropped, value, valid_mask).transpose(1, 2).contiguous(), weights
+
+
+def layer_map(module: nn.Module, spec: AttentionSpec, scores: torch.Tensor) -> torch.Tensor:
+    """The weights of one attention layer from its masked scores [B, H, Lq, Lk]: the spec's map (with the layer's
+    learned per-head setting), or softmax in a layer that keeps it (``--sparse-layers``)."""
+    if spec.sparse_layers is not None and layer_index(module) not in sparse_layer_set(spec.sparse_layers, module.config.num_hidden_layers):
+        return softmax(scores)
+    return spec.normalise(scores, head_value(module, spec))
 
 
 #: ATTNKIT_ATTENTION: "auto" (the default) runs flash sparse attention wherever it computes what the materialised

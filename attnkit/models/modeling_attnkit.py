@@ -37,6 +37,7 @@ from ..attention.learned import add_head_parameters, learned_values
 from ..attention.maps import sparsemax as _sparsemax  # noqa: F401
 from ..attention.names import NORMALISER_NAMES as _NORMALISER_NAMES  # noqa: F401
 from ..attention.normalisers import LEARNED
+from ..attention.own_code import OWN_CODE_TYPES, adopt
 from ..attention.placement import number_layers
 from ..attention.spec import ATTN_IMPLEMENTATION, CONFIG_KEY, spec_of
 from ..errors import UserError
@@ -45,7 +46,8 @@ from .pooling import HEAD_KEY, PooledEncoderForSequenceClassification, head_of
 MODEL_TYPE = "attnkit"
 #: the files saved beside the weights so that trust_remote_code=True can load the model without attnkit
 CODE_FILES = ("modeling_attnkit.py", "spec.py", "normalisers.py", "learned.py", "blur.py", "placement.py", "forward.py",
-              "names.py", "maps.py", "entmax.py", "kernels.py", "kernel_build.py", "flash.py", "flash_cpu.py", "pooling.py", "errors.py")
+              "names.py", "maps.py", "entmax.py", "kernels.py", "kernel_build.py", "flash.py", "flash_cpu.py", "own_code.py", "pooling.py",
+              "errors.py")
 #: where each code file lives in the attnkit package (in a checkpoint they sit side by side)
 _CODE_PACKAGES = {**{name: "attention" for name in CODE_FILES}, "modeling_attnkit.py": "models", "pooling.py": "models", "errors.py": ""}
 _PACKAGE_IMPORT = re.compile(r"^(\s*)from \.\.(?:\w+\.)?(\w+) import ", re.M)
@@ -133,6 +135,7 @@ class _AttnkitModelMixin:
 
     def __init__(self, config, *args, **kwargs):
         super().__init__(config, *args, **kwargs)
+        adopt(self, config)  # DeBERTa-v2, MPNet: attnkit's map inside their own attention modules
         number_layers(self)  # --sparse-layers: every attention module knows its layer (DistilBERT's carry no layer_idx)
         kind = spec_of(config).learned
         if kind is not None and getattr(config, LEARNED[kind].config_key, None) is not None:
@@ -178,7 +181,7 @@ def _base_class(config: AttnkitConfig, kind: str):
     if base_cfg not in mapping:
         raise UserError(f"{config.base_model_type} has no {kind} model in this transformers version")
     cls = mapping[base_cfg]
-    if not getattr(cls, "_supports_attention_backend", False):
+    if not getattr(cls, "_supports_attention_backend", False) and config.base_model_type not in OWN_CODE_TYPES:
         import transformers
 
         raise UserError(

@@ -14,6 +14,7 @@ from transformers.models.auto import modeling_auto
 from attnkit.attention.forward import attnkit_attention_forward, keyword_refusal
 from attnkit.attention.learned import add_head_parameters
 from attnkit.attention.normalisers import names_with
+from attnkit.attention.own_code import adopt, has_own_attention
 from attnkit.attention.placement import sparse_layer_set
 from attnkit.attention.spec import AttentionSpec
 from attnkit.errors import UserError
@@ -102,8 +103,9 @@ def sparsify(model, attention: str | None = None, lam: float | None = None, *, b
     masked-LM models, for every architecture whose attention goes through transformers' attention registry
     (``AttentionInterface``). The model becomes attnkit's class for its kind (same weights, same parameter names)
     with an :class:`AttnkitConfig`, so ``save_pretrained`` writes a self-describing checkpoint that reloads
-    with the same attention. Raises ValueError for an architecture with its own attention code (DeBERTa-v2, MPNet, ...)
-    or whose attention layers pass their attention function something it cannot honour (a relative position bias, the
+    with the same attention. DeBERTa-v2/v3 and MPNet, whose attention is their own code, get attnkit's map inside it
+    (:mod:`attnkit.attention.own_code`; their relative-position terms kept). Raises ValueError for another
+    architecture with its own attention code, or one whose attention layers pass their attention function something it cannot honour (a relative position bias, the
     keys a sparse-attention indexer picked: ``ATTENTION_KEYWORDS`` in ``attnkit.attention.forward``). Decoders run too:
     grouped-query attention, soft-capping (Gemma-2), sliding windows, attention sinks (gpt-oss).
     ``lam`` (default -4) is sparsegen-lin's and ``alpha`` (default 1.5) entmax-alpha's: given with another attention,
@@ -121,7 +123,8 @@ def sparsify(model, attention: str | None = None, lam: float | None = None, *, b
     if isinstance(model.config, AttnkitConfig):  # already attnkit's: change the attention
         set_attention(model, spec)
         return finish_model(model, spec)
-    if not getattr(model, "_supports_attention_backend", False):
+    own = has_own_attention(model)  # DeBERTa-v2/v3, MPNet: attnkit's map inside their own attention code
+    if not getattr(model, "_supports_attention_backend", False) and not own:
         raise UserError(
             f"{name} computes its attention in its own code, not through transformers' attention registry "
             "(AttentionInterface), so attnkit cannot replace its softmax"
@@ -138,6 +141,7 @@ def sparsify(model, attention: str | None = None, lam: float | None = None, *, b
         if getattr(m, "config", None) is old:
             m.config = config
     model.__class__ = concrete_class(config, kind)
+    adopt(model, config)
     try:  # transformers 5 records attentions/hidden states by the model's class, registered in __init__
         from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
 

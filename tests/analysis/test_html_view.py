@@ -28,7 +28,7 @@ def test_page_is_self_contained_and_holds_every_weight(tmp_path):
     m = maps()
     page = write_html(m, tmp_path / "v.html").read_text()
     assert "<script src" not in page and "http://" not in page.replace("http://www.w3.org", "") and "https://" not in page
-    data = page_data(page)
+    data = embedded(page)
     assert data["tokens"] == m.tokens
     w = dense(data)
     assert w.shape == (2, 3, 5, 5) and np.allclose(w, m.weights, atol=1e-6)
@@ -39,7 +39,7 @@ def test_page_is_self_contained_and_holds_every_weight(tmp_path):
         write_html(m, tmp_path / "v.png")
 
 
-def page_data(page: str) -> dict:
+def embedded(page: str) -> dict:
     """The JSON embedded in a page's data element."""
     return json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', page, re.S).group(1))
 
@@ -162,9 +162,9 @@ def test_a_long_input_is_stored_as_support_lists_under_the_budget(tmp_path):
     m = synthetic_maps(512)
     path = write_html(m, tmp_path / "v.html")
     page = path.read_text()
-    data = page_data(page)
-    dense_rows = 5 * 12 * 512
-    keep = max(MIN_KEEP, BUDGET // dense_rows)
+    data = embedded(page)
+    dense_rows = 5 * 12 * 512  # the softmax layers' rows share what the sparse layer's weights leave of the budget
+    keep = max(MIN_KEEP, (BUDGET - np.count_nonzero(m.weights[5])) // dense_rows)
     assert data["storage"]["keep"] == keep and f"at most {keep} per row" in page and "99% of the row's mass" in page
     sparse, soft = data["maps"][5][3], data["maps"][0][2]
     for i in (0, 100, 511):  # the sparse layer: exactly its non-zeros, to 6 significant digits, nothing left out
@@ -176,7 +176,8 @@ def test_a_long_input_is_stored_as_support_lists_under_the_budget(tmp_path):
         assert sorted(soft["idx"][i]) == soft["idx"][i] and set(soft["idx"][i]) == set(np.argsort(-row)[:n].tolist())
         assert np.allclose(soft["val"][i], row[soft["idx"][i]], rtol=5e-4, atol=0)
         assert soft["rest"][i] == pytest.approx(1 - top[:n].sum(), rel=1e-3)
-    assert not re.search(r"\d\.\d{7,}", page)  # rounded: no weight with more than 6 significant digits
+    digits = lambda values, n: all(v == float(f"{v:.{n}g}") for row in values for v in row)
+    assert digits(sparse["val"], 6) and digits(soft["val"], 4) and digits([soft["rest"]], 4)  # rounded, as the page says
     assert path.stat().st_size <= 10_000_000
 
 
@@ -214,5 +215,46 @@ def test_a_page_of_512_tokens_is_small_and_drawn_at_once(tmp_path):
     assert drawn["token"] == "100" and drawn["keys"] == np.flatnonzero(m.weights[5, 3, 100]).tolist()
     assert int(drawn["lines"]) == np.count_nonzero(m.weights[5, 3, 100])  # one line per non-zero weight, no other
     assert dom.count("<canvas") == 7 * 13  # the model view: every layer x head and the means, as canvases
+    data = embedded(page.read_text())
     drawn = _drawn(_open(page, tmp_path, "#layer=0&head=2&token=7"))  # a softmax row: its stored largest weights
-    assert drawn["keys"] == page_data(page.read_text())["maps"][0][2]["idx"][7] and float(drawn["row-sum"]) == pytest.approx(1, abs=1e-3)
+    assert drawn["keys"] == data["maps"][0][2]["idx"][7] and float(drawn["row-sum"]) == pytest.approx(1, abs=1e-3)
+    drawn = _drawn(_open(page, tmp_path, "#units=words&layer=0&head=mean&token=9"))  # softmax rows, merged
+    stored, heads = dense(data)[0], data["maps"][0]  # layer 0's 12 heads, their rows cut to the largest weights
+    held = np.array([[len(keys) for keys in h["idx"]] for h in heads])
+    full = np.where(stored > 0, stored, (np.array([h["rest"] for h in heads]) / (512 - held))[..., None])  # rest: spread evenly
+    gives = full.mean(0)[[13, 14]].mean(0)  # word 9 is w13 ##w14: the mean of the heads, then of its pieces' rows
+    receives = np.bincount(data["word_of"], weights=gives)  # and each word receives the sum over its pieces
+    keys = sorted({data["word_of"][j] for h in heads for i in (13, 14) for j in h["idx"][i]})
+    assert drawn["keys"] == keys and float(drawn["row-sum"]) == pytest.approx(1, abs=1e-3)
+    assert np.allclose(drawn["opacity"], np.maximum(0.05, receives[keys] / receives[keys].max()), atol=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium here: apt-get install chromium (Debian) to run the browser test")
+def test_a_page_of_4096_tokens_still_opens(tmp_path):
+    m = synthetic_maps(4096, layers=2, heads=2)
+    page = write_html(m, tmp_path / "v.html")
+    dom = _open(page, tmp_path, "#token=4000")
+    assert "rendered 2 layers x 2 heads, 4096 tokens" in dom
+    drawn = _drawn(dom)
+    assert drawn["token"] == "4000" and int(drawn["lines"]) == np.count_nonzero(m.weights[1, 0, 4000])
+    assert re.search(r"4096 tokens: a pixel is a block of about 42\.7 x 42\.7", dom)  # the model view, downsampled
+
+
+def test_a_heatmap_of_512_tokens_labels_at_most_64_of_them(tmp_path, monkeypatch):
+    import matplotlib.image as mpimg
+
+    from attnkit.analysis import explain
+
+    labels, save = [], explain.save_figure
+    texts = lambda ticks: [t.get_text() for t in ticks]
+    monkeypatch.setattr(explain, "save_figure", lambda fig, path: labels.append([texts(fig.axes[0].get_xticklabels()),
+        texts(fig.axes[0].get_yticklabels()), texts(fig.axes[0].child_axes[0].get_yticklabels())]) or save(fig, path))
+    m = synthetic_maps(512, layers=1, heads=1)
+    path = explain.plot_attention(m, tmp_path / "one.png", layer=0, head=0)
+    keys, tokens, support = labels[0]  # the keys below, the queries on the left, their support sizes on the right
+    assert len(keys) == len(tokens) == len(support) == 64 and tokens[:2] == keys[:2] == ["0 [CLS]", "8 ##w8"]  # every 8th, with its place
+    assert support[1] == f"|S|={np.count_nonzero(m.weights[0, 0, 8])}"
+    assert max(mpimg.imread(path).shape[:2]) <= 3000  # a figure of a sane size (every token labelled: 20,000 pixels)
+    explain.plot_attention(synthetic_maps(12, layers=1, heads=1), tmp_path / "short.png", layer=0, head=0)
+    assert labels[1][1] == ["[CLS]", *(("##" if i % 3 == 2 else "") + f"w{i}" for i in range(1, 11)), "[SEP]"]  # short: every token

@@ -69,3 +69,15 @@ def test_threads_option(tiny_bert, data, tmp_path, capsys, monkeypatch):
     assert "argument --threads: expected a whole number >= 1, got '0'" in capsys.readouterr().err
 
 
+
+
+def test_texts_longer_than_the_window_are_cut_with_a_notice(saved_classifier, capsys, caplog):
+    long = " ".join(["good"] * 30)
+    assert main(["predict", "--model", str(saved_classifier), "--max-length", "8", long, "bad", long]) == 0
+    assert "2 of 3 texts were longer than --max-length 8 tokens (the longest: 30 tokens of text)" in caplog.text
+    caplog.clear()
+    assert main(["predict", "--model", str(saved_classifier), "--max-length", "64", long]) == 0
+    assert "longer than" not in caplog.text
+    assert main(["explain", "--model", str(saved_classifier), "--max-length", "8", "--output",
+                 str(saved_classifier.parent / "cut.png"), long]) == 0
+    assert "1 of 1 text was longer than --max-length 8 tokens" in caplog.text

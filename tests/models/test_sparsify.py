@@ -25,6 +25,10 @@ WORKS = {
     # + logit soft-capping, and a sliding window of 3 in its even layers
     "gemma2": dict(SMALL, num_key_value_heads=2, head_dim=8, sliding_window=3, attn_logit_softcapping=1.0, pad_token_id=0),
     "mistral": dict(SMALL, num_key_value_heads=1, sliding_window=3, pad_token_id=0),
+    # attention in their own code: attnkit's map inside it, their relative-position terms kept (DeBERTa-v3's settings)
+    "deberta-v2": dict(SMALL, relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=16,
+                       max_relative_positions=32, share_att_key=True, norm_rel_ebd="layer_norm"),
+    "mpnet": dict(SMALL, max_position_embeddings=66),
 }
 #: models sparsify runs whose attention rows do not sum to 1 (gpt-oss: the sinks take a share of every row)
 WORKS_SINKS = {
@@ -32,8 +36,8 @@ WORKS_SINKS = {
                     pad_token_id=0),
 }
 REFUSED = {
-    "deberta-v2": dict(SMALL),
-    "mpnet": dict(SMALL, max_position_embeddings=66),
+    "deberta": dict(SMALL),
+    "roformer": dict(SMALL),
 }
 
 
@@ -208,3 +212,41 @@ def test_sparsify_takes_a_spec_or_the_settings_but_not_both():
         attnkit.sparsify(tiny(), alpha=1.2, spec=spec)
     with pytest.raises(ValueError, match="takes an AttentionSpec, got str"):
         attnkit.sparsify(tiny(), spec="entmax15")
+
+
+@pytest.mark.parametrize("model_type", ["deberta-v2", "mpnet"])
+def test_own_code_attention_everything_else_works_too(model_type, tmp_path):
+    """DeBERTa-v2 and MPNet: learned alpha per head, --sparse-layers, the blur, and the saved model loaded by
+    transformers alone (trust_remote_code, attnkit not importable) with the same outputs."""
+    import json
+    import subprocess
+    import sys
+
+    from attnkit.attention.learned import learned_values
+
+    ids, mask = batch()
+    model = attnkit.sparsify(tiny(model_type, dict(WORKS[model_type], initializer_range=0.5)), "entmax-alpha", alpha=1.5, learned="alpha",
+                             sparse_layers="last", blur="value")
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+    first, last = out.attentions[0][0], out.attentions[-1][0]  # the unpadded text
+    assert not (first == 0).any() and (last == 0).any()  # softmax kept in layer 0, the sparse map in the last
+    alphas = learned_values(model, "alpha")
+    assert len(alphas) == 2 and all(a == pytest.approx(1.5) for row in alphas for a in row)
+    model.train()
+    model(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1])).loss.backward()
+    grads = [p.grad for n, p in model.named_parameters() if "alpha" in n]
+    assert len(grads) == 2 and grads[-1] is not None and grads[-1].abs().sum() > 0  # alpha learns in the sparse layer
+    model.eval()
+    model.save_pretrained(tmp_path / "m")
+    code = ("import sys, json, torch\nsys.modules['attnkit'] = None\n"
+            "from transformers import AutoModelForSequenceClassification\n"
+            "m = AutoModelForSequenceClassification.from_pretrained(sys.argv[1], trust_remote_code=True).eval()\n"
+            "ids, mask = torch.tensor(json.loads(sys.argv[2])), torch.tensor(json.loads(sys.argv[3]))\n"
+            "with torch.no_grad():\n    print(json.dumps(m(input_ids=ids, attention_mask=mask).logits.tolist()))\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m"), json.dumps(ids.tolist()), json.dumps(mask.tolist())],
+                       capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": "/tmp",
+                                                            "OMP_NUM_THREADS": "1", "HF_HOME": str(tmp_path / "hf")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    torch.testing.assert_close(torch.tensor(json.loads(r.stdout.strip().splitlines()[-1])), out.logits, rtol=1e-5, atol=1e-6)
+
