@@ -57,6 +57,9 @@ from attnkit.errors import UserError
 
 #: the k of "top k% of the words" at which the erasure measures are taken
 PERCENTS = (1, 5, 10, 20, 50)
+#: integrated gradients' steps run in batches of at most this many tokens (a 512-token text: 8 steps at once, not
+#: all 20), so that a long text fits a small machine's memory; the attributions are the same
+IG_TOKENS = 4096
 ATTENTION_EXPLANATIONS = ("attention", "rollout", "received")
 GRADIENT_EXPLANATIONS = ("grad_x_input", "integrated_gradients")
 EXPLANATIONS = (*ATTENTION_EXPLANATIONS, *GRADIENT_EXPLANATIONS, "random")
@@ -237,8 +240,10 @@ class WordClassifier:
                                dtype=torch.bool, device=self.device)
         pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
         baseline = torch.where(special, enc["input_ids"][0], torch.full_like(enc["input_ids"][0], pad))[None]
+        steps_at_once = max(1, min(self.ig_steps, IG_TOKENS // enc["input_ids"].shape[1]))  # long texts: fewer at once
         ig = LayerIntegratedGradients(prob, layer).attribute(enc["input_ids"], baselines=baseline, target=target,
-                                                             additional_forward_args=extra, n_steps=self.ig_steps)
+                                                             additional_forward_args=extra, n_steps=self.ig_steps,
+                                                             internal_batch_size=steps_at_once)
         scores["grad_x_input"] = self._per_word(enc, gxi[0].sum(-1).detach(), n)
         scores["integrated_gradients"] = self._per_word(enc, ig[0].sum(-1).detach(), n)
         scores["random"] = rng.permutation(n).astype(float)

@@ -187,3 +187,22 @@ def test_faithfulness_command(tiny_bert, tiny_task, tmp_path, capsys):
     assert main(["faithfulness", "--model", str(run), "--data-dir", str(tiny_task), "--max-examples", "2", "--ig-steps", "2"]) == 0
     assert "has no test split: explaining its validation split" in capsys.readouterr().out
     assert json.loads((run / "model" / "faithfulness_csv_validation.json").read_text())["split"] == "validation"
+
+
+def test_integrated_gradients_in_batches_of_steps_give_the_same_attributions(sparsemax_classifier, monkeypatch):
+    """Long texts run integrated gradients' steps a few at a time (IG_TOKENS): the attributions do not change."""
+    from captum.attr import LayerIntegratedGradients
+
+    from attnkit.analysis import faithfulness
+    from attnkit.models.checkpoint import load_model
+
+    clf = WordClassifier(load_model(sparsemax_classifier), load_tokenizer(sparsemax_classifier), max_length=32, ig_steps=8)
+    words = "the plot is good but the actor is very dull".split()
+    sizes, real = [], LayerIntegratedGradients.attribute
+    monkeypatch.setattr(LayerIntegratedGradients, "attribute",
+                        lambda self, *a, **k: sizes.append(k["internal_batch_size"]) or real(self, *a, **k))
+    _, whole = clf.explain(words, np.random.default_rng(0))
+    monkeypatch.setattr(faithfulness, "IG_TOKENS", 13)  # 12 tokens: one step at a time
+    _, parts = clf.explain(words, np.random.default_rng(0))
+    assert sizes == [8, 1]
+    np.testing.assert_allclose(parts["integrated_gradients"], whole["integrated_gradients"], rtol=1e-4, atol=1e-6)
