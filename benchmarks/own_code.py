@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 from attnkit.runfiles.atomic import write_text_atomic
-from benchmarks.speed import environment
+from benchmarks.speed import environment, time_rounds
 
 #: DeBERTa-v3-like and MPNet-like encoders, a quarter of base size (random weights)
 SHAPE = dict(vocab_size=30000, hidden_size=384, num_hidden_layers=4, num_attention_heads=6, intermediate_size=1536)
@@ -42,19 +40,6 @@ def build(model_type: str, variant: str):
     if variant != "own softmax":
         attnkit.sparsify(model, variant.split()[1])
     return model
-
-
-def interleaved(fns: dict, rounds: int) -> dict[str, float]:
-    """Median milliseconds per call of each variant, one warm-up call each, round by round."""
-    for f in fns.values():
-        f()
-    times = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, f in fns.items():
-            t = time.perf_counter()
-            f()
-            times[k].append(1000 * (time.perf_counter() - t))
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def bench(model_type: str, batch: int, length: int, rounds: int) -> list[dict]:
@@ -80,8 +65,8 @@ def bench(model_type: str, batch: int, length: int, rounds: int) -> list[dict]:
 
     rows = []
     for what, make in (("train step", step), ("inference", infer)):
-        t = interleaved({v: make(v) for v in VARIANTS}, rounds)
-        rows += [{"model": model_type, "bench": what, "shape": f"b{batch} x L{length}", "variant": v, "ms": t[v],
+        t = time_rounds({v: make(v) for v in VARIANTS}, lambda run: run, rounds)  # seconds, interleaved, one warm-up
+        rows += [{"model": model_type, "bench": what, "shape": f"b{batch} x L{length}", "variant": v, "ms": 1000 * t[v],
                   "ratio": t[v] / t["own softmax"]} for v in VARIANTS]
     return rows
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from attnkit.cli import main
-from helpers import four_step_train_args, make_tiny_bert, train_args, two_step_train_args, use_backend, write_tiny_sentiment
+from helpers import (four_step_train_args, make_tiny_bert, save_tiny_classifier, train_args, two_step_train_args, use_backend,
+                     write_tiny_sentiment)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -82,31 +83,17 @@ def finished(tiny_bert, data, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def saved_classifier(tiny_bert, tmp_path_factory) -> Path:
-    """A classifier saved as `attnkit train` saves it (two layers, 32 wide, labels negative/positive)."""
-    import torch
-
+    """A classifier saved as `attnkit train` saves it (sparsegen-lin, labels negative/positive, trained at 16 tokens)."""
     from attnkit.attention.spec import AttentionSpec
-    from attnkit.models.build import build_classifier
-    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
 
     out = tmp_path_factory.mktemp("sweep_model") / "model"
-    torch.manual_seed(0)
-    net = build_classifier(str(tiny_bert), 2, AttentionSpec("sparsegen-lin", -2.0), label_names=["negative", "positive"])
-    save_checkpoint(net, out, tokenizer=load_tokenizer(str(tiny_bert)), extra={"task": "csv", "max_length": 16})
-    return out
+    return save_tiny_classifier(tiny_bert, out, AttentionSpec("sparsegen-lin", -2.0), ["negative", "positive"])
 
 
 @pytest.fixture(scope="module")
 def sparsemax_classifier(tiny_bert, tmp_path_factory) -> Path:
     """A sparsemax classifier saved as `attnkit train` saves it (labels negative/positive, trained at 16 tokens)."""
-    import torch
-
     from attnkit.attention.spec import AttentionSpec
-    from attnkit.models.build import build_classifier
-    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
 
     out = tmp_path_factory.mktemp("nsr_model") / "model"
-    torch.manual_seed(0)
-    net = build_classifier(str(tiny_bert), 2, AttentionSpec("sparsemax"), label_names=["negative", "positive"])
-    save_checkpoint(net, out, tokenizer=load_tokenizer(str(tiny_bert)), extra={"task": "csv", "max_length": 16})
-    return out
+    return save_tiny_classifier(tiny_bert, out, AttentionSpec("sparsemax"), ["negative", "positive"])

@@ -262,3 +262,17 @@ def batch_8_args(model, data) -> list[str]:
 def batch_8_train_args(model, data, out, *extra) -> list[str]:
     """``attnkit train`` for 2 steps at batch 8, evaluated at step 2."""
     return ["train", *batch_8_args(model, data), "--output-dir", str(out), "--max-steps", "2", "--eval-steps", "2", "--no-heatmap", *extra]
+
+
+def save_tiny_classifier(encoder, out: Path, spec, labels: list[str], task: str = "csv", max_length: int = 16) -> Path:
+    """A classifier on ``encoder`` with attention ``spec`` (seed 0), saved to ``out`` as `attnkit train` saves it."""
+    import torch
+
+    from attnkit.models.build import build_classifier
+    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
+
+    torch.manual_seed(0)
+    net = build_classifier(str(encoder), len(labels), spec, label_names=labels)
+    save_checkpoint(net, out, tokenizer=load_tokenizer(str(encoder)), extra={"task": task, "max_length": max_length})
+    return out
+

@@ -16,7 +16,7 @@ from attnkit.cli import main
 from attnkit.models.checks import ModelFolderError, check_model_folder
 from attnkit.models.build import build_classifier, build_qa_model, check_se_ratio
 from attnkit.models.checkpoint import load_model, load_tokenizer, save_checkpoint
-from helpers import snapshot
+from helpers import save_tiny_classifier, snapshot
 
 
 def one_line_error(capsys, *needles, out: str = "") -> str:
@@ -216,10 +216,7 @@ def rte(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def rte_model(tiny_bert, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("rte_model") / "model"
-    torch.manual_seed(0)
-    net = build_classifier(str(tiny_bert), 2, AttentionSpec("sparsemax"), label_names=["entailment", "not_entailment"])
-    save_checkpoint(net, out, tokenizer=load_tokenizer(str(tiny_bert)), extra={"task": "rte", "max_length": 16})
-    return out
+    return save_tiny_classifier(tiny_bert, out, AttentionSpec("sparsemax"), ["entailment", "not_entailment"], task="rte")
 
 
 def test_a_pair_task_with_no_room_for_text_is_refused(tiny_bert, rte, rte_model, tmp_path, capsys):
