@@ -125,11 +125,12 @@ def _fast_call(spec: AttentionSpec, module, query, attention_mask, dropout, soft
     off the CPU (Triton's kernels take no dropout; the CPU path draws it), soft-capping, sinks, a learned lam, a map
     flash attention does not know, an alpha warm-up at softmax, ``torch.compile`` tracing, meta tensors, or
     ``ATTNKIT_ATTENTION=materialised``."""
+    if (softcap is not None or s_aux is not None or query.device.type == "meta" or torch.compiler.is_compiling()
+            or attention_path() == "materialised"):
+        return None
     dropout = dropout if module.training else 0.0
-    want = _weights_requested()
-    if (softcap is not None or s_aux is not None or (dropout > 0 and (query.device.type != "cpu" or want))
-            or query.device.type == "meta" or torch.compiler.is_compiling() or attention_path() == "materialised"
-            or (want and torch.is_grad_enabled())):
+    want = _weights_requested()  # (after the tracing check: dynamo cannot trace the collector's ContextVar)
+    if (dropout > 0 and (query.device.type != "cpu" or want)) or (want and torch.is_grad_enabled()):
         return None
     if spec.sparse_layers is not None and layer_index(module) not in sparse_layer_set(spec.sparse_layers, module.config.num_hidden_layers):
         return None if want else _sdpa_call(spec, dropout)  # a layer that keeps softmax (--sparse-layers)
