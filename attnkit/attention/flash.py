@@ -23,7 +23,8 @@ builds them: values at or below half the dtype's lowest are taken as -inf, as at
 mask becomes one additive ``bias`` tensor broadcastable to (B, H, Lq, Lk) by ``expand`` (never materialised larger
 than given). A row with no key to attend gives zeros (never NaN) and zero gradients. The mask gets no gradient.
 ``dropout``: the weights dropped in the forward as ``nn.functional.dropout`` would drop the materialised map, by a
-mask hashed from a seed (drawn from torch's generator) and each entry's place, redrawn in the backward: not stored.
+mask drawn per (batch, head) slice and tile of rows from generators seeded by one seed (drawn from torch's generator),
+redrawn in the backward: not stored.
 
 Backends (the same contract, see :mod:`attnkit.attention.flash_cpu`): CPU tensors run :mod:`flash_cpu` (blocked
 torch and attnkit's compiled row kernel); CUDA tensors, and any tensor with ``ATTNKIT_KERNEL=triton``, run

@@ -216,37 +216,41 @@ def _map_backward(p: torch.Tensor, g: torch.Tensor, kind: str, a_rows, need_alph
 
 # ----------------------------------------------------------------------------- dropout on the weights
 
-_MASK63 = (1 << 63) - 1
-_MIX1, _MIX2 = 0xBF58476D1CE4E5B9 - (1 << 64), 0x94D049BB133111EB - (1 << 64)  # splitmix64's, as signed int64
-_GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
+#: dropout's mask is drawn per (batch, head) slice and tile of this many query rows, each from its own generator
+#: seeded by (seed, slice, tile): the same mask however the rows are blocked or split over threads
+DROP_TILE = 64
 
 
-def _shr(x: torch.Tensor, n: int) -> torch.Tensor:
-    """Logical right shift of int64 (torch's >> is arithmetic on signed integers)."""
-    return (x >> n) & ((1 << (64 - n)) - 1)
+def _tile_seed(seed: int, bh: int, tile: int) -> int:
+    return ((seed * 1_000_003 + bh) * 1_000_003 + tile) % (1 << 63)
 
 
-def _kept(dropout: tuple[float, int], blk, H: int, Lq: int, Lk: int, device) -> torch.Tensor:
-    """Which weights of the block dropout keeps (bool, (nb * nh, rows, Lk)): a hash (splitmix64) of the seed and each
-    entry's place (b, h, i, j) in the whole (B, H, Lq, Lk) map, so the forward and the backward draw the same mask
-    however the rows are blocked or split over threads, and no mask is stored."""
+def _drop_scale(dropout: tuple[float, int] | None, blk, H: int, Lq: int, Lk: int, device) -> torch.Tensor | None:
+    """Dropout's factor for the block's weights, float32 (nb * nh, rows, Lk): 0 where dropped, 1 / (1 - p) where kept;
+    None without dropout. Each (slice, tile of DROP_TILE rows) is drawn whole from its own seeded generator, so the
+    forward and the backward draw the same mask however the rows are blocked or split over threads, and none is
+    stored."""
+    if dropout is None:
+        return None
     p, seed = dropout
     b0, b1, h0, h1, _, i0, i1 = blk
-    ar = lambda a, b: torch.arange(a, b, device=device, dtype=torch.int64)  # noqa: E731
-    bh = (ar(b0, b1)[:, None] * H + ar(h0, h1)[None, :]).reshape(-1, 1, 1)
-    x = (bh * Lq + ar(i0, i1).view(1, -1, 1)) * Lk + ar(0, Lk).view(1, 1, -1)
-    x = x * _GOLDEN + seed
-    x = (x ^ _shr(x, 30)) * _MIX1
-    x = (x ^ _shr(x, 27)) * _MIX2
-    x = x ^ _shr(x, 31)
-    return _shr(x, 11) >= int(p * (1 << 53))  # a uniform 53-bit draw at or above p: kept with probability 1 - p
+    u = torch.empty((b1 - b0) * (h1 - h0), i1 - i0, Lk, dtype=torch.float32, device=device)
+    g = torch.Generator(device=device)
+    slices = (b * H + h for b in range(b0, b1) for h in range(h0, h1))
+    for n, bh in enumerate(slices):
+        for t in range(i0 // DROP_TILE, (i1 - 1) // DROP_TILE + 1):
+            g.manual_seed(_tile_seed(seed, bh, t))
+            r0, r1 = max(i0, t * DROP_TILE), min(i1, (t + 1) * DROP_TILE)
+            if r1 - r0 == DROP_TILE:  # a whole tile: drawn straight into the block
+                torch.rand(DROP_TILE, Lk, generator=g, device=device, out=u[n, r0 - i0:r1 - i0])
+            else:  # part of a tile: the whole tile drawn, the same draws whatever rows are used
+                u[n, r0 - i0:r1 - i0] = torch.rand(DROP_TILE, Lk, generator=g, device=device)[r0 - t * DROP_TILE:r1 - t * DROP_TILE]
+    return u.ge_(p).mul_(1.0 / (1.0 - p))  # uniform draws at or above p: kept, with probability 1 - p
 
 
-def _dropped(w: torch.Tensor, dropout, blk, H, Lq, Lk) -> torch.Tensor:
-    """``w`` (weights, or their gradient) with dropout's mask and its 1 / (1 - p) applied; itself without dropout."""
-    if dropout is None:
-        return w
-    return w * _kept(dropout, blk, H, Lq, Lk, w.device) * (1.0 / (1.0 - dropout[0]))
+def _dropped(w: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+    """``w`` (weights, or their gradient) times dropout's factor; itself without dropout."""
+    return w if scale is None else w * scale.to(w.dtype)
 
 
 def _flat(t: torch.Tensor, dtype) -> torch.Tensor:
@@ -277,7 +281,8 @@ def forward(q, k, v, bias, alpha, scale, dropout=None):
         a_rows = _alpha_rows(alpha, blk, s.shape, dtype) if kind == "alpha" else None
         p = _row_map(s, kind, a_rows)
         _bh(tau, H, b0, b1, h0, h1)[:, i0:i1] = _tau_from(s, p, kind, a_rows)
-        torch.bmm(_dropped(p, dropout, blk, H, Lq, Lk), _bh(v3, H, b0, b1, h0, h1), out=_bh(out, H, b0, b1, h0, h1)[:, i0:i1])
+        drop = _drop_scale(dropout, blk, H, Lq, Lk, q.device)
+        torch.bmm(_dropped(p, drop), _bh(v3, H, b0, b1, h0, h1), out=_bh(out, H, b0, b1, h0, h1)[:, i0:i1])
 
     _run_parts(B, H, Lq, Lk, D, alpha, q.device, work)
     return out.view(B, H, Lq, -1).to(q.dtype), tau.view(B, H, Lq), None
@@ -304,8 +309,9 @@ def backward(q, k, v, bias, alpha, scale, out, tau, aux, grad_out, need_alpha_gr
         p = _p_from_tau(s, _bh(tau3, H, b0, b1, h0, h1)[:, i0:i1], kind, a_rows)
         kb, vb = _bh(k3, H, b0, b1, h0, h1), _bh(v3, H, b0, b1, h0, h1)
         qb, dob = _bh(q3, H, b0, b1, h0, h1)[:, i0:i1], _bh(do3, H, b0, b1, h0, h1)[:, i0:i1]
-        _bh(dv, H, b0, b1, h0, h1).baddbmm_(_dropped(p, dropout, blk, H, Lq, Lk).transpose(1, 2), dob)
-        dp = _dropped(torch.bmm(dob, vb.transpose(1, 2)), dropout, blk, H, Lq, Lk)
+        drop = _drop_scale(dropout, blk, H, Lq, Lk, q.device)  # the forward's mask, drawn again
+        _bh(dv, H, b0, b1, h0, h1).baddbmm_(_dropped(p, drop).transpose(1, 2), dob)
+        dp = _dropped(torch.bmm(dob, vb.transpose(1, 2)), drop)
         ds, ga = _map_backward(p, dp, kind, a_rows, need_alpha_grad)
         del p, dp, s
         torch.bmm(ds, kb, out=_bh(dq, H, b0, b1, h0, h1)[:, i0:i1])

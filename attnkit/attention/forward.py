@@ -96,15 +96,17 @@ def layer_map(module: nn.Module, spec: AttentionSpec, scores: torch.Tensor) -> t
 
 
 #: ATTNKIT_ATTENTION: "auto" (the default) runs flash sparse attention wherever it computes what the materialised
-#: path would; "materialised" always writes the [B, H, Lq, Lk] matrix (the path of earlier attnkit versions)
-ATTENTION_PATHS = ("auto", "materialised")
+#: path would at no more time: everywhere but training with attention dropout (drawing the mask again in the backward
+#: costs about 1.2x the materialised step at L = 128 on the CPU); "flash" also there, on the CPU (the memory of long
+#: inputs); "materialised" always writes the [B, H, Lq, Lk] matrix (the path of earlier attnkit versions)
+ATTENTION_PATHS = ("auto", "flash", "materialised")
 
 
 def attention_path() -> str:
     """``ATTNKIT_ATTENTION``, checked: a property of the run, never of the checkpoint."""
     value = os.environ.get("ATTNKIT_ATTENTION", "auto").strip().lower() or "auto"
     if value not in ATTENTION_PATHS:
-        raise UserError(f"ATTNKIT_ATTENTION={value!r}: expected auto or materialised")
+        raise UserError(f"ATTNKIT_ATTENTION={value!r}: expected auto, flash or materialised")
     return value
 
 
@@ -122,15 +124,15 @@ def _fast_call(spec: AttentionSpec, module, query, attention_mask, dropout, soft
     weights or None): no [B, H, Lq, Lk] matrix unless the weights are asked for (then the exact map from the flash
     thresholds, under no_grad only). None where only the materialised path computes what the model asks: weights
     asked for with gradients on (they may be differentiated) or in a softmax layer, dropout on the weights in training
-    off the CPU (Triton's kernels take no dropout; the CPU path draws it), soft-capping, sinks, a learned lam, a map
-    flash attention does not know, an alpha warm-up at softmax, ``torch.compile`` tracing, meta tensors, or
-    ``ATTNKIT_ATTENTION=materialised``."""
-    if (softcap is not None or s_aux is not None or query.device.type == "meta" or torch.compiler.is_compiling()
-            or attention_path() == "materialised"):
+    (unless ``ATTNKIT_ATTENTION=flash`` on the CPU, which draws it; Triton's kernels take none), soft-capping, sinks,
+    a learned lam, a map flash attention does not know, an alpha warm-up at softmax, ``torch.compile`` tracing, meta
+    tensors, or ``ATTNKIT_ATTENTION=materialised``."""
+    path = "auto" if torch.compiler.is_compiling() else attention_path()
+    if softcap is not None or s_aux is not None or query.device.type == "meta" or torch.compiler.is_compiling() or path == "materialised":
         return None
     dropout = dropout if module.training else 0.0
     want = _weights_requested()  # (after the tracing check: dynamo cannot trace the collector's ContextVar)
-    if (dropout > 0 and (query.device.type != "cpu" or want)) or (want and torch.is_grad_enabled()):
+    if (dropout > 0 and (path != "flash" or query.device.type != "cpu" or want)) or (want and torch.is_grad_enabled()):
         return None
     if spec.sparse_layers is not None and layer_index(module) not in sparse_layer_set(spec.sparse_layers, module.config.num_hidden_layers):
         return None if want else _sdpa_call(spec, dropout)  # a layer that keeps softmax (--sparse-layers)

@@ -17,7 +17,7 @@ MAPS = {"sparsemax": sparsemax, "entmax15": entmax15}
 def full_mask(p: float, seed: int, B: int, H: int, Lq: int, Lk: int) -> torch.Tensor:
     """The kept entries of the whole (B, H, Lq, Lk) map, drawn as one block."""
     blk = (0, B, 0, H, None, 0, Lq)
-    return flash_cpu._kept((p, seed), blk, H, Lq, Lk, torch.device("cpu")).view(B, H, Lq, Lk)
+    return flash_cpu._drop_scale((p, seed), blk, H, Lq, Lk, torch.device("cpu")).view(B, H, Lq, Lk) > 0
 
 
 def drawn_seed(manual: int) -> int:
@@ -87,8 +87,8 @@ def test_a_wrong_dropout_is_refused_in_one_line(bad):
 
 
 def test_training_on_the_cpu_runs_flash_with_dropout_and_evaluation_without(tiny_bert, monkeypatch):
-    """A model in training with attention dropout takes the flash path (no L x L matrix) on the CPU, and its loss
-    equals the materialised path's when both drop nothing."""
+    """With ATTNKIT_ATTENTION=flash, a model in training with attention dropout takes the flash path (no L x L matrix)
+    on the CPU with the config's dropout; in evaluation, none."""
     import attnkit
     from transformers import AutoModelForSequenceClassification
 
@@ -97,6 +97,7 @@ def test_training_on_the_cpu_runs_flash_with_dropout_and_evaluation_without(tiny
     calls = []
     real = flash.sparse_attention
     monkeypatch.setattr(flash, "sparse_attention", lambda *a, **kw: calls.append(kw["dropout"]) or real(*a, **kw))
+    monkeypatch.setenv("ATTNKIT_ATTENTION", "flash")
     ids = torch.randint(5, 90, (2, 9))
     model.train()
     loss = model(input_ids=ids, labels=torch.tensor([0, 1])).loss

@@ -108,13 +108,17 @@ def test_weights_asked_for_are_the_flash_thresholds_exact_maps(spec, monkeypatch
     assert len(weights_calls) == sparse
 
 
-def test_dropout_on_the_weights_in_training_runs_in_flash_on_the_cpu(monkeypatch, flash_calls):
+def test_dropout_on_the_weights_in_training_runs_in_flash_when_asked(monkeypatch, flash_calls):
+    """By default training with attention dropout takes the materialised path (no slower); ATTNKIT_ATTENTION=flash
+    runs it in flash attention on the CPU, its masks drawn from torch's seed."""
     model = tiny(AttentionSpec("sparsemax"), dropout=0.1)
+    run(model, "auto", monkeypatch, train=True)
+    assert flash_calls == []
     torch.manual_seed(4)
-    logits, grads = run(model, "auto", monkeypatch, train=True)
+    logits, grads = run(model, "flash", monkeypatch, train=True)
     assert len(flash_calls) == 2
     torch.manual_seed(4)
-    again, grads_again = run(model, "auto", monkeypatch, train=True)  # the masks follow torch's seed
+    again, grads_again = run(model, "flash", monkeypatch, train=True)  # the masks follow torch's seed
     assert torch.equal(logits, again) and all(torch.equal(grads[n], grads_again[n]) for n in grads)
     run(model, "auto", monkeypatch, train=False)  # evaluation: no dropout, flash
     assert len(flash_calls) == 6
@@ -124,5 +128,5 @@ def test_a_wrong_attention_path_is_refused_in_one_line(monkeypatch):
     model = tiny(AttentionSpec("sparsemax"))
     monkeypatch.setenv("ATTNKIT_ATTENTION", "fast")
     ids, mask = batch()
-    with pytest.raises(ValueError, match=r"^ATTNKIT_ATTENTION='fast': expected auto or materialised$"):
+    with pytest.raises(ValueError, match=r"^ATTNKIT_ATTENTION='fast': expected auto, flash or materialised$"):
         model(input_ids=ids, attention_mask=mask)
