@@ -232,6 +232,8 @@ def same_metrics(m: dict, reference: dict) -> None:
     """The metrics ``m`` are those of ``reference`` (clock-dependent ones aside)."""
     assert untimed(m["validation"]) == untimed(reference["validation"])
     assert m["train"]["train_loss"] == pytest.approx(reference["train"]["train_loss"], rel=1e-6)
+    history, want = [untimed(h) for h in m["log_history"]], [untimed(h) for h in reference["log_history"]]
+    assert len(history) == len(want) and all(h == pytest.approx(w, rel=1e-6) for h, w in zip(history, want)), (history, want)
     assert m["best_step"] == reference["best_step"]
 
 

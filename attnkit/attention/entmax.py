@@ -252,11 +252,14 @@ def entmax_bisect(scores: torch.Tensor, alpha=1.5, dim: int = -1, n_iter: int | 
 
     ``alpha`` is a float in [1, 2] or a tensor broadcastable to ``scores`` with ``dim`` of size 1 (one alpha per row,
     e.g. per head); a tensor that requires grad receives its gradient. Tensor values are not checked (that would
-    read them on the host): keep them in [1, 2], as ``1 + sigmoid(a)`` does. ``n_iter`` bisection steps (default: enough
-    for the dtype) are followed by two Newton steps on the found support.
+    read them on the host): keep them in [1, 2], as ``1 + sigmoid(a)`` does. ``n_iter``: the pure-torch path's
+    bisection steps (default: enough for the dtype), followed by two Newton steps on the found support; the compiled
+    and Triton kernels find the threshold to the dtype's precision by their own method and do not read it.
     """
     check_dense(scores)
     dim = check_dim(dim)
+    if n_iter is not None and (isinstance(n_iter, bool) or not isinstance(n_iter, int) or n_iter < 1):
+        raise UserError(f"n_iter must be a whole number of bisection steps >= 1 (or None: enough for the dtype), got {n_iter!r}")
     if not isinstance(alpha, torch.Tensor):
         check_alpha(alpha)
     else:

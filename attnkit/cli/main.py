@@ -29,7 +29,8 @@ def cmd_tasks(a) -> int:
     if not a.data_dir and root is not None and path_problem(root, "folder") not in ("", "does not exist"):
         raise UserError(f"$ATTNKIT_DATA {root} {path_problem(root, 'folder')}: set it to the folder that holds the data sets")
     folders = dict(TASK_FOLDERS, hans="hans", squad="squad_v1.1")
-    print(f"data folder: {root if root else 'none found (pass --data-dir or set $ATTNKIT_DATA)'}")
+    missing = " (it does not exist: set $ATTNKIT_DATA to the folder that holds the data sets)" if root is not None and not root.exists() else ""
+    print(f"data folder: {root if root else 'none found (pass --data-dir or set $ATTNKIT_DATA)'}{missing}")
     width = max(len(t) for t in list_tasks() + list(QA_TASKS))
     for t in sorted(list_tasks() + list(QA_TASKS) + ["hans"]):
         if t == "hans":
@@ -107,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"\nattnkit {a.command}: interrupted.", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of our output stopped (``attnkit tasks | head``): nothing more to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # (Python would report the failed flush at exit)
+        return 141
     except UnicodeEncodeError as e:  # printing a text the terminal's encoding cannot show
         print(f"attnkit {a.command}: error: standard output's encoding ({sys.stdout.encoding}) cannot show "
               f"{e.object[e.start:e.end]!r}: set PYTHONIOENCODING=utf-8, or write to a file with --output", file=sys.stderr)

@@ -100,7 +100,7 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--lam", type=float, default=None, help="sparsegen-lin lam < 1 (default: the SSAF paper's value for the task, else 0)")
     t.add_argument("--from-scratch", action="store_true", help="random weights, same architecture (the paper's Np / SSAF(Np))")
     t.add_argument("--epochs", type=float, default=None, help=f"training epochs (default: the SSAF paper's for its tasks, e.g. SciTail 3, SenTube-A 5; else {d.epochs:g})")
-    t.add_argument("--max-steps", type=int, default=d.max_steps, help="stop after this many steps (overrides --epochs)")
+    t.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (overrides --epochs)")
     t.add_argument("--batch-size", type=int, default=d.batch_size, help=f"per-process batch size (default {d.batch_size})")
     t.add_argument("--lr", type=float, default=None, help=f"learning rate (default {d.lr:g}; MiniBERT: see below)")
     t.add_argument("--warmup", type=float, default=d.warmup_ratio, help="warm-up: a fraction of the steps if < 1, else a step count")

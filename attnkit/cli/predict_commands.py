@@ -249,6 +249,7 @@ def cmd_predict(a) -> int:
     if a.file:
         texts += read_text_file(a.file)
     if not texts:
-        raise UserError("nothing to predict: give texts as arguments or --file with one text per line")
+        raise UserError(f"nothing to predict: --file {a.file} holds no text (it is empty, or only blank lines); give it one "
+                        "text per line" if a.file else "nothing to predict: give texts as arguments or --file with one text per line")
     write_jsonl(predict_texts(model, tok, texts, batch_size=a.batch_size, max_length=a.max_length), a.output, "predictions")
     return 0

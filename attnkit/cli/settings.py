@@ -74,7 +74,7 @@ def _train_config(a) -> TrainConfig:
     sparse_layers = s.pop("sparse_layers", a.sparse_layers)
     return TrainConfig(
         task=a.task, data_dir=a.data_dir, from_scratch=a.from_scratch,
-        epochs=a.epochs if a.epochs is not None else PAPER_EPOCHS.get(a.task, TrainConfig.epochs), max_steps=a.max_steps, batch_size=a.batch_size, warmup_ratio=a.warmup,
+        epochs=a.epochs if a.epochs is not None else PAPER_EPOCHS.get(a.task, TrainConfig.epochs), max_steps=_max_steps(a.max_steps), batch_size=a.batch_size, warmup_ratio=a.warmup,
         weight_decay=a.weight_decay, max_length=a.max_length, doc_stride=a.doc_stride, seed=a.seed, output_dir=a.output_dir,
         resume=not a.no_resume, max_train_samples=a.max_train_samples, max_eval_samples=a.max_eval_samples,
         holdout=a.holdout, eval_steps=a.eval_steps, logging_steps=a.logging_steps, group_by_length=a.group_by_length, precision=a.precision,
@@ -149,3 +149,12 @@ def print_blur_note(cfg: TrainConfig) -> None:
     note = cfg.spec().blur_note()
     if note and is_main_process():
         print(f"[attnkit] note: {note}", file=sys.stderr)
+
+
+def _max_steps(given: int | None) -> int:
+    """--max-steps as TrainConfig takes it: a number of steps >= 1, or none given (-1: --epochs decides)."""
+    if given is None:
+        return TrainConfig.max_steps
+    if given < 1:
+        raise UserError(f"--max-steps {given}: expected a number of steps >= 1 (or no --max-steps: --epochs decides)")
+    return given

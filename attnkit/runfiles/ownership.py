@@ -209,9 +209,11 @@ def check_output_file(path: str | os.PathLike, option: str, protect: dict[str, s
     parent = next((p for p in path.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         raise UserError(f"{option} {path}: {parent} is a file, not a folder")
-    if path.exists() and (path.name in RUN_FILES or not written_by_attnkit(path)):
+    if path.exists() and (path.name in RUN_FILES or path.name == RUN_RECORD or not written_by_attnkit(path)):
         real = path.resolve()
-        for what, folder in (protect or {}).items():
+        run = next((q for q in real.parents if (q / RUN_RECORD).is_file()), None)  # any attnkit run, not only the model's
+        places = {**(protect or {}), "the attnkit run": run}
+        for what, folder in places.items():
             if folder is not None and Path(folder).exists() and real.is_relative_to(Path(folder).resolve()):
                 raise UserError(f"{option} {path} is a file of {what} {folder} that attnkit did not write as an output: "
                                 "it would be replaced; name another file")

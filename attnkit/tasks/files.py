@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 import unicodedata
@@ -49,6 +51,9 @@ def _read_generic_split(
                 raise DataFormatError(path, line, f"expected text in {column!r}, found an empty value")
             texts.append(value.strip())
         value = record.get(label_column)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int, float))):
+            raise DataFormatError(path, line, f"expected a label in {label_column!r} (a name or a whole number), found "
+                                  f"{type(value).__name__} {json.dumps(value)[:40]}")
         label = "" if value is None else str(value).strip()
         if labelled and not label:
             raise DataFormatError(path, line, f"expected a label in {label_column!r}, found an empty value")
@@ -75,17 +80,33 @@ def _check_labels(rows: list[_RawRow]) -> None:
             value = float(r.label)
         except ValueError:
             continue
+        if not math.isfinite(value) or value != int(value):
+            raise DataFormatError(r.path, r.line, f"label {r.label!r} is {'not a finite number' if not math.isfinite(value) else 'a fraction'}: "
+                                  "a class is a name or a whole number (scores are not classes)")
         if value in numeric and numeric[value].label != r.label and not (_INT_LABEL.fullmatch(r.label) and _INT_LABEL.fullmatch(numeric[value].label)):
             o = numeric[value]
             raise DataFormatError(r.path, r.line, f"label {r.label!r} is the number {value:g}, written {o.label!r} on line "
                                   f"{o.line} of {o.path.name}: write each label one way (they would be two classes)")
         numeric.setdefault(value, r)
+    words = [r for label, r in first.items() if not _is_number(label)]
+    if numeric and words:
+        n, w = next(iter(numeric.values())), words[0]
+        raise DataFormatError(n.path, n.line, f"label {n.label!r} is a number, but {w.label!r} (line {w.line} of {w.path.name}) "
+                              "is a name: the labels mix names and numbers; write every label one way")
     folded: dict[str, _RawRow] = {}
     for label, r in first.items():
         o = folded.setdefault(label.casefold(), r)
         if o.label != label:
             raise DataFormatError(r.path, r.line, f"label {label!r} differs only in case from {o.label!r} on line {o.line} of "
                                   f"{o.path.name}: write each label one way (they would be two classes)")
+
+
+def _is_number(label: str) -> bool:
+    try:
+        float(label)
+    except ValueError:
+        return False
+    return True
 
 
 def _label_names(train_labels: set[str]) -> tuple[list[str], Callable[[str], str]]:

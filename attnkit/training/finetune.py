@@ -151,6 +151,8 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
     metrics["validation"] = strip_prefix(trainer.evaluate(dev_ds, metric_key_prefix="eval"), "eval_")
     for name, ds in others.items():
         metrics[name] = strip_prefix(trainer.evaluate(ds, metric_key_prefix="test"), "test_")
+    for split in ("validation", *others):  # timing of the Trainer's first evaluation of a model it did not train
+        metrics[split].pop("model_preparation_time", None)
     metrics.update(best_checkpoint(trainer, cfg))
     metrics.update(_run_description(cfg, data, model, len(train_ds)))
     learned = {kind: v for kind in LEARNED if (v := learned_values(trainer.model, kind)) is not None}  # [layers][heads]

@@ -295,7 +295,17 @@ def fit(trainer, cfg: TrainConfig):
         return TrainOutput(result.global_step, float("nan"), metrics)
     loss = (prior + float(getattr(trainer, "_total_loss_scalar", 0.0))) / max(steps, 1)
     metrics["train_loss"] = loss
+    _set_summary_loss(trainer, loss)
     return TrainOutput(result.global_step, loss, metrics)
+
+
+def _set_summary_loss(trainer, loss: float) -> None:
+    """The Trainer's closing log entry of a resumed run says the whole run's mean loss (as ``train_loss`` does), not
+    the mean over the resumed steps only."""
+    for entry in reversed(trainer.state.log_history):
+        if "train_loss" in entry:
+            entry["train_loss"] = loss
+            return
 
 
 def write_failure(e: BaseException) -> str:
@@ -340,6 +350,8 @@ def _finish_from(trainer, ckpt: Path, prior: float | None):
                                       "training loss of the whole run is not known")
         return TrainOutput(steps, float("nan"), metrics)
     metrics["train_loss"] = prior / max(steps, 1)
+    if not any("train_loss" in e for e in trainer.state.log_history):  # the closing entry the Trainer logs at its end
+        trainer.state.log_history.append({"epoch": trainer.state.epoch, "step": steps, **{k: v for k, v in metrics.items() if k != "epoch"}})
     return TrainOutput(steps, metrics["train_loss"], metrics)
 
 

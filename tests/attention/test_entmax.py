@@ -198,3 +198,9 @@ def test_a_wrong_shaped_alpha_tensor_is_refused_naming_both_shapes():
     for bad in (torch.full((2, 3, 5), 1.5), torch.full((4, 1), 1.5), torch.full((1, 2, 3, 1), 1.5)):
         with pytest.raises(ValueError, match=r"alpha of shape .* broadcastable to \(2, 3, 1\) \(the scores' shape \(2, 3, 5\)"):
             entmax_bisect(z, bad)
+
+
+@pytest.mark.parametrize("n_iter", [0, -5, 2.5, True, "10"])
+def test_a_wrong_n_iter_is_refused_in_one_line(n_iter):
+    with pytest.raises(ValueError, match="n_iter must be a whole number of bisection steps >= 1"):
+        entmax_bisect(torch.randn(2, 5), 1.3, n_iter=n_iter)

@@ -230,3 +230,27 @@ def test_a_garbled_tokenizer_file_is_named_with_its_line(tiny_bert, tmp_path, ca
 def test_a_path_with_a_line_break_is_named_on_one_line(capsys):
     assert main(["predict", "--model", "/no/such\nmodel", "hello"]) == 2
     only_stderr_line(capsys, "/no/such\\nmodel")
+
+
+def test_an_empty_file_to_predict_is_named(saved_classifier, tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n \n")
+    assert main(["predict", "--model", str(saved_classifier), "--file", str(empty)]) == 2
+    only_stderr_line(capsys, f"--file {empty} holds no text")
+
+
+def test_tasks_says_the_data_folder_is_missing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ATTNKIT_DATA", str(tmp_path / "nowhere"))
+    assert main(["tasks"]) == 0
+    assert "nowhere (it does not exist" in capsys.readouterr().out.splitlines()[0]
+
+
+def test_a_reader_that_stops_early_gets_no_error(tmp_path):
+    import subprocess
+    import sys
+
+    code = "import sys; from attnkit.cli import main; sys.exit(main(['tasks']))"
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # before it prints (it is still importing): as `attnkit tasks | head -0` would
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141 and "error" not in err and "Traceback" not in err, err

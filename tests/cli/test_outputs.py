@@ -5,6 +5,7 @@ named as such; the error handling covers the libraries' own logging."""
 import errno
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -225,3 +226,16 @@ def test_a_text_with_no_token_the_model_reads_is_refused_not_labelled(tiny_bert,
     assert len(err.splitlines()) == 1
     assert main(["explain", "--model", str(model), text, "--output", str(tmp_path / "x.png")]) == 2
     assert "holds no token the model can read" in capsys.readouterr().err and not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("target", ["model/config.json", ".attnkit-run.json", "run_config.json", "metrics.json"])
+def test_an_output_never_replaces_the_files_of_another_run(run, finished, data, tmp_path, capsys, target):
+    other = tmp_path / "other"
+    shutil.copytree(finished, other)
+    before = (other / target).read_bytes()
+    for argv in (["evaluate", "--model", str(run), "--data-dir", str(data), "--output", str(other / target)],
+                 ["predict", "--model", str(run), "good film", "--output", str(other / target)]):
+        capsys.readouterr()
+        assert main(argv) == 2
+        only_stderr_line(capsys, str(other / target), "is a file of the attnkit run")
+        assert (other / target).read_bytes() == before

@@ -108,7 +108,7 @@ def user_run(tiny_bert, data, tmp_path):
 
 
 @pytest.mark.parametrize("extra,needle", [
-    (["--max-steps", "0"], "--max-steps 0"), (["--max-steps", "-5"], "--max-steps -5"), (["--epochs", "nan"], "--epochs nan"),
+    (["--max-steps", "0"], "--max-steps 0"), (["--max-steps", "-5"], "--max-steps -5"), (["--max-steps", "-1"], "--max-steps -1"), (["--epochs", "nan"], "--epochs nan"),
     (["--freeze", ","], "--freeze ','"), (["--seed", "-1"], "--seed -1"), (["--seed", "99999999999"], "--seed 99999999999"),
 ])
 def test_more_settings_that_were_silently_odd(tiny_bert, data, tmp_path, capsys, extra, needle):

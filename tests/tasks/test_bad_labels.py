@@ -43,3 +43,29 @@ def test_labels_that_differ_only_in_case_are_refused(tiny_bert, tmp_path, capsys
     d = write_csv_task(tmp_path / "d", [("good film", "Positive"), ("bad film", "negative"), ("fine film", "positive")], [("dull", "negative")])
     assert main(two_step_train_args(tiny_bert, d, tmp_path / "o")) == 2
     only_stderr_line(capsys, "train.csv, line 4", "differs only in case")
+
+
+@pytest.mark.parametrize("labels,needle", [
+    (["0.0", "0.5", "1.0"], "label '0.5' is a fraction"),
+    (["neg", "pos", "1"], "the labels mix names and numbers"),
+    (["neg", "pos", "nan"], "label 'nan' is not a finite number"),
+])
+def test_scores_and_mixed_labels_are_not_made_classes(tiny_bert, tmp_path, capsys, labels, needle):
+    rows = [(f"text number {i}", labels[i % len(labels)]) for i in range(12)]
+    d = write_csv_task(tmp_path / "d", rows, rows[:4])
+    assert main(two_step_train_args(tiny_bert, d, tmp_path / "o")) == 2
+    only_stderr_line(capsys, needle, "train.csv")
+
+
+@pytest.mark.parametrize("value,needle", [("[0]", "found list [0]"), ("true", "found bool true"), ("{\"a\": 1}", "found dict")])
+def test_a_jsonl_label_that_is_not_a_name_or_number_is_refused(tiny_bert, tmp_path, capsys, value, needle):
+    import json
+
+    d = tmp_path / "d"
+    d.mkdir()
+    good = [json.dumps({"text": f"text {i}", "label": ["neg", "pos"][i % 2]}) for i in range(12)]
+    (d / "train.jsonl").write_text("\n".join(good[:5] + ['{"text": "odd one", "label": ' + value + "}"] + good[5:]) + "\n")
+    (d / "dev.jsonl").write_text("\n".join(good[:4]) + "\n")
+    args = [a if a != "csv" else "jsonl" for a in two_step_train_args(tiny_bert, d, tmp_path / "o")]
+    assert main(args) == 2
+    only_stderr_line(capsys, "train.jsonl", "line 6", needle)

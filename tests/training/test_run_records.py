@@ -162,9 +162,30 @@ def test_a_resumed_run_reports_the_whole_runs_train_loss(tiny_bert, data, tmp_pa
     monkeypatch.undo()
     assert main(four_step_train_args(tiny_bert, data, out)) == 0
     m = json.loads((out / "metrics.json").read_text())
-    same_metrics(m, reference)  # the mean over all 4 steps, not over the 2 resumed ones
+    same_metrics(m, reference)  # the mean over all 4 steps, not over the 2 resumed ones, in the log's last entry too
     steps = [h for h in m["log_history"] if "train_loss" in h]
-    assert steps and steps[-1]["train_loss"] != pytest.approx(m["train"]["train_loss"], rel=1e-6)
+    assert len(steps) == 1 and steps[-1]["train_loss"] == pytest.approx(m["train"]["train_loss"], rel=1e-9)
+
+
+def test_a_run_killed_after_its_last_checkpoint_resumes_to_the_same_metrics(tiny_bert, data, tmp_path, monkeypatch, reference):
+    from attnkit.training import trainer as runs
+
+    real = runs.RunRecorder.on_save
+
+    def killed_after_the_last_save(self, args_, state, control, **kw):
+        real(self, args_, state, control, **kw)
+        if state.global_step == 4:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs.RunRecorder, "on_save", killed_after_the_last_save)
+    out = tmp_path / "r"
+    assert main(four_step_train_args(tiny_bert, data, out)) == 130
+    assert (out / "checkpoint-4" / "trainer_state.json").is_file() and not (out / "metrics.json").exists()
+    monkeypatch.undo()
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    same_metrics(m, reference)  # the closing log entry too, and no timing key the uninterrupted run lacks
+    assert set(m["validation"]) == set(reference["validation"])
 
 
 def test_a_corrupt_rng_state_is_named_and_the_run_resumes_from_the_one_before(tiny_bert, data, tmp_path, capsys, caplog):
