@@ -146,16 +146,22 @@ def test_a_run_is_known_by_its_record_only(tmp_path):
     assert is_run_folder(tmp_path)
 
 
-def test_a_resumed_run_reports_the_whole_runs_train_loss(tiny_bert, data, tmp_path, capsys, monkeypatch, reference):
+def kill_after_save(monkeypatch, step: int | None = None) -> None:
+    """Ctrl-C right after a checkpoint is saved: the first one, or the one of ``step``."""
     from attnkit.training import trainer as runs
 
     real = runs.RunRecorder.on_save
 
-    def killed_after_first_save(self, args_, state, control, **kw):
+    def killed(self, args_, state, control, **kw):
         real(self, args_, state, control, **kw)
-        raise KeyboardInterrupt
+        if step is None or state.global_step == step:
+            raise KeyboardInterrupt
 
-    monkeypatch.setattr(runs.RunRecorder, "on_save", killed_after_first_save)
+    monkeypatch.setattr(runs.RunRecorder, "on_save", killed)
+
+
+def test_a_resumed_run_reports_the_whole_runs_train_loss(tiny_bert, data, tmp_path, capsys, monkeypatch, reference):
+    kill_after_save(monkeypatch)
     out = tmp_path / "r"
     assert main(four_step_train_args(tiny_bert, data, out)) == 130
     assert (out / "checkpoint-2" / "trainer_state.json").is_file() and not (out / "metrics.json").exists()
@@ -168,16 +174,7 @@ def test_a_resumed_run_reports_the_whole_runs_train_loss(tiny_bert, data, tmp_pa
 
 
 def test_a_run_killed_after_its_last_checkpoint_resumes_to_the_same_metrics(tiny_bert, data, tmp_path, monkeypatch, reference):
-    from attnkit.training import trainer as runs
-
-    real = runs.RunRecorder.on_save
-
-    def killed_after_the_last_save(self, args_, state, control, **kw):
-        real(self, args_, state, control, **kw)
-        if state.global_step == 4:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(runs.RunRecorder, "on_save", killed_after_the_last_save)
+    kill_after_save(monkeypatch, step=4)
     out = tmp_path / "r"
     assert main(four_step_train_args(tiny_bert, data, out)) == 130
     assert (out / "checkpoint-4" / "trainer_state.json").is_file() and not (out / "metrics.json").exists()
