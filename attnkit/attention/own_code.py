@@ -39,7 +39,7 @@ class SparseDisentangledSelfAttention(DisentangledSelfAttention):
             if rel_att is not None:
                 scores = scores + rel_att
         scores = scores.view(-1, heads, scores.size(-2), scores.size(-1))  # [B, H, Lq, Lk]
-        spec, mask = spec_of(self.config), attention_mask.bool()  # [B, 1, Lq, Lk], True = attend
+        spec, mask = spec_of(self.config), None if attention_mask is None else attention_mask.bool()  # [B, 1, Lq, Lk]
         weights = layer_map(self, spec, mask_scores(scores, mask))
         out = blurred(spec, self.dropout(weights), v.view(-1, heads, v.size(-2), v.size(-1)), mask)  # [B, H, Lq, D]
         out = out.permute(0, 2, 1, 3).contiguous()
