@@ -3,6 +3,7 @@ learned lam and HANS results."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,31 @@ from attnkit.errors import UserError
 from attnkit.models.pooling import head_of
 from attnkit.runfiles.names import FIGURE_CREATOR
 from attnkit.runfiles.atomic import atomic_path
+
+
+#: tokens that are words of their own, never pieces: [CLS], [SEP], <s>, </s>, <pad>
+SPECIAL_TOKEN = re.compile(r"\[[A-Za-z_]+\]|<[^<>\s]+>")
+
+
+def word_pieces(tokens: list[str]) -> tuple[list[str], list[int]]:
+    """The words of ``tokens`` and, per token, its word's index. A piece goes on the word before it where it starts
+    with ``##`` (WordPiece) or, in a vocabulary that marks word starts (``▁`` SentencePiece, ``Ġ`` byte-level BPE),
+    where it lacks the mark; special tokens ([CLS], <s>) are words of their own and never take a piece."""
+    marked = any(t.startswith(("▁", "Ġ")) for t in tokens)
+    words: list[str] = []
+    word_of: list[int] = []
+    prev_special = True
+    for t in tokens:
+        special = bool(SPECIAL_TOKEN.fullmatch(t))
+        goes_on = not special and not prev_special and (not t.startswith(("▁", "Ġ")) if marked else t.startswith("##"))
+        piece = t[2:] if t.startswith("##") else t.lstrip("▁Ġ") if marked else t
+        if goes_on:
+            words[-1] += piece
+        else:
+            words.append(piece if piece else t)
+        word_of.append(len(words) - 1)
+        prev_special = special
+    return words, word_of
 
 
 @dataclass
@@ -34,6 +60,21 @@ class AttentionMaps:
         if self.sparse_layers is None:
             return ""
         return " (sparse)" if layer in self.sparse_layers else " (softmax)"
+
+    def rationale(self) -> tuple[int, list[str], int] | None:
+        """The hard rationale a sparse map chooses: (layer, the words the first token ([CLS]) attends to in the last
+        layer where that row, averaged over the heads, has an exact zero among the text's words, how many words the
+        text has); None where no layer's row has one (softmax). A word is in it when one of its pieces is."""
+        words, word_of = word_pieces(self.tokens)
+        text = [i for i, t in enumerate(self.tokens) if not SPECIAL_TOKEN.fullmatch(t)]
+        if not text:
+            return None
+        for layer in range(len(self.weights) - 1, -1, -1):
+            row = np.asarray(self.weights[layer])[:, 0, :].mean(0)  # [CLS]'s row, mean over heads
+            if (row[text] == 0).any():
+                chosen = sorted({word_of[i] for i in text if row[i] > 0})
+                return layer, [words[w] for w in chosen], len({word_of[i] for i in text})
+        return None
 
     def support_sizes(self) -> np.ndarray:
         """Non-zero entries per row, [layers, heads, L]."""

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnkit.analysis.explain import AttentionMaps
+from attnkit.analysis.explain import AttentionMaps, word_pieces
 from attnkit.analysis.html_page import PAGE
 from attnkit.errors import UserError
 from attnkit.runfiles.atomic import write_text_atomic
@@ -46,9 +46,6 @@ MASS = 0.99
 MIN_KEEP = 8
 #: significant digits of a row stored whole (exact to under 1e-6) and of a cut row's weights and left-out mass
 WHOLE_DIGITS, CUT_DIGITS = 6, 4
-
-_SPECIAL = re.compile(r"\[[A-Za-z_]+\]|<[^<>\s]+>")  # [CLS], [SEP], <s>, </s>, <pad>: words of their own
-
 
 def write_html(maps: AttentionMaps, path: str | Path, title: str = "attnkit attention") -> Path:
     """Write the interactive page for ``maps`` to ``path`` (self-contained: no network needed)."""
@@ -143,27 +140,6 @@ def significant(x: np.ndarray, digits: int) -> np.ndarray:
     q = 10.0 ** (digits - 1 - np.floor(np.log10(np.abs(x[nz]))))
     out[nz] = np.round(x[nz] * q) / q
     return out
-
-
-def word_pieces(tokens: list[str]) -> tuple[list[str], list[int]]:
-    """The words of ``tokens`` and, per token, its word's index. A piece goes on the word before it where it starts
-    with ``##`` (WordPiece) or, in a vocabulary that marks word starts (``▁`` SentencePiece, ``Ġ`` byte-level BPE),
-    where it lacks the mark; special tokens ([CLS], <s>) are words of their own and never take a piece."""
-    marked = any(t.startswith(("▁", "Ġ")) for t in tokens)
-    words: list[str] = []
-    word_of: list[int] = []
-    prev_special = True
-    for t in tokens:
-        special = bool(_SPECIAL.fullmatch(t))
-        goes_on = not special and not prev_special and (not t.startswith(("▁", "Ġ")) if marked else t.startswith("##"))
-        piece = t[2:] if t.startswith("##") else t.lstrip("▁Ġ") if marked else t
-        if goes_on:
-            words[-1] += piece
-        else:
-            words.append(piece if piece else t)
-        word_of.append(len(words) - 1)
-        prev_special = special
-    return words, word_of
 
 
 def _meta(maps: AttentionMaps, summary: dict) -> str:

@@ -44,3 +44,39 @@ def test_plot_hans_refuses_a_file_that_is_not_png_or_svg(tmp_path):
     assert plot_hans(report, tmp_path / "h.svg").stat().st_size > 0
 
 
+
+
+def test_the_rationale_is_the_words_cls_attends_to_in_the_last_sparse_layer():
+    import numpy as np
+
+    from attnkit.analysis.explain import AttentionMaps
+
+    tokens = ["[CLS]", "a", "gor", "##geous", "film", "[SEP]"]
+    w = np.full((2, 2, 6, 6), 1 / 6)  # layer 0: softmax-like, no zero
+    w[1, :, 0] = 0.0
+    w[1, 0, 0, [0, 3]] = 0.5  # head 0: [CLS] and "##geous"
+    w[1, 1, 0, [4, 5]] = 0.5  # head 1: "film" and [SEP]
+    maps = AttentionMaps(tokens, w, "sparsemax")
+    assert maps.rationale() == (1, ["gorgeous", "film"], 3)  # a word is in it when one of its pieces is
+    dense = AttentionMaps(tokens, np.full((2, 2, 6, 6), 1 / 6), "softmax")
+    assert dense.rationale() is None
+
+
+def test_explain_prints_a_sparse_models_rationale(tiny_bert, tmp_path, capsys):
+    import torch
+
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.cli import main
+    from attnkit.models.build import build_classifier
+    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
+
+    torch.manual_seed(0)
+    net = build_classifier(str(tiny_bert), 2, AttentionSpec("sparsemax"), label_names=["negative", "positive"])
+    with torch.no_grad():  # sharper scores than a random init gives: a sparse [CLS] row, as a trained model's
+        for layer in net.bert.encoder.layer:
+            layer.attention.self.query.weight.mul_(1000)
+    model = save_checkpoint(net, tmp_path / "m", tokenizer=load_tokenizer(str(tiny_bert)), extra={"task": "csv", "max_length": 16})
+    assert main(["explain", "--model", str(model or tmp_path / "m"), "--output", str(tmp_path / "a.png"), "a good and fun film"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("rationale"))
+    words = line.split(": ", 1)[1].split()
+    assert "of 5 words" in line and words and set(words) <= {"a", "good", "and", "fun", "film"}
