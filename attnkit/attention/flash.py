@@ -43,7 +43,7 @@ import torch
 from ..errors import UserError
 from . import flash_cpu, kernels
 
-__all__ = ["sparse_attention", "attention_weights", "ATTENTIONS", "backend_for"]
+__all__ = ["sparse_attention", "attention_weights", "output_and_weights", "ATTENTIONS", "backend_for"]
 
 #: the maps this module computes
 ATTENTIONS = ("sparsemax", "sparsegen-lin", "entmax15", "entmax-alpha")
@@ -273,8 +273,14 @@ def sparse_attention(q, k, v, mask=None, *, attention="entmax15", alpha=None, la
 def attention_weights(q, k, v, mask=None, *, attention="entmax15", alpha=None, lam=None, scale=None) -> torch.Tensor:
     """The map p (B, H, Lq, Lk) that :func:`sparse_attention` applies, from the same thresholds, materialised (for
     inspection: no gradient flows through it). Same arguments as :func:`sparse_attention`."""
+    return output_and_weights(q, k, v, mask, attention=attention, alpha=alpha, lam=lam, scale=scale)[1]
+
+
+def output_and_weights(q, k, v, mask=None, *, attention="entmax15", alpha=None, lam=None, scale=None):
+    """(:func:`sparse_attention`'s output, :func:`attention_weights`' map) from one forward pass, without gradients
+    (what a model asked for its attention weights needs)."""
     q, k, v, bias, alpha_t, scale_f = _prepare(q, k, v, mask, attention, alpha, lam, scale)
     backend = backend_for(q)
     with torch.no_grad():
-        _, tau, _ = backend.forward(q, k, v, bias, alpha_t.detach(), scale_f)
-        return backend.weights(q, k, bias, alpha_t.detach(), scale_f, tau)
+        out, tau, _ = backend.forward(q, k, v, bias, alpha_t.detach(), scale_f)
+        return out, backend.weights(q, k, bias, alpha_t.detach(), scale_f, tau)

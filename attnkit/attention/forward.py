@@ -90,9 +90,14 @@ def attnkit_attention_forward(
 def layer_map(module: nn.Module, spec: AttentionSpec, scores: torch.Tensor) -> torch.Tensor:
     """The weights of one attention layer from its masked scores [B, H, Lq, Lk]: the spec's map (with the layer's
     learned per-head setting), or softmax in a layer that keeps it (``--sparse-layers``)."""
-    if spec.sparse_layers is not None and layer_index(module) not in sparse_layer_set(spec.sparse_layers, module.config.num_hidden_layers):
+    if keeps_softmax(module, spec):
         return softmax(scores)
     return spec.normalise(scores, head_value(module, spec))
+
+
+def keeps_softmax(module: nn.Module, spec: AttentionSpec) -> bool:
+    """Whether ``module``'s layer keeps softmax (``--sparse-layers`` names the others)."""
+    return spec.sparse_layers is not None and layer_index(module) not in sparse_layer_set(spec.sparse_layers, module.config.num_hidden_layers)
 
 
 #: ATTNKIT_ATTENTION: "auto" (the default) runs flash sparse attention wherever it computes what the materialised
@@ -127,14 +132,16 @@ def _fast_call(spec: AttentionSpec, module, query, attention_mask, dropout, soft
     (unless ``ATTNKIT_ATTENTION=flash`` on the CPU, which draws it; Triton's kernels take none), soft-capping, sinks,
     a learned lam, a map flash attention does not know, an alpha warm-up at softmax, ``torch.compile`` tracing, meta
     tensors, or ``ATTNKIT_ATTENTION=materialised``."""
-    path = "auto" if torch.compiler.is_compiling() else attention_path()
-    if softcap is not None or s_aux is not None or query.device.type == "meta" or torch.compiler.is_compiling() or path == "materialised":
+    if softcap is not None or s_aux is not None or query.device.type == "meta" or torch.compiler.is_compiling():
+        return None
+    path = attention_path()
+    if path == "materialised":
         return None
     dropout = dropout if module.training else 0.0
     want = _weights_requested()  # (after the tracing check: dynamo cannot trace the collector's ContextVar)
     if (dropout > 0 and (path != "flash" or query.device.type != "cpu" or want)) or (want and torch.is_grad_enabled()):
         return None
-    if spec.sparse_layers is not None and layer_index(module) not in sparse_layer_set(spec.sparse_layers, module.config.num_hidden_layers):
+    if keeps_softmax(module, spec):
         return None if want else _sdpa_call(spec, dropout)  # a layer that keeps softmax (--sparse-layers)
     name, options = spec.attention, {}
     if name not in flash.ATTENTIONS or spec.learned == "lam":
@@ -149,9 +156,9 @@ def _fast_call(spec: AttentionSpec, module, query, attention_mask, dropout, soft
 
     def call(q, k, v, mask, scaling):
         v = _value_blur(spec, v, mask)
-        if want:  # the map asked for: the flash thresholds' exact map, and the output from it
-            p = flash.attention_weights(q, k, v, mask, attention=name, scale=scaling, **options)
-            return _context_blur(spec, torch.matmul(p, v), v, mask), p
+        if want:  # the map asked for: the output and the exact map from one pass of the flash thresholds
+            out, p = flash.output_and_weights(q, k, v, mask, attention=name, scale=scaling, **options)
+            return _context_blur(spec, out, v, mask), p
         out = flash.sparse_attention(q, k, v, mask, attention=name, scale=scaling, dropout=dropout, **options)
         return _context_blur(spec, out, v, mask), None
 

@@ -69,6 +69,7 @@ def _check_labels(rows: list[_RawRow]) -> None:
     control characters (a stray tab or carriage return)."""
     first: dict[str, _RawRow] = {}
     numeric: dict[float, _RawRow] = {}
+    words: list[_RawRow] = []
     for r in rows:
         if r.label in first:
             continue
@@ -79,6 +80,7 @@ def _check_labels(rows: list[_RawRow]) -> None:
         try:
             value = float(r.label)
         except ValueError:
+            words.append(r)
             continue
         if not math.isfinite(value) or value != int(value):
             raise DataFormatError(r.path, r.line, f"label {r.label!r} is {'not a finite number' if not math.isfinite(value) else 'a fraction'}: "
@@ -88,7 +90,6 @@ def _check_labels(rows: list[_RawRow]) -> None:
             raise DataFormatError(r.path, r.line, f"label {r.label!r} is the number {value:g}, written {o.label!r} on line "
                                   f"{o.line} of {o.path.name}: write each label one way (they would be two classes)")
         numeric.setdefault(value, r)
-    words = [r for label, r in first.items() if not _is_number(label)]
     if numeric and words:
         n, w = next(iter(numeric.values())), words[0]
         raise DataFormatError(n.path, n.line, f"label {n.label!r} is a number, but {w.label!r} (line {w.line} of {w.path.name}) "
@@ -99,14 +100,6 @@ def _check_labels(rows: list[_RawRow]) -> None:
         if o.label != label:
             raise DataFormatError(r.path, r.line, f"label {label!r} differs only in case from {o.label!r} on line {o.line} of "
                                   f"{o.path.name}: write each label one way (they would be two classes)")
-
-
-def _is_number(label: str) -> bool:
-    try:
-        float(label)
-    except ValueError:
-        return False
-    return True
 
 
 def _label_names(train_labels: set[str]) -> tuple[list[str], Callable[[str], str]]:

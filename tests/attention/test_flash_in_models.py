@@ -78,14 +78,14 @@ def test_flash_in_a_model_equals_the_materialised_path(spec, monkeypatch, flash_
 @pytest.mark.parametrize("spec", [AttentionSpec("entmax15"), AttentionSpec("sparsegen-lin", -1.0, blur="context"),
                                   AttentionSpec("entmax15", sparse_layers="last")], ids=lambda s: s.describe())
 def test_weights_asked_for_are_the_flash_thresholds_exact_maps(spec, monkeypatch, flash_calls):
-    """Without gradients, the maps asked for come from flash attention's thresholds (attention_weights) in its
+    """Without gradients, the maps asked for come from flash attention's thresholds (output_and_weights: one pass) in its
     layers, equal to the materialised path's maps; with gradients on (they may be differentiated), the materialised
     path gives them."""
     model = tiny(spec).eval()
     ids, mask = batch()
     weights_calls = []
-    real = flash.attention_weights
-    monkeypatch.setattr(flash, "attention_weights", lambda *a, **k: weights_calls.append(1) or real(*a, **k))
+    real = flash.output_and_weights
+    monkeypatch.setattr(flash, "output_and_weights", lambda *a, **k: weights_calls.append(1) or real(*a, **k))
     sparse = 1 if spec.sparse_layers == "last" else 2
     monkeypatch.setenv("ATTNKIT_ATTENTION", "auto")
     with torch.no_grad():
