@@ -73,8 +73,8 @@ def replace_record(path: Path, rec: dict, same, order, then=None, write=write_re
 
 def add_record(path: Path, rec: dict, key: tuple[str, ...] = ("task", "method", "seed"), then=None) -> list[dict]:
     """Add (or replace) the record with ``rec``'s ``key`` under the lock; ``then(records)`` runs still holding it."""
-    def k(r):
-        return tuple(r[f] for f in key)
+    def k(r):  # a field a record lacks reads as "": a key may grow a field older records do not have
+        return tuple(r.get(f, "") for f in key)
 
     return replace_record(path, rec, lambda old, new: k(old) == k(new), k, then)
 
