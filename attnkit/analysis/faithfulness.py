@@ -40,8 +40,8 @@ precision-recall curve) of each explanation's ranking against them.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -51,6 +51,7 @@ from sklearn.metrics import average_precision_score
 from tqdm.auto import tqdm
 
 from attnkit.analysis.explain import figure_path, pyplot, save_figure
+from attnkit.analysis.rationale import RationaleTally
 from attnkit.attention.placement import attention_modules, sparse_layer_set
 from attnkit.attention.spec import spec_of
 from attnkit.errors import UserError
@@ -251,13 +252,21 @@ class WordClassifier:
 
 
 def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales: Sequence[Sequence[bool]] | None = None,
-                        seed: int = 0, progress: bool = True, percents=PERCENTS, tie_draws: int = TIE_DRAWS) -> dict:
+                        seed: int = 0, progress: bool = True, percents=PERCENTS, tie_draws: int = TIE_DRAWS,
+                        rationale_lengths: Sequence[int | None] | None = None) -> dict:
     """Every measure of every explanation over ``texts`` (``rationales``: per text, per word, whether it carries the
     label; gives plausibility). Means over the examples; per-example values are not kept. Tied words are ordered at
     random, the erasure measures averaged over ``tie_draws`` seeded draws; ``tie_share`` per explanation: the share of
     its top-k slots that ties decided. ``max_length``: the tokens the model read of each text; ``texts_cut``: how many
-    texts were longer and read in part (:meth:`WordClassifier.is_cut`)."""
+    texts were longer and read in part (:meth:`WordClassifier.is_cut`). ``rationale``
+    (:mod:`attnkit.analysis.rationale`): where the last layer's map is sparse, or ``rationale_lengths`` (a length per
+    text, e.g. a sparse model's report's ``rationale.lengths``) are given, each explanation's top words at the
+    rationale's length as a hard rationale; ``texts_sha256`` names the texts, so that lengths meet their texts."""
+    texts = list(texts)
     rng = np.random.default_rng(seed)
+    lay = attention_layer(clf.model)
+    tally = RationaleTally(rationale_lengths, bool(lay and lay["sparse"]), len(texts))
+    rationale_rng = np.random.default_rng([seed, 39])  # its own stream: the other measures stay what they were
     tie_rng = np.random.default_rng([seed, 38])  # its own stream: the random ranking stays what it was
     tied = {e: [0, 0] for e in EXPLANATIONS}
     comp = {e: [] for e in EXPLANATIONS}
@@ -265,7 +274,7 @@ def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales
     taus = {(a, g): [] for a in ATTENTION_EXPLANATIONS for g in GRADIENT_EXPLANATIONS}
     ap = {e: [] for e in EXPLANATIONS}
     used = cut = 0
-    for i, text in enumerate(tqdm(list(texts), desc="explaining", unit="text", disable=not progress)):
+    for i, text in enumerate(tqdm(texts, desc="explaining", unit="text", disable=not progress)):
         words = text.split()
         if not words:
             continue
@@ -278,6 +287,8 @@ def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales
             suff[e].append(m[e]["sufficiency"])
             tied[e][0] += m[e]["tied"]
             tied[e][1] += m[e]["slots"]
+        tally.add(i, clf.probs, words, target, scores, rng=rationale_rng, tie_draws=tie_draws,
+                  gold=rationales[i] if rationales is not None else None)
         for (a, g), ts in taus.items():
             t = kendall_tau(scores[a], scores[g])
             if t is not None:
@@ -289,8 +300,8 @@ def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales
                     ap[e].append(v)
     if not used:
         raise UserError("no example with words to explain")
-    report = {"examples": used, "percents": list(percents), "tie_draws": tie_draws, "attention_layer": attention_layer(clf.model),
-              "max_length": clf.max_length, "texts_cut": cut, "explanations": {}}
+    report = {"examples": used, "percents": list(percents), "tie_draws": tie_draws, "attention_layer": lay,
+              "max_length": clf.max_length, "texts_cut": cut, "texts_sha256": texts_sha256(texts), "explanations": {}}
     for e in EXPLANATIONS:
         c, s = np.asarray(comp[e]), np.asarray(suff[e])
         row = {"comprehensiveness": c.mean(0).tolist(), "sufficiency": s.mean(0).tolist(),
@@ -301,7 +312,16 @@ def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales
             row["plausibility_examples"] = len(ap[e])
         report["explanations"][e] = row
     report["kendall_tau"] = {f"{a} vs {g}": (float(np.mean(ts)) if ts else None) for (a, g), ts in taus.items()}
+    if tally.active:
+        report["rationale"] = tally.report(len(texts))
     return report
+
+
+def texts_sha256(texts: Sequence[str]) -> str:
+    """The texts' fingerprint (a report's rationale lengths belong to these texts, in this order)."""
+    import hashlib
+
+    return hashlib.sha256("\n".join(texts).encode()).hexdigest()
 
 
 def plot_faithfulness(report: dict, path, title: str = ""):

@@ -17,6 +17,7 @@ from attnkit.analysis.faithfulness import (
     WordClassifier,
     faithfulness_report,
     plot_faithfulness,
+    texts_sha256,
 )
 from attnkit.analysis.html_view import write_html
 from attnkit.analysis.inference import (
@@ -168,7 +169,8 @@ def cmd_faithfulness(a) -> int:
         rationales = rationales[: a.max_examples] if rationales is not None else None
     check_text_room(a.max_length, tok, False)  # else every text would be cut to [CLS][SEP]: scores of nothing
     clf = WordClassifier(model, tok, max_length=a.max_length, batch_size=a.batch_size, ig_steps=a.ig_steps)
-    report = faithfulness_report(clf, texts, rationales=rationales, seed=a.seed)
+    lengths = given_lengths(a.rationale_lengths, texts) if a.rationale_lengths else None
+    report = faithfulness_report(clf, texts, rationales=rationales, seed=a.seed, rationale_lengths=lengths)
     report = {"model": str(d), "task": task, "split": a.split, "attention": spec_of(model.config).describe(),
               "ig_steps": a.ig_steps, "seed": a.seed, **report, WRITTEN_BY: "attnkit faithfulness"}
     with output_batch():  # the measures and their curves, or neither
@@ -189,5 +191,37 @@ def cmd_faithfulness(a) -> int:
               + (f"  {ap:.4f}" if ap is not None else ("  —" if rationales is not None else "")))
     for pair, tau in report["kendall_tau"].items():
         print(f"kendall tau {pair}: {'—' if tau is None else f'{tau:.3f}'}")
+    print_rationale(report.get("rationale"))
     print(f"[attnkit] measures written to {out}; curves drawn to {plot}")
     return 0
+
+
+def given_lengths(path: str, texts: list[str]) -> list:
+    """The rationale lengths of another faithfulness report, checked to be of these texts in this order."""
+    from attnkit.runfiles.json_files import read_json
+
+    rep = read_json(path, "attnkit faithfulness's report")
+    lengths = (rep.get("rationale") or {}).get("lengths")
+    if not isinstance(lengths, list):
+        raise UserError(f"--rationale-lengths {path}: the report has no rationale lengths (its model's last layer is not "
+                        "sparse, or an older attnkit wrote it)")
+    if not all(k is None or (isinstance(k, int) and not isinstance(k, bool) and k >= 0) for k in lengths):
+        raise UserError(f"--rationale-lengths {path}: rationale.lengths holds something other than word counts >= 0 (or null)")
+    if rep.get("texts_sha256") != texts_sha256(texts):
+        raise UserError(f"--rationale-lengths {path}: the report measured other texts than these {len(texts)} (its task, "
+                        "split or --max-examples differ): lengths must meet their texts")
+    return lengths
+
+
+def print_rationale(rat: dict | None) -> None:
+    """The rationale measures as a table (nothing where the report has none)."""
+    if not rat or not rat["texts"]:
+        return
+    src = "its attention's support" if rat["lengths_from"] == "own support" else "the given report's rationales"
+    print(f"rationale: the top words at the length of {src}, {rat['mean_words']:.1f} words a text "
+          f"({100 * rat['mean_share']:.0f}% of the words; {rat['texts']} texts)")
+    gold = any("token_f1" in row for row in rat["explanations"].values())
+    print(f"{'explanation':<22} {'comp.':>8} {'suff.':>8}" + (f" {'token F1':>8} {'IOU':>8}" if gold else ""))
+    for name, row in rat["explanations"].items():
+        print(f"{name:<22} {row['comprehensiveness']:>8.4f} {row['sufficiency']:>8.4f}"
+              + (f" {row.get('token_f1', float('nan')):>8.4f} {row.get('iou', float('nan')):>8.4f}" if gold else ""))

@@ -25,6 +25,15 @@ comprehensiveness = p(predicted class) minus p after removing the top k% words (
 = p minus p with only those words (lower: more faithful); AOPC = the mean over k. Also Kendall's tau between the
 attention and gradient rankings, and, on sst2-ptb, plausibility: the average precision of each ranking against
 the words whose own SST label carries the sentence's sentiment.
+
+A sparse last layer also gives a hard rationale: the words its [CLS] row attends to (an exact zero leaves a word
+out), as many as the model chose for each text. Comprehensiveness and sufficiency of that rationale, and on sst2-ptb
+its token F1 and IOU against SST's marked words, are reported beside gradient x input's, integrated gradients' and
+a random ranking's top words at the same length. --rationale-lengths REPORT measures another model (a softmax one)
+at the lengths of that report's rationales, text by text:
+
+  attnkit faithfulness --model runs/recipe --output recipe.json
+  attnkit faithfulness --model runs/softmax --rationale-lengths recipe.json --output softmax.json
 """
 
 DESCRIPTION = """The attnkit command: train, sweep, evaluate, predict, explain.

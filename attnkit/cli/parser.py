@@ -356,6 +356,9 @@ def add_faithfulness_parser(sub) -> None:
     f.add_argument("--output", default=None, help="JSON file (default: <model>/faithfulness_<task>_<split>.json); the curves are drawn "
                                                    "beside it (.png), or to --plot")
     f.add_argument("--plot", default=None, help="curves file, .png or .svg")
+    f.add_argument("--rationale-lengths", default=None, metavar="REPORT",
+                   help="another model's faithfulness report (JSON) on the same texts: measure this model's explanations "
+                        "at that model's rationale lengths (a softmax model at a sparse model's support, text by text)")
 
 
 def add_tasks_parser(sub) -> None:
