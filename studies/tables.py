@@ -48,7 +48,8 @@ def tables() -> dict[Path, Callable[[], str]]:
         SSAF_DIR / "sweep_sentube_auto_paper" / "sweep.md": lambda: sweep_table(  # attnkit sweep's own table
             _records(SSAF_DIR / "sweep_sentube_auto_paper" / "sweep.json"), "sentube-auto: sparsegen-lin against lam"),
         FAITH_DIR / "faithfulness.md": lambda: script(FAITH).render(_records(FAITH_DIR / "faithfulness.json"),
-                                                                    _records(FAITH_DIR / "faithfulness_positional.json")),
+                                                                    _records(FAITH_DIR / "faithfulness_positional.json"),
+                                                                    _records(FAITH_DIR / "rationale.json")),
         SESAME_DIR / "sesame_paper.md": lambda: sp().render(_records(SESAME_DIR / "sesame_paper.json"),
                                                             _records(SESAME_DIR / "sesame_paper_holdout.json"), "fp32", None),
         SESAME_DIR / "sesame_paper_bf16.md": lambda: sp().render(_records(SESAME_DIR / "sesame_paper_bf16.json"),

@@ -37,7 +37,7 @@ from attnkit.runfiles.atomic import write_text_atomic
 from studies import figures
 from studies import stats
 from studies.common import ENTMAX_METHODS, TABLE2_RESULTS, TABLE2_SETTINGS, TASKS, run_cell
-from studies.faithfulness import minibert_models
+from studies.faithfulness import minibert_models, rationale
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: the records measured when tied words entered the top k by position (kept for the verdicts that moved)
@@ -311,9 +311,10 @@ def moved_section(by: dict, before: dict) -> list[str]:
             "|---|---|---|---|---|---|---|---|", *rows]
 
 
-def render(recs: list[dict], before: list[dict] | None = None) -> str:
+def render(recs: list[dict], before: list[dict] | None = None, rationale_recs: list[dict] | None = None) -> str:
     """The markdown table of ``recs``; ``before`` (the records measured with positional ties) adds the verdicts that
-    moved once ties were broken at random."""
+    moved once ties were broken at random; ``rationale_recs`` the attention support as a rationale
+    (:mod:`studies.faithfulness.rationale`)."""
     by = by_cell(recs)
     before = by_cell(before) if before else {}
     lines = ["# Is sparse attention more faithful, or more plausible? (MiniLM, Table 2's runs)", "",
@@ -372,7 +373,7 @@ def render(recs: list[dict], before: list[dict] | None = None) -> str:
                   "| task | method | seed | explained model | Table 2 |", "|---|---|---|---|---|"]
         for r in sorted(moved, key=lambda r: (r["task"], r["method"], r["seed"])):
             lines.append(f"| {r['task']} | {r['method']} | {r['seed']} | {100 * r['model_test_metric']:.1f} | {100 * r['table2_test_metric']:.1f} |")
-    return "\n".join(fam.fill(lines)) + "\n"
+    return "\n".join(fam.fill(lines) + rationale.section(rationale_recs or [])) + "\n"
 
 
 #: the frontier figure's panels and their titles (Table 2's models; MiniBERT's are not on one accuracy scale with them)
@@ -425,6 +426,9 @@ def main():
     ap.add_argument("--remeasure", action="store_true",
                     help="measure again the cells recorded with ties ranked by position ( no tie_draws in the "
                          "record), training their model again where it is gone; the new record replaces the old")
+    ap.add_argument("--rationale", action="store_true",
+                    help="instead of the table's cells: the sparse methods' attention support as a rationale, beside softmax's "
+                         "attention at the same lengths (records: rationale.json; studies/faithfulness/rationale.py)")
     ap.add_argument("--example", nargs="+", metavar="METHOD", default=None,
                     help="instead of the table: one test sentence explained by these methods' models side by side "
                          "(--seeds' first seed), a figure and a markdown table of the top words (e.g. --example softmax SSAF)")
@@ -443,7 +447,21 @@ def main():
         print(text)
         return
     path, md = Path(a.json), Path(a.md)
-    if not a.render_only:
+    rat_path = path.with_name(rationale.RECORDS.name)
+
+    def write_md():
+        write_text_atomic(md, render(stats.read_records(path), stats.read_records(POSITIONAL), stats.read_records(rat_path)))
+
+    if a.rationale and not a.render_only:
+        for task in a.tasks:
+            for seed in a.seeds:
+                for method in [m for m in a.methods if baseline(m) == "softmax"]:
+                    if (task, method, seed) in {(r["task"], r["method"], r["seed"]) for r in stats.read_records(rat_path)}:
+                        continue
+                    print(f"[faithfulness] rationale: {task} {method} seed {seed}", flush=True)
+                    stats.add_record(rat_path, rationale.cell(task, method, seed, a, model_run))
+                    write_md()
+    elif not a.render_only:
         for task in a.tasks:
             for seed in a.seeds:
                 for method in a.methods:
@@ -454,8 +472,8 @@ def main():
                     print(f"[faithfulness] {task} {method} seed {seed}", flush=True)
                     keep_positional(path, task, method, seed)
                     stats.add_record(path, faithfulness_cell(task, method, seed, a))
-                    write_text_atomic(md, render(stats.read_records(path), stats.read_records(POSITIONAL)))
-    write_text_atomic(md, render(stats.read_records(path), stats.read_records(POSITIONAL)))
+                    write_md()
+    write_md()
     frontier(stats.read_records(path), md.with_name("frontier"))
     print(md.read_text())
 

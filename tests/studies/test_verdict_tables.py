@@ -348,3 +348,32 @@ def test_the_last_layer_recipe_is_a_holm_family_of_its_own():
     assert alone == beside and "| holds |" in alone
     assert mod.family("sst2-ptb", "softmax", "attention", "comp", "entmax15-last") != mod.family("sst2-ptb", "softmax", "attention", "comp", "SSAF")
     assert mod.family("sst2-ptb", "softmax", "attention", "comp", "entmax15") == mod.family("sst2-ptb", "softmax", "attention", "comp", "SSAF")
+
+
+def test_the_rationale_section_pairs_the_support_with_each_ranking_at_its_length_by_seed():
+    """The support of entmax15-last's last layer as a rationale against softmax's attention, gradient x input and
+    integrated gradients at the same length: paired by seed, better-is-positive, a flipped sign flips the verdict."""
+    from studies.faithfulness import faithfulness as mod
+
+    def part(comp, f1):
+        rows = {e: {"comprehensiveness": comp if e == "attention" else 0.10, "sufficiency": 0.05, "tie_share": 0.0,
+                    "token_f1": f1 if e == "attention" else 0.40, "iou": 0.3}
+                for e in ("attention", "grad_x_input", "integrated_gradients", "random")}
+        return {"lengths_from": "own support", "texts": 3, "mean_words": 4.0, "mean_share": 0.4, "lengths": [4, 4, 4], "explanations": rows}
+
+    def rec(seed, gain):
+        # the support: comprehensiveness 0.10 + gain, token F1 0.40 + gain; softmax's attention at its lengths: 0.10, 0.40
+        return {"task": "sst2-ptb", "method": "entmax15-last", "seed": seed, "examples": 3, "rationale": part(0.10 + gain, 0.40 + gain),
+                "softmax_rationale": part(0.10, 0.40), "machine": "x86_64, 2 cores", "torch_threads": 1}
+
+    gains = {1: 0.10, 2: 0.20, 3: 0.15, 4: 0.12}
+    md = mod.render([], None, [rec(s, g) for s, g in gains.items()])
+    assert "## Attention support as a rationale" in md
+    row = next(ln for ln in md.splitlines() if ln.startswith("| sst2-ptb | entmax15-last support − softmax attention (1,2,3,4)"))
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[3].startswith("+14.2 ± 4.3") and cells[4] == "holds"  # comprehensiveness, points
+    assert cells[5].startswith("+0.0") and cells[6] == "level" and cells[7].startswith("+14.") and cells[8] == "holds"  # sufficiency equal; token F1
+    assert "| sst2-ptb | entmax15-last | 1,2,3,4 | 3 | 4.0 ± 0.0 (40.0 ± 0.0%) | entmax15-last support | 24.2 ± 4.3 |" in md
+    flipped = mod.render([], None, [rec(s, -g) for s, g in gains.items()])
+    row = next(ln for ln in flipped.splitlines() if "support − softmax attention" in ln)
+    assert [c.strip() for c in row.split("|")][4] == "reversed"
