@@ -85,6 +85,11 @@ def method_settings(method: str, task: str, a) -> dict:
     return base
 
 
+def test_split(task: str) -> str:
+    """The split a cell's test score comes from at the papers' budget: GLUE's dev set (its test labels are hidden)."""
+    return "validation" if task in GLUE_SETS else "test"
+
+
 def budget_of(r: dict) -> str:
     """The budget a record ran at (records written before budgets existed ran at the papers')."""
     return r.get("budget", "paper")

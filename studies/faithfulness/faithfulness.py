@@ -36,7 +36,7 @@ from attnkit.runfiles.atomic import write_text_atomic
 
 from studies import figures
 from studies import stats
-from studies.common import ENTMAX_METHODS, TABLE2_RESULTS, TABLE2_SETTINGS, TASKS, run_cell
+from studies.common import ENTMAX_METHODS, TABLE2_RESULTS, TABLE2_SETTINGS, TASKS, run_cell, test_split
 from studies.faithfulness import minibert_models, rationale
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -91,7 +91,7 @@ def model_scores(run: Path, task: str, method: str, seed: int, a) -> dict:
     for that cell: they differ where the model was trained again on another kernel version."""
     m = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").is_file() else {}
     key = m.get("main_metric", "accuracy")
-    out = {"model_test_metric": (m.get("test") or {}).get(key)}
+    out = {"model_test_metric": (m.get(test_split(task)) or {}).get(key)}
     if method not in MINI:
         rec = next((r for r in stats.read_records(Path(a.table2_json)) if (r["task"], r["method"], r["seed"]) == (task, method, seed)), None)
         out["table2_test_metric"] = rec.get("test_accuracy") if rec else None  # Table 2 scores accuracy
@@ -107,7 +107,7 @@ def faithfulness_cell(task: str, method: str, seed: int, a) -> dict:
     run = model_run(task, method, seed, a)
     _, model, tok = load_for_inference(str(run))
     max_length = json.loads((run / "run_config.json").read_text())["max_length"]
-    texts = list(load_task(task, a.data_dir).splits["test"]["text"])[: a.max_examples]
+    texts = list(load_task(task, a.data_dir).splits[test_split(task)]["text"])[: a.max_examples]
     rationales = [r for _, r in sst_rationales(a.data_dir, "test")][: a.max_examples] if task == "sst2-ptb" else None
     t0 = time.time()
     rep = faithfulness_report(WordClassifier(model, tok, max_length=max_length, ig_steps=a.ig_steps), texts, rationales=rationales, seed=seed,

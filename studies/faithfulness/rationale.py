@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from studies import stats
+from studies.common import test_split
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RECORDS = RESULTS / "rationale.json"
@@ -29,10 +30,10 @@ OTHERS = (("softmax_rationale", "attention", "softmax attention"), ("rationale",
           ("rationale", "integrated_gradients", "integrated gradients"), ("rationale", "random", "random"))
 
 
-def test_metric(run: Path) -> dict:
+def test_metric(run: Path, task: str) -> dict:
     """The run's model's test metric (its metrics.json) and the length it was trained at."""
     m = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").is_file() else {}
-    return {"model_test_metric": (m.get("test") or {}).get(m.get("main_metric", "accuracy")),
+    return {"model_test_metric": (m.get(test_split(task)) or {}).get(m.get("main_metric", "accuracy")),
             "max_length": json.loads((run / "run_config.json").read_text())["max_length"]}
 
 
@@ -43,13 +44,13 @@ def measure(run: Path, soft_run: Path, task: str, seed: int, a) -> dict:
     from attnkit.tasks import load_task
     from attnkit.tasks.sst import sst_rationales
 
-    texts = list(load_task(task, a.data_dir).splits["test"]["text"])[: a.max_examples]
+    texts = list(load_task(task, a.data_dir).splits[test_split(task)]["text"])[: a.max_examples]
     gold = [r for _, r in sst_rationales(a.data_dir, "test")][: a.max_examples] if task == "sst2-ptb" else None
     out = {}
     lengths = None
     for part, folder in (("rationale", run), ("softmax_rationale", soft_run)):
         _, model, tok = load_for_inference(str(folder))
-        info = test_metric(folder)
+        info = test_metric(folder, task)
         clf = WordClassifier(model, tok, max_length=info["max_length"], ig_steps=a.ig_steps)
         rep = faithfulness_report(clf, texts, rationales=gold, seed=seed, tie_draws=a.tie_draws,
                                   rationale_lengths=lengths, progress=False)
