@@ -19,13 +19,25 @@ def git_output(args: list[str], cwd: Path) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+#: changed files of these kinds leave a run's code as committed (a study's own records and tables change as it runs)
+DATA_SUFFIXES = (".json", ".md", ".png", ".svg", ".txt", ".csv")
+
+
+def _is_code(path: str) -> bool:
+    """Whether a changed path (``git status --porcelain``'s, a rename as ``old -> new``) can change what runs."""
+    return not path.split(" -> ")[-1].strip().strip('"').endswith(DATA_SUFFIXES)
+
+
 def provenance(repo: str | Path | None = None) -> dict:
     """The git commit and dirty state of ``repo`` (default: attnkit's checkout) and the attnkit, torch and
-    transformers versions."""
+    transformers versions. ``git_dirty``: any tracked file changed; ``git_dirty_code``: a changed file that can change
+    what runs (not records, tables or figures: :data:`DATA_SUFFIXES`), so that a study whose own records file is being
+    written still says its code was the commit's."""
     root = Path(repo) if repo is not None else ROOT
     commit = git_output(["rev-parse", "HEAD"], root)
     status = git_output(["status", "--porcelain", "--untracked-files=no"], root)
-    out = {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
+    out = {"git_commit": commit, "git_dirty": None if status is None else bool(status),
+           "git_dirty_code": None if status is None else any(_is_code(line[3:]) for line in status.splitlines())}
     for name in ("attnkit", "torch", "transformers"):
         try:
             mod = __import__(name)

@@ -115,12 +115,31 @@ def test_provenance_names_commit_dirty_and_versions():
     import transformers
 
     p = provenance()
-    assert set(p) == {"git_commit", "git_dirty", "attnkit_version", "torch_version", "transformers_version"}
+    assert set(p) == {"git_commit", "git_dirty", "git_dirty_code", "attnkit_version", "torch_version", "transformers_version"}
     assert p["torch_version"] == torch.__version__
     assert p["transformers_version"] == transformers.__version__
     assert p["attnkit_version"]
     if p["git_commit"] is not None:  # a source checkout
         assert len(p["git_commit"]) == 40 and isinstance(p["git_dirty"], bool)
+
+
+def test_a_changed_records_file_leaves_the_code_clean_and_a_changed_module_does_not(tmp_path):
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "m.py").write_text("x = 1\n")
+    (tmp_path / "r.json").write_text("[]\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    assert provenance(tmp_path)["git_dirty"] is False and provenance(tmp_path)["git_dirty_code"] is False
+    (tmp_path / "r.json").write_text("[1]\n")  # a study writing its own records
+    p = provenance(tmp_path)
+    assert p["git_dirty"] is True and p["git_dirty_code"] is False
+    (tmp_path / "m.py").write_text("x = 2\n")
+    assert provenance(tmp_path)["git_dirty_code"] is True
 
 
 def test_records_are_added_by_key_replaced_in_place_and_sorted(tmp_path):
