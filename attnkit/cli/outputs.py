@@ -85,6 +85,9 @@ def lock_run_of(path: str | os.PathLike) -> None:
 
 def input_file(path: str, option: str) -> Path:
     """An input file the user named: it exists and is a regular file (a folder, a named pipe or a device is named so)."""
+    if str(path) == "-":
+        raise UserError(f"{option} -: attnkit reads a file, not standard input; write the texts to a file and name it, or "
+                        "give them as arguments")
     p = Path(path)
     try:
         mode = p.stat().st_mode

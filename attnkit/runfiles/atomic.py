@@ -120,8 +120,14 @@ def output_batch():
 def atomic_path(path: str | os.PathLike):
     """Yield a temporary path beside ``path`` to write to; on success it replaces ``path`` in one step (inside an
     :func:`output_batch`: when the batch ends), on failure it is removed and ``path`` is left as it was. Missing
-    folders are made; an OS error names ``path``."""
-    path = Path(path)
+    folders are made; an OS error names ``path``. A symlink is written through: its target is replaced (a link to a
+    device, pipe or socket is refused as they are), never the link itself (``--output /dev/stdout`` with standard
+    output redirected to a file replaced the system's link)."""
+    named = path = Path(path)
+    if path.is_symlink():
+        if path.exists() and not path.is_file():  # what the link points to (a pipe's /proc name resolves to nothing)
+            raise UserError(special_file_problem(named))
+        path = Path(os.path.realpath(path))
     tmp = path.with_name(f".{path.name}.tmp-{_HOST}-{os.getpid()}-{next(_TMP_SERIAL)}")
     _remove_stale_temporaries(path)
     batch, staged = _BATCH.get(), False
@@ -129,7 +135,7 @@ def atomic_path(path: str | os.PathLike):
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, "Is a directory")
         if path.exists() and not path.is_file():
-            raise UserError(special_file_problem(path))
+            raise UserError(special_file_problem(named))
         path.parent.mkdir(parents=True, exist_ok=True)
         yield tmp
         if batch is None:
@@ -138,7 +144,7 @@ def atomic_path(path: str | os.PathLike):
             batch.stage(tmp, path)
             staged = True
     except OSError as e:
-        raise write_error(path, e) from None
+        raise write_error(named, e) from None
     finally:
         if not staged and tmp.exists():
             tmp.unlink()

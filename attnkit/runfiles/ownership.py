@@ -201,6 +201,8 @@ def check_output_file(path: str | os.PathLike, option: str, protect: dict[str, s
     folder, the data being read or trained on) unless attnkit wrote it as a command's output: a model's weights,
     config or tokenizer, a run's own files (RUN_FILES: metrics, settings, curves, heatmaps) and the data are never
     replaced by a command's output."""
+    if str(path) == "-":
+        raise UserError(f"{option} -: attnkit writes a file, not standard output; leave {option} out to print, or name a file")
     path = Path(path)
     if path.is_dir() or str(path) in ("", "."):
         raise UserError(f"{option} {path} is a folder: expected a file name")

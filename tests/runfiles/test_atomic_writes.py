@@ -162,3 +162,45 @@ def test_a_write_removes_what_a_killed_write_of_the_same_file_left_and_nothing_e
     assert not left.exists()
     assert live.exists() and other_host.exists() and other_file.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out.json", live.name, other_host.name, other_file.name])
+
+
+def test_a_symlinked_output_is_written_through_to_its_target_and_the_link_kept(tmp_path):
+    real, link = tmp_path / "real.json", tmp_path / "link.json"
+    real.write_text("old\n")
+    link.symlink_to(real)
+    write_text_atomic(link, "new\n")
+    assert link.is_symlink() and os.readlink(link) == str(real) and real.read_text() == "new\n"
+    with output_batch():  # inside a batch too
+        write_text_atomic(link, "newer\n")
+    assert link.is_symlink() and real.read_text() == "newer\n"
+    # a dangling link: the file is made where it points
+    gone = tmp_path / "sub" / "made.txt"
+    (tmp_path / "dangling").symlink_to(gone)
+    write_text_atomic(tmp_path / "dangling", "x")
+    assert (tmp_path / "dangling").is_symlink() and gone.read_text() == "x"
+
+
+def test_a_link_to_standard_output_is_written_through_or_refused_never_replaced(tmp_path):
+    """``--output /dev/stdout``: with standard output a file, the file gets the text; with a pipe, a one-line refusal;
+    the link (as /dev/stdout is) stays a link either way."""
+    link = tmp_path / "stdout"
+    link.symlink_to("/proc/self/fd/1")
+    code = ("import sys; from attnkit.runfiles.atomic import write_text_atomic\n"
+            "try:\n write_text_atomic(sys.argv[1], 'hello\\n')\nexcept Exception as e:\n print('REFUSED', e, file=sys.stderr)\n")
+    out = tmp_path / "out.txt"
+    with open(out, "w") as f:
+        subprocess.run([sys.executable, "-c", code, str(link)], stdout=f, check=True, cwd=REPO)
+    assert out.read_text() == "hello\n" and link.is_symlink()
+    piped = subprocess.run([sys.executable, "-c", code, str(link)], capture_output=True, text=True, check=True, cwd=REPO)
+    assert "REFUSED" in piped.stderr and "device, pipe or socket" in piped.stderr and link.is_symlink()
+
+
+def test_a_dash_is_refused_as_an_output_and_as_an_input(run, capsys, tmp_path, monkeypatch):
+    out, _ = run
+    monkeypatch.chdir(tmp_path)
+    assert main(["predict", "--model", str(out), "good film", "--output", "-"]) == 2
+    assert "--output -: attnkit writes a file, not standard output" in the_error(capsys.readouterr().err)
+    assert not (tmp_path / "-").exists()
+    (tmp_path / "-").write_text("a text in a file named -\n")
+    assert main(["predict", "--model", str(out), "--file", "-"]) == 2
+    assert "--file -: attnkit reads a file, not standard input" in the_error(capsys.readouterr().err)
