@@ -153,6 +153,11 @@ def _fast_call(spec: AttentionSpec, module, query, attention_mask, dropout, soft
         if spec.alpha_mix != 1.0 and spec.alpha_mix <= 0:
             return None  # a warm-up at its start: softmax
         name, options = "entmax-alpha", {"alpha": value.reshape(-1) if isinstance(value, torch.Tensor) else float(value)}
+        alpha = options["alpha"]
+        if isinstance(alpha, torch.Tensor) and _softmax_alpha(alpha):
+            return None  # some head at alpha 1 (softmax): the materialised map takes each head's alpha
+        if _softmax_alpha(alpha):  # alpha 1 is softmax (a sweep's or a warm-up's end point): not flash's map
+            return None if want else _sdpa_call(spec, dropout)
 
     def call(q, k, v, mask, scaling):
         v = _value_blur(spec, v, mask)
@@ -163,6 +168,13 @@ def _fast_call(spec: AttentionSpec, module, query, attention_mask, dropout, soft
         return _context_blur(spec, out, v, mask), None
 
     return call
+
+
+def _softmax_alpha(alpha) -> bool:
+    """Whether alpha-entmax at ``alpha`` is softmax (alpha <= 1; a tensor is read on the CPU only, where it is cheap)."""
+    if isinstance(alpha, torch.Tensor):
+        return alpha.device.type == "cpu" and bool((alpha.detach() <= 1).any())
+    return alpha <= 1
 
 
 def _sdpa_call(spec: AttentionSpec, dropout: float = 0.0):

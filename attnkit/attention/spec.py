@@ -101,6 +101,9 @@ class AttentionSpec:
         """Settings the map would ignore are refused, as the command line refuses their options: layers named sparse
         under softmax, an alpha or a softmax-to-sparse mix for a map without them."""
         norm, name = self.normaliser, self.attention
+        if self.lam != 0.0 and norm.setting != "lam":
+            raise UserError(f"lam={self.lam:g}: only {' or '.join(names_with(setting='lam'))} has a lam (the attention is "
+                            f"{name}, which would ignore it)")
         if self.sparse_layers is not None and name == "softmax":
             raise UserError(f"sparse_layers={self.sparse_layers}: needs a sparse attention (softmax is softmax in every layer)")
         if self.alpha != AttentionSpec.alpha and norm.setting != "alpha":
@@ -185,7 +188,10 @@ class AttentionSpec:
 
 def upgraded(d: dict[str, Any], where: str = f"config '{CONFIG_KEY}'") -> dict[str, Any]:
     """A spec's (or a run's settings') dict with an older attnkit's ``learn_lam`` / ``learn_alpha`` (true or false) as
-    ``learned``."""
+    ``learned``, and without the lam an older attnkit recorded for a map that has none (the task's paper lam beside
+    1.5-entmax: ignored then, refused now)."""
+    if d.get("lam") and isinstance(d.get("attention"), str) and _setting_of(d["attention"]) not in (None, "lam"):
+        d = {k: v for k, v in d.items() if k != "lam"}
     if not any(k in d for k in OLD_LEARNED_KEYS):
         return d
     old = [v for k, v in OLD_LEARNED_KEYS.items() if d.get(k)]
@@ -195,6 +201,14 @@ def upgraded(d: dict[str, Any], where: str = f"config '{CONFIG_KEY}'") -> dict[s
     if old:
         new["learned"] = old[0]
     return new
+
+
+def _setting_of(name: str) -> str | None:
+    """The setting a map's name takes ("lam", "alpha", "" for none), or None for a name no map has."""
+    try:
+        return normaliser(name).setting or ""
+    except (UserError, KeyError):
+        return None
 
 
 def spec_of(config) -> AttentionSpec:

@@ -37,7 +37,7 @@ from attnkit.runfiles.names import WRITTEN_BY
 from attnkit.runfiles.ownership import check_side_file, record_output
 from attnkit.tasks import default_data_dir
 from attnkit.tasks.lemmas import LemmatizingTokenizer
-from attnkit.tasks.readers import is_blank
+from attnkit.tasks.readers import check_argument_text, is_blank
 from attnkit.tasks.sst import sst_rationales
 from attnkit.training.config import MODEL_DIR, check_seed
 
@@ -55,6 +55,7 @@ def cmd_explain(a) -> int:
     given = {k: str(Path(v).expanduser().resolve()) for k, v in outputs.items() if v}
     if len(set(given.values())) < len(given):
         raise UserError(f"{', '.join(f'{k} {outputs[k]}' for k in given)}: each output needs a file of its own")
+    check_argument_text(a.text, "the text to explain")
     if is_blank(a.text):
         raise UserError("the text to explain is empty")
     _, model, tok = load_for_inference(a.model, qa_ok=True)

@@ -113,8 +113,14 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # (Python would report the failed flush at exit)
         return 141
     except UnicodeEncodeError as e:  # printing a text the terminal's encoding cannot show
+        bad = e.object[e.start:e.end]
+        if isinstance(bad, str) and any("\ud800" <= c <= "\udfff" for c in bad):  # not the terminal's fault: bad text
+            print(f"attnkit {a.command}: error: a text holds {bad!r}, half of a character (a lone surrogate), which no "
+                  "encoding can write: expected valid Unicode text in the input", file=sys.stderr)
+            return 2
         print(f"attnkit {a.command}: error: standard output's encoding ({sys.stdout.encoding}) cannot show "
-              f"{e.object[e.start:e.end]!r}: set PYTHONIOENCODING=utf-8, or write to a file with --output", file=sys.stderr)
+              f"{bad!r}: set PYTHONIOENCODING=utf-8" + (", or write to a file with --output" if hasattr(a, "output") else ""),
+              file=sys.stderr)
         return 2
     except (UserError, OSError) as e:  # attnkit's refusals (DataFormatError is one) and the system's: one line
         print(f"attnkit {a.command}: error: {_one_line(_os_error_line(e))}", file=sys.stderr)

@@ -42,7 +42,7 @@ from attnkit.tasks.glue import (
     write_submission,
 )
 from attnkit.tasks.metrics import predictions_of
-from attnkit.tasks.readers import is_blank, read_jsonl
+from attnkit.tasks.readers import check_argument_text, is_blank, read_jsonl
 from attnkit.tasks.squad import evaluate_qa, load_squad, predict_answers
 
 
@@ -177,6 +177,8 @@ def _predict_qa(a, d: Path, model, tok) -> int:
     if a.question or a.context:
         if not (a.question and a.context):
             raise UserError("a question-answering model needs both --question and --context")
+        check_argument_text(a.question, "--question")
+        check_argument_text(a.context, "--context")
         qs.append(a.question)
         cs.append(a.context)
     if a.texts:
@@ -238,6 +240,7 @@ def cmd_predict(a) -> int:
         output_path(a, a.output, "--output")
         check_not_input(a.output, "--output", {"--file": a.file})
     for i, t in enumerate(a.texts, 1):
+        check_argument_text(t, f"text {i} of the command line")
         if is_blank(t):
             raise UserError(f"text {i} of the command line is empty: a model cannot label an empty text")
     d, model, tok = load_for_inference(a.model, qa_ok=True)

@@ -76,7 +76,8 @@ def _sparsify_settings(attention: str, lam: float | None, alpha: float | None) -
     if alpha is not None and norm.setting != "alpha" and alpha != AttentionSpec.alpha:
         raise UserError(f"sparsify(attention={attention!r}, alpha={alpha!r}): only {alpha_maps} has an alpha "
                         f"({name} has {'none' if norm.alpha is None else f'{norm.alpha:g}'}); leave alpha out, or use attention='{alpha_maps}'")
-    return (-4.0 if lam is None else lam), (AttentionSpec.alpha if alpha is None else alpha)
+    lam = (-4.0 if lam is None else lam) if norm.setting == "lam" else AttentionSpec.lam  # a map without a lam holds 0
+    return lam, (AttentionSpec.alpha if alpha is None else alpha)
 
 
 def _spec_of_settings(spec: AttentionSpec | None, attention, lam, alpha, **rest) -> AttentionSpec:

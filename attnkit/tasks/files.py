@@ -49,6 +49,10 @@ def _read_generic_split(
                 raise DataFormatError(path, line, f"expected a string in {column!r}, found {type(value).__name__}")
             if is_blank(value):
                 raise DataFormatError(path, line, f"expected text in {column!r}, found an empty value")
+            if not any(unicodedata.category(c)[0] in "LNPS" for c in value):  # a lone combining mark, controls only
+                raise DataFormatError(path, line, f"expected text in {column!r}, found {value[:20]!r}: no letter, digit, "
+                                      "punctuation or symbol (only combining marks or control characters), nothing a "
+                                      "model can read")
             texts.append(value.strip())
         value = record.get(label_column)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int, float))):
@@ -65,7 +69,8 @@ def _read_generic_split(
 
 def _check_labels(rows: list[_RawRow]) -> None:
     """Refuse labels a model would silently split or garble: the same number written two ways ("1" and "1.0"; whole
-    numbers such as "01" and "1" are one label already), labels that differ only in case ("Positive", "positive"), and
+    numbers such as "01" and "1" are one label already), labels that differ only in case ("Positive", "positive") or in
+    their Unicode normal form (a composed "é" against "e" + a combining accent), and
     control characters (a stray tab or carriage return)."""
     first: dict[str, _RawRow] = {}
     numeric: dict[float, _RawRow] = {}
@@ -96,9 +101,11 @@ def _check_labels(rows: list[_RawRow]) -> None:
                               "is a name: the labels mix names and numbers; write every label one way")
     folded: dict[str, _RawRow] = {}
     for label, r in first.items():
-        o = folded.setdefault(label.casefold(), r)
+        o = folded.setdefault(unicodedata.normalize("NFC", label).casefold(), r)
         if o.label != label:
-            raise DataFormatError(r.path, r.line, f"label {label!r} differs only in case from {o.label!r} on line {o.line} of "
+            how = "in case" if unicodedata.normalize("NFC", label) != unicodedata.normalize("NFC", o.label) else \
+                "in how its accents are encoded (Unicode NFC against NFD: they print the same)"
+            raise DataFormatError(r.path, r.line, f"label {label!r} differs only {how} from {o.label!r} on line {o.line} of "
                                   f"{o.path.name}: write each label one way (they would be two classes)")
 
 

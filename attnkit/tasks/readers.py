@@ -13,7 +13,7 @@ import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from attnkit.errors import DataFormatError
+from attnkit.errors import DataFormatError, UserError
 from attnkit.runfiles.json_files import path_problem
 from attnkit.tasks.registry import Example
 
@@ -131,6 +131,22 @@ def to_splits(splits: dict[str, list[Example]], with_pair: bool = False) -> data
 
 # ----------------------------------------------------------------------------- helpers: tables
 
+def has_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate: JSON's ``\\ud800`` escape, or a byte that was not UTF-8 in a
+    command-line argument (Python keeps it as a surrogate): no tokenizer can read it."""
+    return any("\ud800" <= c <= "\udfff" for c in text)
+
+
+def check_argument_text(text: str, what: str) -> None:
+    """Refuse a command-line text that is not valid UTF-8 (its bad byte named), in one line."""
+    bad = next((i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff"), None)
+    if bad is not None:
+        c = ord(text[bad])
+        byte = f"byte 0x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else f"surrogate U+{c:04X}"
+        raise UserError(f"{what} is not valid UTF-8 text ({byte} at character {bad + 1}): give the text in UTF-8 "
+                        "(a terminal or file in another encoding: convert it, e.g. with iconv)")
+
+
 def is_blank(text: str) -> bool:
     """Whether ``text`` holds nothing a tokenizer would keep: whitespace and invisible format characters only (a
     zero-width space, a joiner, a BOM: ``str.strip`` keeps them, and the model would label an empty text)."""
@@ -193,6 +209,10 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             raise DataFormatError(path, line, f"invalid JSON: {e.msg} at column {e.colno}") from None
         if not isinstance(record, dict):
             raise DataFormatError(path, line, f"expected a JSON object, found {type(record).__name__}")
+        lone = next((k for k, v in record.items() if isinstance(v, str) and has_surrogate(v)), None)
+        if lone is not None:
+            raise DataFormatError(path, line, f"the value of {lone!r} holds a lone surrogate escape (such as \\ud800): "
+                                  "half of a character, not text; expected valid Unicode text")
         if record.get(_DUPLICATE_KEY):
             raise DataFormatError(path, line, f"key {record[_DUPLICATE_KEY]!r} appears twice in one object: expected each "
                                   "key once (which value is meant cannot be told)")

@@ -191,7 +191,7 @@ class TrainConfig:
         if (self.alpha != 1.5 or self.learned == "alpha") and setting != "alpha":
             raise UserError(f"--alpha/--learn-alpha: need --attention {' or '.join(names_with(setting='alpha'))}, not {self.attention}")
         try:
-            return AttentionSpec(self.attention, lam, blur=self.blur, blur_size=self.blur_size, blur_sigma=self.blur_sigma,
+            return AttentionSpec(self.attention, lam if setting == "lam" else 0.0, blur=self.blur, blur_size=self.blur_size, blur_sigma=self.blur_sigma,
                                  learned=self.learned, alpha=self.alpha, sparse_layers=self.sparse_layers)
         except ValueError as e:
             msg = re.sub(r"^learned=(\w+)", r"--learn-\1", str(e))  # learned=lam needs ... -> --learn-lam needs ...
@@ -278,9 +278,11 @@ class PretrainConfig:
         return MiniShape(self.kind, self.layers, self.heads, self.dim, self.vocab_size, self.score_scale, self.head_mode)
 
     def spec(self) -> AttentionSpec:
+        from attnkit.attention.normalisers import NORMALISERS, canonical
         from attnkit.attention.spec import AttentionSpec
 
-        return AttentionSpec(self.attention, self.lam)
+        norm = NORMALISERS.get(canonical(self.attention))
+        return AttentionSpec(self.attention, self.lam if norm is None or norm.setting == "lam" else 0.0)
 
     def validate(self) -> None:
         if self.kind not in KINDS:

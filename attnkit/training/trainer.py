@@ -278,6 +278,8 @@ def fit(trainer, cfg: TrainConfig):
             write_record(out, rec | {"saving": None, "checkpoints": [n for n in rec["checkpoints"] if n != pending]})
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
+        if isinstance(e, UserError) and not isinstance(e, OSError):  # a refusal from the model (what it computes while
+            raise  # saving), not the disk's: said as it is, and a rerun would meet it again
         why = write_failure(e)
         raise UserError(f"cannot write the checkpoint {out / pending}: {why} (is the disk full, or the folder read-only?); "
                         "the half-written checkpoint was removed: run the same command again to resume from the last "

@@ -42,3 +42,24 @@ def test_the_cli_refusal_of_sparse_layers_with_softmax_reads_as_before(command, 
     line = one_line_error(capsys)
     assert line == f"attnkit {command}: error: --sparse-layers last: needs a sparse --attention (softmax is softmax in every layer)"
     assert not out.exists()
+
+
+def test_a_lam_for_a_map_without_one_is_refused_as_the_command_line_refuses_it():
+    import torch
+
+    import attnkit
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.errors import UserError
+
+    with pytest.raises(UserError, match="only sparsegen-lin has a lam"):
+        AttentionSpec("sparsemax", lam=-1.0)
+    with pytest.raises(UserError, match="only sparsegen-lin has a lam"):
+        AttentionSpec("entmax15", -4.0)
+    assert AttentionSpec("sparsegen-lin", -4.0).lam == -4.0
+    # a config an older attnkit saved with the task's paper lam beside 1.5-entmax still loads (the lam was ignored)
+    assert AttentionSpec.from_dict({"attention": "entmax15", "lam": -4.0}) == AttentionSpec("entmax15")
+    # a bool is not an alpha (True read as 1.0 ran softmax), as it is not a lam
+    with pytest.raises(UserError, match="alpha must be a real number"):
+        attnkit.entmax_bisect(torch.randn(2, 3), alpha=True)
+    with pytest.raises(UserError, match="alpha must be a real number"):
+        AttentionSpec("entmax-alpha", alpha=True)

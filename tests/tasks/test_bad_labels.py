@@ -69,3 +69,42 @@ def test_a_jsonl_label_that_is_not_a_name_or_number_is_refused(tiny_bert, tmp_pa
     args = [a if a != "csv" else "jsonl" for a in two_step_train_args(tiny_bert, d, tmp_path / "o")]
     assert main(args) == 2
     only_stderr_line(capsys, "train.jsonl", "line 6", needle)
+
+
+def test_labels_that_differ_only_in_their_unicode_form_are_refused(tiny_bert, tmp_path, capsys):
+    import unicodedata
+
+    nfc, nfd = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")
+    d = write_csv_task(tmp_path / "d", [("good film", nfc), ("bad film", "thé"), ("fine film", nfd)], [("dull", "thé")])
+    assert main(two_step_train_args(tiny_bert, d, tmp_path / "o")) == 2
+    only_stderr_line(capsys, "train.csv, line 4", "differs only in how its accents are encoded")
+
+
+def test_a_text_a_model_cannot_read_is_refused_where_it_is_read(tiny_bert, tmp_path, capsys):
+    """A lone combining mark (nothing a tokenizer keeps): trained on as [CLS][SEP] before; now refused with its line."""
+    d = write_csv_task(tmp_path / "d", [("good film", "pos"), ("\u0301", "neg"), ("bad film", "neg")], [("dull", "neg")])
+    assert main(two_step_train_args(tiny_bert, d, tmp_path / "o")) == 2
+    only_stderr_line(capsys, "train.csv, line 3", "no letter, digit, punctuation or symbol")
+
+
+def test_a_lone_surrogate_in_jsonl_is_refused_with_its_file_and_line(tiny_bert, tmp_path, capsys):
+    import json
+
+    d = tmp_path / "js"
+    d.mkdir()
+    (d / "train.jsonl").write_text("".join(json.dumps({"text": f"film {i}" + ("\ud800" if i == 3 else ""), "label": i % 2}) + "\n"
+                                           for i in range(10)))
+    (d / "dev.jsonl").write_text("".join(json.dumps({"text": f"d {i}", "label": i % 2}) + "\n" for i in range(4)))
+    args = two_step_train_args(tiny_bert, d, tmp_path / "o")
+    args[args.index("csv")] = "jsonl"
+    assert main(args) == 2
+    only_stderr_line(capsys, "train.jsonl, line 4", "lone surrogate")
+
+
+def test_a_command_line_text_that_is_not_utf8_is_refused_in_one_line(run, tmp_path, capsys):
+    bad = b"caf\xe9 film".decode("utf-8", "surrogateescape")  # what Python makes of a latin-1 argument
+    assert main(["predict", "--model", str(run), "good", bad]) == 2
+    only_stderr_line(capsys, "text 2 of the command line is not valid UTF-8", "byte 0xe9 at character 4")
+    assert main(["explain", "--model", str(run), bad, "--output", str(tmp_path / "x.png")]) == 2
+    only_stderr_line(capsys, "the text to explain is not valid UTF-8")
+    assert not (tmp_path / "x.png").exists()

@@ -131,3 +131,22 @@ def test_bad_entmax_settings_are_one_line(tiny_bert, tiny_task, tmp_path, capsys
     assert main(args(tiny_bert, tiny_task, tmp_path / "o", *extra)) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1
+
+
+def test_alpha_one_is_softmax_on_every_path_and_trains_to_the_end(tiny_bert, tiny_task, tmp_path):
+    """--alpha 1 (the help's "1 softmax"): the flash path took only (1, 2] and failed at the first checkpoint, blamed on
+    the disk; now alpha 1 runs softmax (torch's SDPA) wherever flash attention would run."""
+    torch.manual_seed(0)
+    one = build_classifier(str(tiny_bert), 2, AttentionSpec("entmax-alpha", alpha=1.0)).eval()
+    soft = build_classifier(str(tiny_bert), 2, AttentionSpec("softmax")).eval()
+    soft.load_state_dict(one.state_dict())
+    x = {"input_ids": torch.tensor([[1, 20, 21, 22, 2, 0]]), "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0]])}
+    with torch.inference_mode():
+        assert torch.allclose(one(**x).logits, soft(**x).logits, atol=1e-6)
+        w1, w2 = one(**x, output_attentions=True).attentions, soft(**x, output_attentions=True).attentions
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(w1, w2))
+    out = tmp_path / "run"
+    assert main(["train", "--task", "csv", "--data-dir", str(tiny_task), "--model", str(tiny_bert), "--output-dir", str(out),
+                 "--max-steps", "2", "--eval-steps", "1", "--batch-size", "8", "--max-length", "16", "--no-heatmap",
+                 "--attention", "entmax-alpha", "--alpha", "1"]) == 0
+    assert json.loads((out / "metrics.json").read_text())["attention"]["alpha"] == 1.0
