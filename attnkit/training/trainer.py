@@ -97,26 +97,34 @@ def subsample(ds, n: int | None, seed: int):
     return ds.shuffle(seed=seed).select(range(n))
 
 
-def finish_run(cfg: TrainConfig, out: Path, history: list[dict], metric: str, title: str) -> None:
+def finish_run(cfg: TrainConfig, out: Path, history: list[dict], metric: str, title: str, *, missing_only: bool = False) -> bool:
     """After a finished run (its model and metrics saved): mark it finished in its record, draw ``curves.{png,svg}``
     (training loss and dev ``metric`` from the Trainer's ``history``) and remove the checkpoint folders this run wrote
     (its record lists them: optimizer state, a copy of model/) unless kept; a ``checkpoint-*`` folder it did not write
-    is left alone. A figure that cannot be drawn is a warning, not a failed run."""
+    is left alone. A figure that cannot be drawn is a warning, not a failed run. ``missing_only``: a run found complete
+    when it is run again: only what a kill between its metrics and its tidy-up left undone (checkpoints to remove,
+    curves not drawn), so that a finished run run again is otherwise left byte for byte. Returns whether anything was
+    done."""
     rec = read_record(out)
+    left = recorded_checkpoints(out, rec) if rec is not None and not cfg.keep_checkpoints else []
+    curves = [ext for ext in ("png", "svg") if not missing_only or not (out / f"curves.{ext}").exists()]
+    if missing_only and not left and not curves:
+        return False
     if rec is not None:
         rec["finished"] = True
         write_record(out, rec)
-        if not cfg.keep_checkpoints:
-            for c in recorded_checkpoints(out, rec):
+        if left:
+            for c in left:
                 remove_checkpoint(c)
             rec["checkpoints"] = [n for n in rec["checkpoints"] if (out / n).exists()]
             write_record(out, rec)
-    for ext in ("png", "svg"):
+    for ext in curves:
         try:
             plot_curves(history, make_way(out / f"curves.{ext}"), metric, title=title,
                         eval_name="held-out" if getattr(cfg, "holdout", 0) else "dev")
         except Exception as e:  # noqa: BLE001 - a plotting backend's error must not undo a finished run
             log.warning("could not draw %s: %s: %s (the model and metrics.json are saved)", out / f"curves.{ext}", type(e).__name__, e)
+    return True
 
 
 def best_checkpoint(trainer, cfg) -> dict:

@@ -132,3 +132,25 @@ def test_sweeps_and_runs_keep_to_their_own_folders(tiny_bert, data, user_run, tm
     assert main([x for x in sweep if x not in ("--seeds", "1")] + ["--seeds", "-1", "--output-dir", str(tmp_path / "s2")]) == 2
     only_stderr_line(capsys, "--seeds -1")
     assert not (tmp_path / "s2").exists()
+
+
+def test_a_run_killed_between_its_metrics_and_its_tidy_up_is_tidied_when_run_again(tiny_bert, tiny_task, tmp_path, monkeypatch, caplog):
+    """Killed after metrics.json and before the tidy-up (as if finish_run never ran): the rerun finds the run complete,
+    removes the checkpoints it wrote and draws its curves; a third run changes nothing."""
+    from attnkit.training import finetune
+    from helpers import snapshot_without_lock, two_step_train_args
+
+    out = tmp_path / "run"
+    args = two_step_train_args(tiny_bert, tiny_task, out, "--eval-steps", "1")
+    with monkeypatch.context() as m:
+        m.setattr(finetune, "finish_run", lambda *a, **k: False)  # the kill: nothing after metrics.json
+        assert main(args) == 0
+    assert (out / "metrics.json").is_file() and list(out.glob("checkpoint-*")) and not (out / "curves.png").exists()
+    caplog.clear()
+    assert main(args) == 0
+    assert "stopped after its metrics.json and before its tidy-up" in caplog.text
+    assert not list(out.glob("checkpoint-*")) and (out / "curves.png").is_file() and (out / "curves.svg").is_file()
+    before = snapshot_without_lock(out)
+    caplog.clear()
+    assert main(args) == 0
+    assert "before its tidy-up" not in caplog.text and snapshot_without_lock(out) == before
