@@ -377,3 +377,21 @@ def test_the_rationale_section_pairs_the_support_with_each_ranking_at_its_length
     flipped = mod.render([], None, [rec(s, -g) for s, g in gains.items()])
     row = next(ln for ln in flipped.splitlines() if "support − softmax attention" in ln)
     assert [c.strip() for c in row.split("|")][4] == "reversed"
+
+
+def test_a_glue_set_shows_its_own_metric_and_a_budget_other_than_the_papers_is_its_own_row(t2):
+    def rec(method, seed, acc, mcc, budget=None):
+        r = {"task": "cola", "method": method, "seed": seed, "lam": None, "epochs": 3, "lr": 3e-5, "train_size": 7696,
+             "dev_accuracy": acc, "test_accuracy": acc, "test_mcc": mcc, "train_seconds": 60.0, "machine": "x86_64, 2 cores"}
+        return r | ({"budget": budget} if budget else {})
+
+    recs = [rec("softmax", s, 0.72, 0.26) for s in (1, 2, 3)] + [rec("entmax15-last", s, 0.70 + 0.001 * s, 0.17) for s in (1, 2, 3)]
+    recs += [rec(m, s, 0.691, 0.0, "defaults") for m in ("softmax", "entmax15-last") for s in (1, 2, 3)]
+    md = t2.render(recs, {})
+    assert "| cola | softmax | — | 3 | 3e-05 | 7696 | 1,2,3 | 72.0 ± 0.0 | 72.0 ± 0.0 | MCC 26.0 ± 0.0 |" in md
+    assert "| cola (defaults) | entmax15-last | — | 3 | 3e-05 | 7696 | 1,2,3 | 69.1 ± 0.0 | 69.1 ± 0.0 | MCC 0.0 ± 0.0 |" in md
+    # each budget pairs with its own softmax: the paper budget's recipe is 1.8 points behind, the defaults' level
+    row = next(ln for ln in md.splitlines() if ln.startswith("| cola | entmax15-last | 1,2,3 |"))
+    assert "-1.8 ± 0.1" in row and "| reversed |" in row
+    row = next(ln for ln in md.splitlines() if ln.startswith("| cola (defaults) | entmax15-last | 1,2,3 |"))
+    assert "+0.0 ± 0.0" in row and "| level |" in row
