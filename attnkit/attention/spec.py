@@ -155,7 +155,7 @@ class AttentionSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "AttentionSpec":
-        d = upgraded(d)
+        d = spec_dict(d)
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -188,10 +188,7 @@ class AttentionSpec:
 
 def upgraded(d: dict[str, Any], where: str = f"config '{CONFIG_KEY}'") -> dict[str, Any]:
     """A spec's (or a run's settings') dict with an older attnkit's ``learn_lam`` / ``learn_alpha`` (true or false) as
-    ``learned``, and without the lam an older attnkit recorded for a map that has none (the task's paper lam beside
-    1.5-entmax: ignored then, refused now)."""
-    if d.get("lam") and isinstance(d.get("attention"), str) and _setting_of(d["attention"]) not in (None, "lam"):
-        d = {k: v for k, v in d.items() if k != "lam"}
+    ``learned``."""
     if not any(k in d for k in OLD_LEARNED_KEYS):
         return d
     old = [v for k, v in OLD_LEARNED_KEYS.items() if d.get(k)]
@@ -201,6 +198,15 @@ def upgraded(d: dict[str, Any], where: str = f"config '{CONFIG_KEY}'") -> dict[s
     if old:
         new["learned"] = old[0]
     return new
+
+
+def spec_dict(d: dict[str, Any]) -> dict[str, Any]:
+    """A stored spec's dict as this attnkit reads it: :func:`upgraded`, and without the lam an older attnkit recorded
+    for a map that has none (the task's paper lam beside 1.5-entmax: ignored then, refused now)."""
+    d = upgraded(d)
+    if d.get("lam") and isinstance(d.get("attention"), str) and _setting_of(d["attention"]) not in (None, "lam"):
+        d = {k: v for k, v in d.items() if k != "lam"}
+    return d
 
 
 def _setting_of(name: str) -> str | None:
@@ -219,7 +225,7 @@ def spec_of(config) -> AttentionSpec:
     if isinstance(d, AttentionSpec):
         return d
     if torch.compiler.is_compiling():  # traced by torch.compile: built from the config's (constant) settings
-        return AttentionSpec(**upgraded(d))
+        return AttentionSpec(**spec_dict(d))
     try:
         return _spec_from_items(tuple(sorted(d.items())))
     except TypeError:  # unhashable values: let from_dict report them

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from attnkit.attention.spec import upgraded
+from attnkit.attention.spec import spec_dict, upgraded
 from attnkit.errors import DataFormatError, UserError
 from attnkit.models.checks import check_weights_file
 from attnkit.runfiles.names import LOCK_FILE, REPLACED_PREFIX, RUN_RECORD
@@ -284,6 +284,7 @@ def move_aside(out: Path, keep: tuple = ()) -> Path | None:
 def _spec_differences(cfg, config_file: Path) -> list[str]:
     """How the attention stored in a model's ``config.json`` differs from ``cfg``'s (for runs without run_config.json)."""
     stored = _read_json(config_file).get("attnkit") if config_file.is_file() else None
+    stored = spec_dict(stored) if isinstance(stored, dict) else stored  # (an older lam beside a map without one: gone)
     now = cfg.spec().to_dict()
     return [] if stored is None else [f"{option_name(k)}: {stored.get(k)!r} there, {now[k]!r} now" for k in now if stored.get(k, now[k]) != now[k]]
 
