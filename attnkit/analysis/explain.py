@@ -16,12 +16,18 @@ from attnkit.attention.placement import sparse_layer_set
 from attnkit.attention.spec import spec_of
 from attnkit.errors import UserError
 from attnkit.models.pooling import head_of
-from attnkit.runfiles.names import FIGURE_CREATOR
 from attnkit.runfiles.atomic import atomic_path
-
+from attnkit.runfiles.names import FIGURE_CREATOR
 
 #: tokens that are words of their own, never pieces: [CLS], [SEP], <s>, </s>, <pad>
 SPECIAL_TOKEN = re.compile(r"\[[A-Za-z_]+\]|<[^<>\s]+>")
+#: the unknown-word token stands for a word of the text (an emoji, a word too long to split): not a special token
+UNKNOWN_TOKENS = ("[UNK]", "<unk>")
+
+
+def is_special(token: str) -> bool:
+    """Whether a token is one the tokenizer adds ([CLS], [SEP], <s>, [PAD]...), not one that stands for the text's words."""
+    return token not in UNKNOWN_TOKENS and bool(SPECIAL_TOKEN.fullmatch(token))
 
 
 def word_pieces(tokens: list[str]) -> tuple[list[str], list[int]]:
@@ -33,7 +39,7 @@ def word_pieces(tokens: list[str]) -> tuple[list[str], list[int]]:
     word_of: list[int] = []
     prev_special = True
     for t in tokens:
-        special = bool(SPECIAL_TOKEN.fullmatch(t))
+        special = is_special(t)
         goes_on = not special and not prev_special and (not t.startswith(("▁", "Ġ")) if marked else t.startswith("##"))
         piece = t[2:] if t.startswith("##") else t.lstrip("▁Ġ") if marked else t
         if goes_on:
@@ -66,7 +72,7 @@ class AttentionMaps:
         layer where that row, averaged over the heads, has an exact zero among the text's words, how many words the
         text has); None where no layer's row has one (softmax). A word is in it when one of its pieces is."""
         words, word_of = word_pieces(self.tokens)
-        text = [i for i, t in enumerate(self.tokens) if not SPECIAL_TOKEN.fullmatch(t)]
+        text = [i for i, t in enumerate(self.tokens) if not is_special(t)]
         if not text:
             return None
         for layer in range(len(self.weights) - 1, -1, -1):

@@ -39,6 +39,7 @@ precision-recall curve) of each explanation's ranking against them.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -51,7 +52,7 @@ from sklearn.metrics import average_precision_score
 from tqdm.auto import tqdm
 
 from attnkit.analysis.explain import figure_path, pyplot, save_figure
-from attnkit.analysis.rationale import RationaleTally
+from attnkit.analysis.rationale import RationaleTally, ranking  # noqa: F401  (ranking: the measures' word order, kept here too)
 from attnkit.attention.placement import attention_modules, sparse_layer_set
 from attnkit.attention.spec import spec_of
 from attnkit.errors import UserError
@@ -73,15 +74,6 @@ def top_count(n_words: int, percent: float) -> int:
 
 #: seeded draws of the order of tied words that the erasure measures are averaged over
 TIE_DRAWS = 5
-
-
-def ranking(scores: Sequence[float], rng: np.random.Generator | None = None) -> list[int]:
-    """Word indices from the highest score down. Tied words in a random order drawn from ``rng``; without one, the
-    earlier word first (deterministic, and positional: use it only where there are no ties)."""
-    if rng is None:
-        return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-    keys = rng.random(len(scores))
-    return sorted(range(len(scores)), key=lambda i: (-scores[i], keys[i]))
 
 
 def tied_slots(scores: Sequence[float], percents=PERCENTS) -> tuple[int, int]:
@@ -319,8 +311,6 @@ def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales
 
 def texts_sha256(texts: Sequence[str]) -> str:
     """The texts' fingerprint (a report's rationale lengths belong to these texts, in this order)."""
-    import hashlib
-
     return hashlib.sha256("\n".join(texts).encode()).hexdigest()
 
 

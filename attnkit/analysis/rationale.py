@@ -22,8 +22,19 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from attnkit.errors import UserError
+
 #: the explanations measured at the rationale's length (a sparse model's ``attention`` at its own length is its support)
 RATIONALE_EXPLANATIONS = ("attention", "grad_x_input", "integrated_gradients", "random")
+
+
+def ranking(scores: Sequence[float], rng: np.random.Generator | None = None) -> list[int]:
+    """Word indices from the highest score down. Tied words in a random order drawn from ``rng``; without one, the
+    earlier word first (deterministic, and positional: use it only where there are no ties)."""
+    if rng is None:
+        return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    keys = rng.random(len(scores))
+    return sorted(range(len(scores)), key=lambda i: (-scores[i], keys[i]))
 
 
 def support_length(scores: Sequence[float]) -> int:
@@ -52,8 +63,6 @@ def rationale_measures(predict: Callable[[list[list[str]]], np.ndarray], words: 
                        gold: Sequence[bool] | None = None) -> dict[str, dict]:
     """Each explanation's top ``k`` words of one text as a hard rationale: comprehensiveness, sufficiency (and token
     F1 / IOU against ``gold``), averaged over ``tie_draws`` orders of tied words where a tie crosses the cut."""
-    from attnkit.analysis.faithfulness import ranking
-
     batch, spans, chosen = [words], {}, {}
     for name, scores in explanations.items():
         tied = cut_is_tied(scores, k)
@@ -83,8 +92,6 @@ class RationaleTally:
 
     def __init__(self, lengths: Sequence[int | None] | None, own_support: bool, n_texts: int):
         if lengths is not None and len(lengths) != n_texts:
-            from attnkit.errors import UserError
-
             raise UserError(f"rationale lengths for {len(lengths)} texts given for {n_texts} texts: they must come from "
                             "a report on the same texts")
         self.given, self.own = lengths, own_support

@@ -126,6 +126,9 @@ def _check_scale(scale, D: int) -> float:
     s = float(scale)
     if not (math.isfinite(s) and s > 0):
         raise _err(f"scale must be a positive finite number (default 1/sqrt(D)), got scale={scale!r}")
+    if s > 1e30:  # past float32's range (3.4e38) the product overflows, and the weights' recomputation with it
+        raise _err(f"scale={scale!r}: expected at most 1e30 (scores times scale must stay finite in float32; "
+                   "the default is 1/sqrt(D))")
     return s
 
 

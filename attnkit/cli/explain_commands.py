@@ -33,6 +33,7 @@ from attnkit.errors import UserError
 from attnkit.models.pooling import head_of
 from attnkit.models.resolve import check_text_room
 from attnkit.runfiles.atomic import output_batch, write_json_atomic
+from attnkit.runfiles.json_files import read_json
 from attnkit.runfiles.names import WRITTEN_BY
 from attnkit.runfiles.ownership import check_side_file, record_output
 from attnkit.tasks import default_data_dir
@@ -199,10 +200,9 @@ def cmd_faithfulness(a) -> int:
 
 def given_lengths(path: str, texts: list[str]) -> list:
     """The rationale lengths of another faithfulness report, checked to be of these texts in this order."""
-    from attnkit.runfiles.json_files import read_json
-
     rep = read_json(path, "attnkit faithfulness's report")
-    lengths = (rep.get("rationale") or {}).get("lengths")
+    rationale = rep.get("rationale")
+    lengths = rationale.get("lengths") if isinstance(rationale, dict) else None
     if not isinstance(lengths, list):
         raise UserError(f"--rationale-lengths {path}: the report has no rationale lengths (its model's last layer is not "
                         "sparse, or an older attnkit wrote it)")
@@ -211,12 +211,23 @@ def given_lengths(path: str, texts: list[str]) -> list:
     if rep.get("texts_sha256") != texts_sha256(texts):
         raise UserError(f"--rationale-lengths {path}: the report measured other texts than these {len(texts)} (its task, "
                         "split or --max-examples differ): lengths must meet their texts")
+    if len(lengths) != len(texts):
+        raise UserError(f"--rationale-lengths {path}: {len(lengths)} lengths for {len(texts)} texts: they must come from a "
+                        "report on the same texts")
+    words = [len(t.split()) for t in texts]
+    longer = next((i for i, (k, n) in enumerate(zip(lengths, words)) if k is not None and k > n), None)
+    if longer is not None:
+        raise UserError(f"--rationale-lengths {path}: length {lengths[longer]} for text {longer + 1}, which has "
+                        f"{words[longer]} words: the lengths are of other texts")
     return lengths
 
 
 def print_rationale(rat: dict | None) -> None:
     """The rationale measures as a table (nothing where the report has none)."""
-    if not rat or not rat["texts"]:
+    if not rat:
+        return
+    if not rat["texts"]:
+        print("rationale: no text has one (every length is 0 or none: nothing to measure)")
         return
     src = "its attention's support" if rat["lengths_from"] == "own support" else "the given report's rationales"
     print(f"rationale: the top words at the length of {src}, {rat['mean_words']:.1f} words a text "

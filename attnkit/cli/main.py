@@ -68,6 +68,10 @@ def _quiet_libraries() -> None:
         pass
 
 
+#: --threads above this many per usable core is refused: 100,000 threads crashed torch (a segfault, an overflow)
+MAX_THREADS_PER_CORE = 64
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
@@ -82,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
             if a.threads < 1:
                 raise UserError(f"--threads {a.threads}: expected a number of threads >= 1")
             cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            if a.threads > MAX_THREADS_PER_CORE * cores:  # torch's pool crashes (overflow, segfault) far above the cores
+                raise UserError(f"--threads {a.threads}: expected at most {MAX_THREADS_PER_CORE * cores} ({MAX_THREADS_PER_CORE} per "
+                                f"core of the {cores} this process may use; the cores' number is the fastest)")
             if a.threads > cores:
                 print(f"attnkit {a.command}: warning: --threads {a.threads} is more than the {cores} cores this process may use: "
                       "the threads will contend for them (slower, not faster)", file=sys.stderr)

@@ -124,7 +124,7 @@ def top_words(scores: list[float], k: int, seed: int) -> list[int]:
     the faithfulness measures order them, not by position."""
     import numpy as np
 
-    from attnkit.analysis.faithfulness import ranking
+    from attnkit.analysis.rationale import ranking
 
     return ranking(scores, np.random.default_rng(seed))[:k]
 

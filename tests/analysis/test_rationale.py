@@ -122,4 +122,14 @@ def test_the_command_prints_the_rationale_and_measures_softmax_at_the_sparse_len
     capsys.readouterr()
     assert main([*base, "--model", str(soft), "--output", str(tmp_path / "y.json"), "--rationale-lengths", str(plain)]) == 2
     assert "has no rationale lengths" in capsys.readouterr().err
+    # a hand-made report: a rationale that is not an object, too few lengths, a length past its text's words
+    cases = (([1], "has no rationale lengths"), ({"lengths": [1, 1]}, "2 lengths for 3 texts"),
+             ({"lengths": [99, 1, 1]}, "length 99 for text 1, which has 7 words"))
+    for i, (rationale, needle) in enumerate(cases):
+        bad = tmp_path / f"bad{i}.json"
+        real = json.loads((tmp_path / "sparse.json").read_text())  # the same texts (their sha256), edited lengths
+        bad.write_text(json.dumps(real | {"rationale": rationale}))
+        assert main([*base, "--model", str(soft), "--output", str(tmp_path / "z.json"), "--rationale-lengths", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and f"--rationale-lengths {bad}" in err and needle in err, err
     assert snapshot(data) == before

@@ -67,6 +67,9 @@ def test_threads_option(tiny_bert, data, tmp_path, capsys, monkeypatch):
         main(["predict", "--model", str(tmp_path / "o"), "--threads", "0", "x"])
     assert e.value.code == 2
     assert "argument --threads: expected a whole number >= 1, got '0'" in capsys.readouterr().err
+    # far above the cores torch's pool crashes (an overflow, a segfault): refused before torch is asked
+    assert main(["predict", "--model", str(tmp_path / "o"), "--threads", "99999999999", "x"]) == 2
+    assert "--threads 99999999999: expected at most" in capsys.readouterr().err and seen == [1]
 
 
 
