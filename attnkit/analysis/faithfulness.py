@@ -245,7 +245,7 @@ class WordClassifier:
 
 def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales: Sequence[Sequence[bool]] | None = None,
                         seed: int = 0, progress: bool = True, percents=PERCENTS, tie_draws: int = TIE_DRAWS,
-                        rationale_lengths: Sequence[int | None] | None = None) -> dict:
+                        rationale_lengths: Sequence[int | None] | None = None, rationale_only: bool = False) -> dict:
     """Every measure of every explanation over ``texts`` (``rationales``: per text, per word, whether it carries the
     label; gives plausibility). Means over the examples; per-example values are not kept. Tied words are ordered at
     random, the erasure measures averaged over ``tie_draws`` seeded draws; ``tie_share`` per explanation: the share of
@@ -253,7 +253,9 @@ def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales
     texts were longer and read in part (:meth:`WordClassifier.is_cut`). ``rationale``
     (:mod:`attnkit.analysis.rationale`): where the last layer's map is sparse, or ``rationale_lengths`` (a length per
     text, e.g. a sparse model's report's ``rationale.lengths``) are given, each explanation's top words at the
-    rationale's length as a hard rationale; ``texts_sha256`` names the texts, so that lengths meet their texts."""
+    rationale's length as a hard rationale; ``texts_sha256`` names the texts, so that lengths meet their texts.
+    ``rationale_only``: that rationale alone (no measures at k%, no Kendall's tau, no plausibility; the same
+    rationale numbers as the full report's, at a fraction of its forward passes)."""
     texts = list(texts)
     rng = np.random.default_rng(seed)
     lay = attention_layer(clf.model)
@@ -273,14 +275,16 @@ def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales
         used += 1
         cut += clf.is_cut(words)
         target, scores = clf.explain(words, rng)
+        tally.add(i, clf.probs, words, target, scores, rng=rationale_rng, tie_draws=tie_draws,
+                  gold=rationales[i] if rationales is not None else None)
+        if rationale_only:
+            continue
         m = erasure_measures(clf.probs, words, target, scores, percents, rng=tie_rng, tie_draws=tie_draws)
         for e in EXPLANATIONS:
             comp[e].append(m[e]["comprehensiveness"])
             suff[e].append(m[e]["sufficiency"])
             tied[e][0] += m[e]["tied"]
             tied[e][1] += m[e]["slots"]
-        tally.add(i, clf.probs, words, target, scores, rng=rationale_rng, tie_draws=tie_draws,
-                  gold=rationales[i] if rationales is not None else None)
         for (a, g), ts in taus.items():
             t = kendall_tau(scores[a], scores[g])
             if t is not None:
@@ -293,7 +297,10 @@ def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales
     if not used:
         raise UserError("no example with words to explain")
     report = {"examples": used, "percents": list(percents), "tie_draws": tie_draws, "attention_layer": lay,
-              "max_length": clf.max_length, "texts_cut": cut, "texts_sha256": texts_sha256(texts), "explanations": {}}
+              "max_length": clf.max_length, "texts_cut": cut, "texts_sha256": texts_sha256(texts)}
+    if rationale_only:
+        return report | ({"rationale": tally.report(len(texts))} if tally.active else {})
+    report["explanations"] = {}
     for e in EXPLANATIONS:
         c, s = np.asarray(comp[e]), np.asarray(suff[e])
         row = {"comprehensiveness": c.mean(0).tolist(), "sufficiency": s.mean(0).tolist(),

@@ -53,7 +53,7 @@ def measure(run: Path, soft_run: Path, task: str, seed: int, a) -> dict:
         info = test_metric(folder, task)
         clf = WordClassifier(model, tok, max_length=info["max_length"], ig_steps=a.ig_steps)
         rep = faithfulness_report(clf, texts, rationales=gold, seed=seed, tie_draws=a.tie_draws,
-                                  rationale_lengths=lengths, progress=False)
+                                  rationale_lengths=lengths, progress=False, rationale_only=True)
         if "rationale" not in rep:
             raise SystemExit(f"{folder}: its last layer's attention is not sparse: it has no support to measure")
         out[part] = rep["rationale"]

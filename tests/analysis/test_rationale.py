@@ -94,6 +94,13 @@ def test_a_sparse_models_rationale_is_its_attentions_support(pair):
     # some text's support leaves words out (the map is sparse), and the support is never decided by a tie
     assert any(k < len(t.split()) for t, k in zip(texts, rat["lengths"]))
     assert rat["explanations"]["attention"]["tie_share"] == 0.0
+    # the rationale alone (what the study measures) is the full report's rationale, number for number, without the rest
+    alone = faithfulness_report(clf, texts, progress=False, rationale_only=True)
+    assert alone["rationale"] == rat and "explanations" not in alone and "kendall_tau" not in alone
+    soft = WordClassifier(load_model(pair[1]), load_tokenizer(pair[1]), max_length=32, ig_steps=2)
+    full = faithfulness_report(soft, texts, progress=False, rationale_lengths=rat["lengths"])
+    assert faithfulness_report(soft, texts, progress=False, rationale_lengths=rat["lengths"], rationale_only=True)["rationale"] == full["rationale"]
+    assert "rationale" not in faithfulness_report(soft, texts, progress=False, rationale_only=True)
 
 
 def test_the_command_prints_the_rationale_and_measures_softmax_at_the_sparse_lengths(pair, tmp_path, capsys):
