@@ -153,11 +153,10 @@ def _fast_call(spec: AttentionSpec, module, query, attention_mask, dropout, soft
         if spec.alpha_mix != 1.0 and spec.alpha_mix <= 0:
             return None  # a warm-up at its start: softmax
         name, options = "entmax-alpha", {"alpha": value.reshape(-1) if isinstance(value, torch.Tensor) else float(value)}
-        alpha = options["alpha"]
-        if isinstance(alpha, torch.Tensor) and _softmax_alpha(alpha):
-            return None  # some head at alpha 1 (softmax): the materialised map takes each head's alpha
-        if _softmax_alpha(alpha):  # alpha 1 is softmax (a sweep's or a warm-up's end point): not flash's map
-            return None if want else _sdpa_call(spec, dropout)
+        if _softmax_alpha(options["alpha"]):  # alpha 1 is softmax (a sweep's or a warm-up's end point): not flash's
+            # map. One alpha: torch's SDPA; a head at 1 among per-head alphas: the materialised map (each head its own)
+            per_head = isinstance(options["alpha"], torch.Tensor)
+            return None if per_head or want else _sdpa_call(spec, dropout)
 
     def call(q, k, v, mask, scaling):
         v = _value_blur(spec, v, mask)
