@@ -91,7 +91,7 @@ def model_scores(run: Path, task: str, method: str, seed: int, a) -> dict:
     for that cell: they differ where the model was trained again on another kernel version."""
     m = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").is_file() else {}
     key = m.get("main_metric", "accuracy")
-    out = {"model_test_metric": (m.get(test_split(task)) or {}).get(key)}
+    out = {"model_test_metric": (m.get(test_split(task, m)) or {}).get(key)}
     if method not in MINI:
         rec = next((r for r in stats.read_records(Path(a.table2_json)) if (r["task"], r["method"], r["seed"]) == (task, method, seed)), None)
         out["table2_test_metric"] = rec.get("test_accuracy") if rec else None  # Table 2 scores accuracy

@@ -33,7 +33,7 @@ OTHERS = (("softmax_rationale", "attention", "softmax attention"), ("rationale",
 def test_metric(run: Path, task: str) -> dict:
     """The run's model's test metric (its metrics.json) and the length it was trained at."""
     m = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").is_file() else {}
-    return {"model_test_metric": (m.get(test_split(task)) or {}).get(m.get("main_metric", "accuracy")),
+    return {"model_test_metric": (m.get(test_split(task, m)) or {}).get(m.get("main_metric", "accuracy")),
             "max_length": json.loads((run / "run_config.json").read_text())["max_length"]}
 
 
