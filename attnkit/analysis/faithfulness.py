@@ -52,7 +52,7 @@ from sklearn.metrics import average_precision_score
 from tqdm.auto import tqdm
 
 from attnkit.analysis.explain import figure_path, pyplot, save_figure
-from attnkit.analysis.rationale import RationaleTally, ranking  # noqa: F401  (ranking: the measures' word order, kept here too)
+from attnkit.analysis.rationale import RationaleTally, erase, ranking  # noqa: F401  (ranking: the measures' word order, kept here too)
 from attnkit.attention.placement import attention_modules, sparse_layer_set
 from attnkit.attention.spec import spec_of
 from attnkit.errors import UserError
@@ -95,12 +95,8 @@ def erasure_texts(words: list[str], scores: Sequence[float], percents=PERCENTS,
                   rng: np.random.Generator | None = None) -> tuple[list[list[str]], list[list[str]]]:
     """For each k: (the words without their top k%, only the top k% in their order); ties ordered by ``rng``."""
     order = ranking(scores, rng)
-    removed, kept = [], []
-    for pct in percents:
-        top = set(order[: top_count(len(words), pct)])
-        removed.append([w for i, w in enumerate(words) if i not in top])
-        kept.append([w for i, w in enumerate(words) if i in top])
-    return removed, kept
+    removed, kept = zip(*(erase(words, set(order[: top_count(len(words), pct)])) for pct in percents))
+    return list(removed), list(kept)
 
 
 def erasure_measures(predict: Callable[[list[list[str]]], np.ndarray], words: list[str], target: int,

@@ -42,6 +42,11 @@ def support_length(scores: Sequence[float]) -> int:
     return int(np.count_nonzero(np.asarray(scores, dtype=float) > 0))
 
 
+def erase(words: list[str], top: set[int]) -> tuple[list[str], list[str]]:
+    """(the words without those at the positions ``top``, only those, in their order): a rationale removed and kept."""
+    return [w for i, w in enumerate(words) if i not in top], [w for i, w in enumerate(words) if i in top]
+
+
 def cut_is_tied(scores: Sequence[float], k: int) -> bool:
     """Whether the top ``k`` of ``scores`` is decided by a tie (the k-th and the (k+1)-th score are equal)."""
     s = np.sort(np.asarray(scores, dtype=float))[::-1]
@@ -72,7 +77,7 @@ def rationale_measures(predict: Callable[[list[list[str]]], np.ndarray], words: 
         for _ in range(draws):
             top = set(ranking(scores, rng)[:k])
             chosen[name].append(top)
-            batch += [[w for i, w in enumerate(words) if i not in top], [w for i, w in enumerate(words) if i in top]]
+            batch += erase(words, top)
     p = np.asarray(predict(batch))[:, target]
     out = {}
     for name, (s, draws, tied) in spans.items():
@@ -107,7 +112,9 @@ class RationaleTally:
         """Text ``i``'s rationale length: the given one, else its own support (None: nothing to measure)."""
         k = self.given[i] if self.given is not None else support_length(scores["attention"]) if self.own else None
         n = len(scores["attention"])
-        return None if not k else min(int(k), n)
+        if k and k > n:  # given lengths of other texts (attnkit faithfulness --rationale-lengths names its file)
+            raise UserError(f"rationale length {k} for text {i + 1}, which has {n} words: the lengths are of other texts")
+        return int(k) if k else None
 
     def add(self, i: int, predict, words, target, scores, *, rng, tie_draws, gold=None) -> None:
         k = self.length(i, scores) if self.active else None

@@ -59,6 +59,9 @@ def test_a_report_measures_given_lengths_text_by_text(one_word):  # noqa: F811
     assert "rationale" not in faithfulness_report(one_word, texts[:1], progress=False)
     with pytest.raises(UserError, match="lengths for 2 texts given for 4 texts"):
         faithfulness_report(one_word, texts, progress=False, rationale_lengths=[1, 2])
+    # a length past its text's words (lengths of other texts): refused as the command refuses it, not cut short
+    with pytest.raises(UserError, match="rationale length 5 for text 3, which has 3 words"):
+        faithfulness_report(one_word, texts, progress=False, rationale_lengths=[1, 4, 5, None])
 
 
 @pytest.fixture(scope="module")
