@@ -13,7 +13,7 @@ from attnkit.attention.normalisers import LEARNED
 from attnkit.attention.spec import AttentionSpec, spec_of
 from attnkit.cli import main
 from attnkit.models.build import build_classifier
-from attnkit.models.checkpoint import load_model, load_tokenizer
+from attnkit.models.checkpoint import load_model, load_tokenizer, set_attention
 
 pytestmark = pytest.mark.slow
 
@@ -103,6 +103,22 @@ def test_learned_alpha_with_warmup_trains_saves_and_reloads(tiny_bert, tiny_task
     assert torch.allclose(torch.tensor(learned_values(model, "alpha")), torch.tensor(alphas), atol=1e-6)
     spec = spec_of(model.config)
     assert spec.learned == "alpha" and spec.alpha_mix == 1.0  # the warm-up ended: the saved model runs at its learned alpha
+
+
+def test_the_recipe_with_alpha_warmup_ends_sparse_in_the_last_layer_only(tiny_bert, tiny_task, tmp_path):
+    """--recipe faithful's layers with alpha's warm-up (a remedy the SSAF study tries): the warm-up runs the last
+    layer from softmax to 1.5-entmax, and the saved model is the recipe (the other layers softmax throughout)."""
+    out = tmp_path / "rw"
+    assert main(args(tiny_bert, tiny_task, out, "--attention", "entmax15", "--sparse-layers", "last", "--alpha-warmup", "0.5")) == 0
+    model = load_model(out / "model")
+    spec = spec_of(model.config)
+    assert spec.sparse_layers == "last" and spec.alpha_mix == 1.0 and spec.attention == "entmax15"
+    tok = load_tokenizer(out / "model")
+    att = logits_of(model, tok, SENTS, output_attentions=True).attentions
+    set_attention(model, AttentionSpec("softmax"))  # the same weights, every layer softmax
+    soft = logits_of(model, tok, SENTS, output_attentions=True).attentions
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(att[:-1], soft[:-1]))  # the first layers: softmax
+    assert (att[-1] - soft[-1]).abs().max() > 1e-3  # the last: 1.5-entmax
 
 
 def test_alpha_warmup_starts_at_softmax(tiny_bert):
