@@ -97,6 +97,9 @@ def _kernel_choice() -> str:
     if MODE == "triton" and triton_kernels() is None:
         raise UserError(f"ATTNKIT_KERNEL=triton, but the Triton kernels are unavailable ({_triton_why}): install "
                          "triton (pip install -e '.[gpu]') or set ATTNKIT_KERNEL=auto")
+    if MODE == "triton" and os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
+        raise UserError("ATTNKIT_KERNEL=triton, but this machine has no CUDA GPU: Triton's kernels run on one, or on the "
+                        "CPU under TRITON_INTERPRET=1 (slow: for testing); set ATTNKIT_KERNEL=auto")
     return MODE
 
 

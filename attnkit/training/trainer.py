@@ -19,7 +19,7 @@ from attnkit.attention.normalisers import LEARNED
 from attnkit.errors import UserError
 from attnkit.models.pooling import layer_weight_parameters
 from attnkit.models.resolve import check_max_length, resolve_model
-from attnkit.runfiles.atomic import is_main_process, write_json_atomic
+from attnkit.runfiles.atomic import is_main_process, launch_ranks, write_json_atomic
 from attnkit.runfiles.names import WRITTEN_BY
 from attnkit.runfiles.ownership import make_way, write_folder_manifest
 from attnkit.training.checkpoints import (
@@ -168,7 +168,7 @@ def check_warmups(cfg: TrainConfig, n_train: int) -> None:
     the run (``--max-steps``, else ``n_train`` examples for ``--epochs`` at ``--batch-size`` per process and device:
     under ``torchrun`` each step takes a batch on every process, on one process the Trainer's DataParallel one on
     every GPU): its schedule would never reach its target."""
-    devices = int(os.environ.get("WORLD_SIZE", "0")) or max(1, torch.cuda.device_count())
+    devices = launch_ranks()[1] if "WORLD_SIZE" in os.environ else max(1, torch.cuda.device_count())
     steps = cfg.max_steps if cfg.max_steps > 0 else math.ceil(n_train / (cfg.batch_size * devices) * cfg.epochs)
     for name, w in (("--warmup", cfg.warmup_ratio), ("--lam-warmup", cfg.lam_warmup), ("--alpha-warmup", cfg.alpha_warmup)):
         if w >= 1 and w >= steps:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnkit.attention import kernels
 
@@ -238,6 +239,23 @@ def test_attnkit_kernel_triton_without_triton_is_refused(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     (line,) = r.stdout.strip().splitlines()
     assert line.startswith("refused: ATTNKIT_KERNEL=triton") and "triton" in line.split(":", 2)[2], line
+
+
+def test_attnkit_kernel_triton_without_a_gpu_or_the_interpreter_is_refused(tmp_path):
+    """Triton's kernels run on a CUDA GPU or under TRITON_INTERPRET=1: without either it crashed inside Triton
+    ("0 active drivers"); with the interpreter it runs (how the tests run it)."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU: Triton runs")
+    code = ("import torch, attnkit\nfrom attnkit.errors import UserError\n"
+            "try:\n    print(attnkit.sparsemax(torch.tensor([[3.0, 1.0, 0.0]])).tolist())\nexcept UserError as e:\n    print('refused:', e)\n")
+    env = env_for(tmp_path / "ext", ATTNKIT_KERNEL="triton")
+    env.pop("TRITON_INTERPRET", None)
+    r = run(code, env, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == ("refused: ATTNKIT_KERNEL=triton, but this machine has no CUDA GPU: Triton's kernels run on "
+                                "one, or on the CPU under TRITON_INTERPRET=1 (slow: for testing); set ATTNKIT_KERNEL=auto")
+    r = run(code, env | {"TRITON_INTERPRET": "1"}, timeout=240)
+    assert r.returncode == 0 and r.stdout.strip() == "[[1.0, 0.0, 0.0]]", r.stderr[-2000:]
 
 
 @pytest.mark.slow

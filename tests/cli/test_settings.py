@@ -167,11 +167,28 @@ def test_a_warmup_counts_the_steps_of_every_process(monkeypatch):
     from attnkit.training.trainer import check_warmups
 
     cfg = TrainConfig(batch_size=10, epochs=1, warmup_ratio=5)
+    monkeypatch.setenv("RANK", "0")  # torchrun sets both
     monkeypatch.setenv("WORLD_SIZE", "1")
     check_warmups(cfg, 100)
     monkeypatch.setenv("WORLD_SIZE", "4")
     with pytest.raises(ValueError, match="--warmup 5: the run has 3 steps"):
         check_warmups(cfg, 100)
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"RANK": "abc", "WORLD_SIZE": "2"}, "environment variable RANK='abc': expected a whole number"),
+    ({"WORLD_SIZE": "abc"}, "environment variable WORLD_SIZE='abc': expected a whole number"),
+    ({"RANK": "1"}, "RANK is set but WORLD_SIZE is not"),
+    ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2 and WORLD_SIZE=2: expected 0 <= RANK < WORLD_SIZE"),
+])
+def test_torchruns_variables_are_checked_before_anything_is_made(tiny_bert, data, tmp_path, capsys, monkeypatch, env, needle):
+    """A rank that is not a number crashed in int(); a rank alone (no world) trained silently, wrote nothing of the
+    run's record and kept its checkpoint (every non-zero rank leaves the writing to rank 0)."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert main(four_step_train_args(tiny_bert, data, tmp_path / "o")) == 2
+    error_line(capsys, needle)
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_warmup_longer_than_the_run_is_refused(tiny_bert, data, tmp_path, capsys):
