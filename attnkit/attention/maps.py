@@ -178,11 +178,24 @@ _FLOAT8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "flo
 
 
 def check_dim(dim) -> int:
-    """``dim`` as an int: the maps normalise along one dimension (a tuple or a float is refused in one line)."""
+    """``dim`` as an int: the maps normalise along one dimension (a tuple, a float or a bool is refused in one line)."""
     try:
+        if isinstance(dim, bool):
+            raise TypeError
         return operator.index(dim)
     except TypeError:
         raise TypeError(f"dim must be one int (the dimension whose entries sum to 1), got {dim!r}") from None
+
+
+def check_topk(topk) -> int:
+    """``topk`` as an int >= 0 (the entries sorted first; 0: all): it changes the speed only, never the result."""
+    try:
+        k = None if isinstance(topk, bool) else operator.index(topk)
+    except TypeError:
+        k = None
+    if k is None or k < 0:
+        raise UserError(f"topk must be a whole number >= 0 (how many entries are sorted first; 0: all), got {topk!r}")
+    return k
 
 
 def rowwise(fn, scores: torch.Tensor, dim: int, *, pass_dim: bool = False) -> torch.Tensor:
@@ -217,6 +230,7 @@ def rowwise(fn, scores: torch.Tensor, dim: int, *, pass_dim: bool = False) -> to
 
 
 def _apply(z: torch.Tensor, scale: float, dim: int, topk: int) -> torch.Tensor:
+    topk = check_topk(topk)
     return rowwise(lambda work: _SparsemaxFunction.apply(work, scale, topk), z, dim)
 
 

@@ -110,7 +110,9 @@ class AttentionSpec:
             raise UserError(f"alpha={self.alpha:g}: only {' or '.join(names_with(setting='alpha'))} has an alpha to choose (the attention is {name})")
         if self.alpha_mix != 1.0 and norm.anneal != "alpha":
             raise UserError(f"alpha_mix={self.alpha_mix:g}: only the entmax maps have a softmax-to-sparse mix (the attention is {name})")
-        # (a blur's shape without a blur stays allowed: saved configs hold one, e.g. benchmarks/sesame.py's blur_sigma 0.5)
+        if self.blur == "none" and (self.blur_size, self.blur_sigma) != (AttentionSpec.blur_size, AttentionSpec.blur_sigma):
+            raise UserError(f"blur_size={self.blur_size}, blur_sigma={self.blur_sigma:g}: they shape a blur, and there is none "
+                            "(add blur='context' or blur='value')")
 
     @property
     def normaliser(self) -> Normaliser:
@@ -202,10 +204,13 @@ def upgraded(d: dict[str, Any], where: str = f"config '{CONFIG_KEY}'") -> dict[s
 
 def spec_dict(d: dict[str, Any]) -> dict[str, Any]:
     """A stored spec's dict as this attnkit reads it: :func:`upgraded`, and without the lam an older attnkit recorded
-    for a map that has none (the task's paper lam beside 1.5-entmax: ignored then, refused now)."""
+    for a map that has none (the task's paper lam beside 1.5-entmax: ignored then, refused now), or a blur's shape
+    recorded without a blur."""
     d = upgraded(d)
     if d.get("lam") and isinstance(d.get("attention"), str) and _setting_of(d["attention"]) not in (None, "lam"):
         d = {k: v for k, v in d.items() if k != "lam"}
+    if d.get("blur", "none") == "none":  # a blur's shape recorded without a blur (ignored then, refused now)
+        d = {k: v for k, v in d.items() if k not in ("blur_size", "blur_sigma")}
     return d
 
 

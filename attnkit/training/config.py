@@ -191,7 +191,8 @@ class TrainConfig:
         if (self.alpha != 1.5 or self.learned == "alpha") and setting != "alpha":
             raise UserError(f"--alpha/--learn-alpha: need --attention {' or '.join(names_with(setting='alpha'))}, not {self.attention}")
         try:
-            return AttentionSpec(self.attention, lam if setting == "lam" else 0.0, blur=self.blur, blur_size=self.blur_size, blur_sigma=self.blur_sigma,
+            shape = {"blur_size": self.blur_size, "blur_sigma": self.blur_sigma} if self.blur != "none" else {}  # (the CLI refuses a shape without a blur)
+            return AttentionSpec(self.attention, lam if setting == "lam" else 0.0, blur=self.blur, **shape,
                                  learned=self.learned, alpha=self.alpha, sparse_layers=self.sparse_layers)
         except ValueError as e:
             msg = re.sub(r"^learned=(\w+)", r"--learn-\1", str(e))  # learned=lam needs ... -> --learn-lam needs ...

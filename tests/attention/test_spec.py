@@ -29,7 +29,8 @@ def test_attention_spec_keeps_what_it_uses():
     assert AttentionSpec("entmax-alpha", alpha=1.2).alpha == 1.2
     assert AttentionSpec("entmax15", alpha_mix=0.5).alpha_mix == 0.5
     assert AttentionSpec("softmax", blur="value", blur_size=5).blur_size == 5
-    assert AttentionSpec("softmax", blur_sigma=0.5).blur == "none"  # saved configs hold a shape without a blur: they load
+    # saved configs hold a shape without a blur: they load (without it; given anew it is refused, below)
+    assert AttentionSpec.from_dict({"attention": "softmax", "blur_sigma": 0.5}) == AttentionSpec("softmax")
     with pytest.raises(ValueError, match="needs a sparse attention"):
         replace(AttentionSpec("sparsemax", sparse_layers="last"), attention="softmax")
 
@@ -63,3 +64,24 @@ def test_a_lam_for_a_map_without_one_is_refused_as_the_command_line_refuses_it()
         attnkit.entmax_bisect(torch.randn(2, 3), alpha=True)
     with pytest.raises(UserError, match="alpha must be a real number"):
         AttentionSpec("entmax-alpha", alpha=True)
+
+
+def test_a_blurs_shape_without_a_blur_is_refused_as_the_command_line_refuses_it(tiny_bert):
+    """AttentionSpec and sparsify accepted (and recorded) a blur's width and sigma with no blur, which the command
+    line refuses; a config that recorded one still loads, without it."""
+    from transformers import AutoModel
+
+    import attnkit
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.errors import UserError
+    from attnkit.training.config import TrainConfig
+
+    for kw in ({"blur_size": 7}, {"blur_sigma": 0.5}):
+        with pytest.raises(UserError, match="they shape a blur, and there is none"):
+            AttentionSpec("sparsemax", **kw)
+        with pytest.raises(UserError, match="they shape a blur, and there is none"):
+            attnkit.sparsify(AutoModel.from_pretrained(tiny_bert), attention="softmax", **kw)
+    assert AttentionSpec("sparsemax", blur="context", blur_size=7).blur_size == 7
+    assert AttentionSpec.from_dict({"attention": "sparsemax", "blur": "none", "blur_sigma": 0.5}) == AttentionSpec("sparsemax")
+    # a training config's default shape without a blur (as the studies give it) is no blur, not a refusal
+    assert TrainConfig(attention="sparsemax", blur_sigma=0.5).spec() == AttentionSpec("sparsemax")

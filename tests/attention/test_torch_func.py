@@ -62,9 +62,27 @@ def test_what_the_maps_cannot_take_is_refused_in_one_line(name):
     z = torch.randn(3, 5)
     with pytest.raises(TypeError, match=re.escape("dim must be one int (the dimension whose entries sum to 1), got (0, 1)")):
         f(z, dim=(0, 1))
+    with pytest.raises(TypeError, match=re.escape("dim must be one int (the dimension whose entries sum to 1), got True")):
+        f(z, dim=True)  # a bool was read as dim 1
     with pytest.raises(TypeError, match="scores is a sparse_coo tensor: the sparse maps take dense"):
         f(z.to_sparse())
     with pytest.raises(TypeError, match="scores is a nested tensor: the sparse maps take dense"):
         f(torch.nested.nested_tensor([torch.randn(2, 5), torch.randn(3, 5)]))
     meta = f(torch.empty(3, 5, device="meta"))
     assert meta.device.type == "meta" and meta.shape == (3, 5)
+
+
+@pytest.mark.parametrize("topk", [None, 1.5, True, "4", -1])
+def test_a_topk_that_is_not_a_count_is_refused_on_every_path(topk, monkeypatch):
+    """topk (how many entries are sorted first) changes speed only: the compiled path ignored a wrong one, the torch
+    path failed in torch's words; now both refuse it naming topk, and every count gives the same map."""
+    from attnkit.attention import kernels
+    from attnkit.errors import UserError
+
+    z = torch.randn(3, 7, dtype=torch.float64)
+    for mode in ("auto", "torch"):
+        monkeypatch.setattr(kernels, "MODE", mode)
+        for f in (attnkit.sparsemax, lambda v, topk: attnkit.sparsegen_lin(v, 0.3, topk=topk)):
+            with pytest.raises(UserError, match=re.escape(f"topk must be a whole number >= 0 (how many entries are sorted first; 0: all), got {topk!r}")):
+                f(z, topk=topk)
+        assert all(torch.equal(attnkit.sparsemax(z, topk=k), attnkit.sparsemax(z)) for k in (0, 1, 3, 7, 100))
