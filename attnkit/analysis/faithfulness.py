@@ -39,7 +39,6 @@ precision-recall curve) of each explanation's ranking against them.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -56,6 +55,7 @@ from attnkit.analysis.rationale import RationaleTally, erase, ranking  # noqa: F
 from attnkit.attention.placement import attention_modules, sparse_layer_set
 from attnkit.attention.spec import spec_of
 from attnkit.errors import UserError
+from attnkit.tasks.readers import texts_sha256
 
 #: the k of "top k% of the words" at which the erasure measures are taken
 PERCENTS = (1, 5, 10, 20, 50)
@@ -310,11 +310,6 @@ def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales
     if tally.active:
         report["rationale"] = tally.report(len(texts))
     return report
-
-
-def texts_sha256(texts: Sequence[str]) -> str:
-    """The texts' fingerprint (a report's rationale lengths belong to these texts, in this order)."""
-    return hashlib.sha256("\n".join(texts).encode()).hexdigest()
 
 
 def plot_faithfulness(report: dict, path, title: str = ""):

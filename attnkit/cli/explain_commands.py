@@ -17,7 +17,6 @@ from attnkit.analysis.faithfulness import (
     WordClassifier,
     faithfulness_report,
     plot_faithfulness,
-    texts_sha256,
 )
 from attnkit.analysis.html_view import write_html
 from attnkit.analysis.inference import (
@@ -38,7 +37,7 @@ from attnkit.runfiles.names import WRITTEN_BY
 from attnkit.runfiles.ownership import check_side_file, record_output
 from attnkit.tasks import default_data_dir
 from attnkit.tasks.lemmas import LemmatizingTokenizer
-from attnkit.tasks.readers import check_argument_text, is_blank
+from attnkit.tasks.readers import check_argument_text, is_blank, texts_sha256
 from attnkit.tasks.sst import sst_rationales
 from attnkit.training.config import MODEL_DIR, check_seed
 

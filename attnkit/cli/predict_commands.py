@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from attnkit.analysis.explain import (
@@ -42,7 +43,7 @@ from attnkit.tasks.glue import (
     write_submission,
 )
 from attnkit.tasks.metrics import predictions_of
-from attnkit.tasks.readers import check_argument_text, is_blank, read_jsonl
+from attnkit.tasks.readers import check_argument_text, is_blank, read_jsonl, texts_sha256
 from attnkit.tasks.squad import evaluate_qa, load_squad, predict_answers
 
 
@@ -92,12 +93,31 @@ def cmd_evaluate(a) -> int:
     where = f" in {a.data_dir}" if a.data_dir else ""
     metrics = evaluate_split(model, tok, data.splits[a.split], batch_size=a.batch_size, max_length=a.max_length, kind=data.metric,
                              what=f"the {a.split} split of task {task}{where}")
-    metrics = {"task": task, "split": a.split, "model": str(d), **metrics, WRITTEN_BY: "attnkit evaluate"}
+    split = data.splits[a.split]
+    texts = split["text"] if "text_pair" not in split.column_names else [f"{t}\t{p}" for t, p in zip(split["text"], split["text_pair"])]
+    data_dir = a.data_dir or default_data_dir()
+    metrics = {"task": task, "split": a.split, "model": str(d), **metrics,
+               "data_dir": str(Path(data_dir).resolve()) if data_dir else None, "texts_sha256": texts_sha256(texts),
+               WRITTEN_BY: "attnkit evaluate"}
+    if not a.output:
+        _say_other_data(out, metrics)
     write_json_atomic(out, metrics)
     for k, v in metrics.items():
         print(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}")
     print(f"[attnkit] metrics written to {out}")
     return 0
+
+
+def _say_other_data(out: Path, metrics: dict) -> None:
+    """One line where the default output about to be replaced measured other texts (another data folder): the
+    earlier result is not silently swapped for another data set's."""
+    try:
+        old = json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(old, dict) and old.get("texts_sha256") not in (None, metrics["texts_sha256"]):
+        print(f"[attnkit] {out} held the evaluation of other texts (n {old.get('n')}, data {old.get('data_dir')}): replaced "
+              "by this one; give --output to keep both", file=sys.stderr)
 
 
 def _evaluate_hans(a, d: Path, model, tok) -> int:
@@ -228,6 +248,10 @@ def _predict_split(a) -> int:
 
 def cmd_predict(a) -> int:
     if a.split:
+        given = [o for o, v in (("texts", a.texts), ("--file", a.file), ("--question", a.question), ("--context", a.context)) if v]
+        if given:  # they were dropped without a word
+            raise UserError(f"{', '.join(given)} cannot be given with --split {a.split} (which predicts every row of the split): "
+                            "give one or the other")
         return _predict_split(a)
     if not (a.texts or a.file or a.question or a.context):  # before loading the model: nothing to do
         raise UserError("nothing to predict: give texts as arguments, --file with one text per line, or --question and --context")

@@ -7,6 +7,7 @@ expected, before any row reaches ``datasets``.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import unicodedata
@@ -172,6 +173,9 @@ def read_table(path: Path, fmt: str, required: list[str]) -> Iterator[tuple[int,
             continue
         if len(fields) != len(header):
             raise DataFormatError(path, line, f"expected {len(header)} fields ({', '.join(header)}), found {len(fields)}")
+        if [f.strip() for f in fields] == header:  # files joined with cat: the second file's header is not an example
+            raise DataFormatError(path, line, f"a second header row ({', '.join(header)}): expected one at line 1 only "
+                                  "(files joined with cat? drop the later header lines)")
         yield line, dict(zip(header, fields))
     if header is None:
         raise DataFormatError(path, 1, "expected a header row naming the columns, found an empty file")
@@ -218,3 +222,8 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                                   "key once (which value is meant cannot be told)")
         record.pop(_DUPLICATE_KEY, None)
         yield line, record
+
+
+def texts_sha256(texts) -> str:
+    """The texts' fingerprint, in their order (a report's rationale lengths, an evaluation: which texts they measured)."""
+    return hashlib.sha256("\n".join(texts).encode()).hexdigest()

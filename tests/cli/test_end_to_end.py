@@ -68,6 +68,29 @@ def test_evaluate_prints_and_writes_json(trained, capsys, tmp_path):
     assert ev["accuracy"] == pytest.approx(best, abs=1e-6)  # the saved model is the best dev checkpoint
 
 
+def test_evaluate_records_its_data_and_says_when_it_replaces_another_sets_result(trained, capsys, tmp_path):
+    """The default output (eval_<task>_<split>.json in the model) of one data folder was replaced by another folder's
+    without a word, and did not say which data it measured."""
+    import shutil
+
+    out, data = trained
+    model = shutil.copytree(out, tmp_path / "m")
+    small = shutil.copytree(data, tmp_path / "small")
+    dev = (small / "dev.csv").read_text().splitlines(keepends=True)
+    (small / "dev.csv").write_text("".join(dev[:4]))
+    assert main(["evaluate", "--model", str(model), "--data-dir", str(data)]) == 0
+    capsys.readouterr()
+    first = json.loads((model / "model" / "eval_csv_validation.json").read_text())
+    assert first["data_dir"] == str(data.resolve()) and len(first["texts_sha256"]) == 64
+    assert main(["evaluate", "--model", str(model), "--data-dir", str(data)]) == 0  # the same texts again: nothing to say
+    assert "held the evaluation of other texts" not in capsys.readouterr().err
+    assert main(["evaluate", "--model", str(model), "--data-dir", str(small)]) == 0
+    err = capsys.readouterr().err
+    assert f"held the evaluation of other texts (n {first['n']}, data {data.resolve()}): replaced by this one" in err
+    second = json.loads((model / "model" / "eval_csv_validation.json").read_text())
+    assert second["n"] == 3 and second["data_dir"] == str(small.resolve()) and second["texts_sha256"] != first["texts_sha256"]
+
+
 def test_predict_arguments_and_file(trained, capsys, tmp_path):
     out, _ = trained
     f = tmp_path / "in.txt"

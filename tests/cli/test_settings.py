@@ -123,6 +123,9 @@ def test_more_settings_that_were_silently_odd(tiny_bert, data, tmp_path, capsys,
     (["evaluate", "--hans-per-subcase", "5"], "--hans-per-subcase 5: only with --task hans"),
     (["evaluate", "--output", "m.png"], "must end in .json"),
     (["predict", "--file", "."], "is a folder"),
+    # a split's predictions dropped the texts and the file given beside it
+    (["predict", "--split", "validation", "--task", "csv", "good film"], "texts cannot be given with --split validation"),
+    (["predict", "--split", "validation", "--task", "csv", "--file", "t.txt"], "--file cannot be given with --split validation"),
 ])
 def test_inference_options_that_would_be_ignored_or_misread(user_run, data, tmp_path, capsys, monkeypatch, argv, needle):
     monkeypatch.chdir(tmp_path)

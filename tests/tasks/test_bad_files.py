@@ -23,6 +23,20 @@ def test_csv_header_naming_a_column_twice_is_refused(tmp_path):
     assert snapshot(data) == before
 
 
+@pytest.mark.parametrize("fmt,sep", [("csv", ","), ("tsv", "\t")])
+def test_a_second_header_row_is_refused(tmp_path, fmt, sep):
+    """Two files joined with cat: the second header became an example of class 'label' (a third class)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    part = f"text{sep}label\ngood film{sep}pos\nbad film{sep}neg\n"
+    (data / f"train.{fmt}").write_text(part + part.replace("text", " text"))  # (spaces around a name are no different)
+    (data / f"dev.{fmt}").write_text(part)
+    before = snapshot(data)
+    with pytest.raises(DataFormatError, match=rf"train\.{fmt}, line 4: a second header row \(text, label\): expected one at line 1 only"):
+        load_task(fmt, data_dir=data)
+    assert snapshot(data) == before
+
+
 def test_jsonl_object_giving_a_key_twice_is_refused(tmp_path):
     """`{"text": "a", "text": "b"}`: json keeps the last value silently."""
     data = tmp_path / "data"
