@@ -10,7 +10,9 @@ import itertools
 import json
 import os
 import re
+import signal
 import socket
+import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -102,18 +104,34 @@ class OutputBatch:
         for path in self.staged:  # a folder put at a target meanwhile: refused before any file is replaced
             if path.is_dir():
                 raise write_error(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
-        while self.staged:
-            path, tmp = next(iter(self.staged.items()))
-            try:
-                os.replace(tmp, path)
-            except OSError as e:
-                raise write_error(path, e) from None
-            del self.staged[path]
+        with _signals_held():  # Ctrl-C or a SIGTERM lands after the renames, never between two of them
+            while self.staged:
+                path, tmp = next(iter(self.staged.items()))
+                try:
+                    os.replace(tmp, path)
+                except OSError as e:
+                    raise write_error(path, e) from None
+                del self.staged[path]
 
     def discard(self) -> None:
         for tmp in self.staged.values():
             tmp.unlink(missing_ok=True)
         self.staged.clear()
+
+
+@contextmanager
+def _signals_held():
+    """SIGINT, SIGTERM and SIGHUP held back (delivered when the block ends) where the process can hold them (the main
+    thread on POSIX); elsewhere nothing is held. Only SIGKILL can then stop a batch between two of its renames."""
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP} if hasattr(signal, "pthread_sigmask") else set()
+    if not held or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 @contextmanager

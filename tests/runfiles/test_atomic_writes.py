@@ -63,6 +63,23 @@ def test_a_batch_that_fails_replaces_none_of_its_files(tmp_path):
     assert snapshot(tmp_path) == {"a.json": b"new a\n", "b.html": b"new b\n"}
 
 
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_during_a_batchs_renames_lands_after_them(tmp_path, sig):
+    """A kill between two renames left the new heatmap beside the old --stats: SIGTERM and Ctrl-C (SIGINT) are held
+    while a batch renames its files, and land when every one is in place (only SIGKILL cannot be held)."""
+    a, b = tmp_path / "a.png", tmp_path / "b.json"
+    a.write_text("old a")
+    b.write_text("old b")
+    code = (f"import os, signal\nfrom attnkit.runfiles.atomic import output_batch, write_text_atomic\nreal = os.replace\n"
+            f"def replace(src, dst):\n    real(src, dst)\n    os.kill(os.getpid(), signal.{sig})  # after the first rename\n"
+            f"os.replace = replace\nwith output_batch():\n    write_text_atomic({str(a)!r}, 'new a')\n"
+            f"    write_text_atomic({str(b)!r}, 'new b')\nprint('not reached')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "not reached" not in r.stdout  # the signal did land, after the renames
+    assert (a.read_text(), b.read_text()) == ("new a", "new b")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.json"]
+
+
 def test_explain_over_the_file_size_limit_keeps_the_earlier_page_and_heatmap(run, tmp_path):
     """The heatmap fits under ``ulimit -f``, the page does not: neither replaces the earlier one."""
     out, _ = run
