@@ -45,19 +45,20 @@ def encoded_batches(
     model.eval()
     device = next(model.parameters()).device
     starts = range(0, len(texts), batch_size)
-    longer, longest = 0, 0
+    longer, longest, unknown = 0, 0, []
     for i in tqdm(starts, desc=desc, unit="batch", disable=not progress or len(starts) < 2):
         a = list(texts[i : i + batch_size])
         b = list(pairs[i : i + batch_size]) if pairs is not None else None
-        n = check_readable(tokenizer, a, i)
+        n = check_readable(tokenizer, a, i, unknown=unknown if b is None else [])  # (a pair: its other text may be read)
         if b is not None:
-            n = [x + y for x, y in zip(n, check_readable(tokenizer, b, i, "the second text of pair"))]
+            n = [x + y for x, y in zip(n, check_readable(tokenizer, b, i, "the second text of pair", unknown=[]))]
         room = max_length - (tokenizer.num_special_tokens_to_add(b is not None) if hasattr(tokenizer, "num_special_tokens_to_add") else 0)
         longer, longest = longer + sum(x > room for x in n), max([longest, *n])
         enc = tokenizer(a, b, truncation=True, max_length=max_length, padding=True, return_tensors="pt", **tokenizer_kwargs)
         yield i, enc.to(device)  # a BatchEncoding: word_ids() stays available
     if longer:
         say_truncated(longer, len(texts), longest, max_length)
+    say_unknown(unknown, tokenizer)
 
 
 def say_truncated(longer: int, total: int, longest: int, max_length: int) -> None:
@@ -67,18 +68,39 @@ def say_truncated(longer: int, total: int, longest: int, max_length: int) -> Non
                 "s were" if total > 1 else " was", max_length, longest, max_length)
 
 
-def check_readable(tokenizer, texts: Sequence[str], first: int = 0, what: str = "text") -> list[int]:
+def check_readable(tokenizer, texts: Sequence[str], first: int = 0, what: str = "text", unknown: list | None = None) -> list[int]:
     """Refuse a text that gives the tokenizer no token of its own (control characters, lone combining marks, U+FFFD):
-    the model would label [CLS][SEP] as if it had read it. ``first``: the 0-based number of ``texts[0]``. Returns
-    each text's number of tokens (without the special ones; 0s for a tokenizer without special tokens)."""
+    the model would label [CLS][SEP] as if it had read it. A text of unknown words only ([UNK]: emoji, very long
+    words) is labelled, and said: added to ``unknown`` (``(number, text)``), or in one line now without it.
+    ``first``: the 0-based number of ``texts[0]``. Returns each text's number of tokens (without the special ones;
+    0s for a tokenizer without special tokens)."""
     if not hasattr(tokenizer, "num_special_tokens_to_add"):
         return [0] * len(texts)
     ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    unk = getattr(tokenizer, "unk_token_id", None)
+    found = []
     for n, (text, own) in enumerate(zip(texts, ids), first + 1):
         if not own:
             raise UserError(f"{what} {n} ({text[:40]!r}) holds no token the model can read (only control characters, "
                             "combining marks or replacement characters?): a model cannot label it")
+        if unk is not None and all(t == unk for t in own):
+            found.append((n, text))
+    if unknown is None:
+        say_unknown(found, tokenizer, what)
+    else:
+        unknown += found
     return [len(own) for own in ids]
+
+
+def say_unknown(found: list[tuple[int, str]], tokenizer, what: str = "text") -> None:
+    """One line on stderr where texts read as unknown words only ([UNK]): they are labelled, but from [UNK] alone."""
+    if not found:
+        return
+    n, text = found[0]
+    many = len(found) > 1
+    log.warning("%d %s%s read as unknown words only (%s; the first: %s %d, %r): %s label%s say%s nothing about %s words",
+                len(found), what, "s" if many else "", tokenizer.unk_token, what, n, text[:40], "their" if many else "its",
+                "s" if many else "", "" if many else "s", "their" if many else "its")
 
 
 def predict_logits(

@@ -97,7 +97,7 @@ def mini_train_settings(a, default_attention: str = "sparsegen-lin", default_lr:
     mini = is_mini_alias(a.model)
     given = [f"--{k.replace('_', '-')}" for k, v in shape.items() if v is not None]
     if given and not mini:
-        raise UserError(f"{', '.join(given)} only apply to --model mini (a checkpoint's architecture is fixed by its config.json)")
+        raise UserError(f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} to --model mini (a checkpoint's architecture is fixed by its config.json)")
     for k in ("layers", "heads", "dim", "vocab_size"):
         if shape[k] is not None and shape[k] < 1:
             raise UserError(f"--{k.replace('_', '-')} must be a positive integer, got {shape[k]}")

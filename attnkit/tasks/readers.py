@@ -210,7 +210,7 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         try:
             record = json.loads(s, object_pairs_hook=_pairs_with_keys)
         except json.JSONDecodeError as e:
-            raise DataFormatError(path, line, f"invalid JSON: {e.msg} at column {e.colno}") from None
+            raise DataFormatError(path, line, f"invalid JSON: {e.msg.removesuffix(' at')} at column {e.colno}") from None
         if not isinstance(record, dict):
             raise DataFormatError(path, line, f"expected a JSON object, found {type(record).__name__}")
         lone = next((k for k, v in record.items() if isinstance(v, str) and has_surrogate(v)), None)

@@ -228,6 +228,34 @@ def test_a_text_with_no_token_the_model_reads_is_refused_not_labelled(tiny_bert,
     assert "holds no token the model can read" in capsys.readouterr().err and not (tmp_path / "x.png").exists()
 
 
+def test_a_text_of_unknown_words_only_is_labelled_and_said(tiny_bert, tmp_path, capsys, caplog):
+    """A text the tokenizer reads as [UNK] alone (emoji, a very long word) was labelled without a word: it is
+    labelled (a file of texts is not stopped by one), and one line says which texts read as nothing but [UNK]."""
+    import json
+
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.build import build_classifier
+    from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
+
+    tok = load_tokenizer(tiny_bert)
+    model = save_checkpoint(build_classifier(tiny_bert, 2, AttentionSpec("sparsemax"), label_names=["neg", "pos"]),
+                            tmp_path / "m", tok, extra={"task": "csv", "label_names": ["neg", "pos"]})
+    texts = ["good film", "\U0001f600 \U0001f44d", "\U0001f600"]
+    assert [set(tok(t, add_special_tokens=False)["input_ids"]) == {tok.unk_token_id} for t in texts] == [False, True, True]
+    capsys.readouterr()
+    assert main(["predict", "--model", str(model), *texts]) == 0
+    out = capsys.readouterr().out
+    assert [json.loads(line)["text"] for line in out.splitlines()] == texts  # every text labelled
+    said = [r.getMessage() for r in caplog.records if "unknown words" in r.getMessage()]
+    assert said == [f"2 texts read as unknown words only ({tok.unk_token}; the first: text 2, {texts[1]!r}): their labels "
+                    "say nothing about their words"]
+    caplog.clear()
+    assert main(["predict", "--model", str(model), "good film"]) == 0
+    assert not [r for r in caplog.records if "unknown words" in r.getMessage()]
+    assert main(["explain", "--model", str(model), texts[2], "--output", str(tmp_path / "x.png")]) == 0
+    assert "the text reads as unknown words only" in capsys.readouterr().err and (tmp_path / "x.png").is_file()
+
+
 @pytest.mark.parametrize("target", ["model/config.json", ".attnkit-run.json", "run_config.json", "metrics.json"])
 def test_an_output_never_replaces_the_files_of_another_run(run, finished, data, tmp_path, capsys, target):
     other = tmp_path / "other"

@@ -259,7 +259,7 @@ def test_paper_options_on_the_command_line(tmp_path, capsys):
     assert (cfg["score_scale"], cfg["head_mode"]) == ("none", "full")
     capsys.readouterr()
     assert main(["train", "--task", "csv", "--data-dir", str(data), "--model", str(out), "--score-scale", "none"]) == 2
-    assert "--score-scale only apply to --model mini" in capsys.readouterr().err
+    assert "--score-scale only applies to --model mini" in capsys.readouterr().err
     from attnkit.training.config import PretrainConfig
 
     with pytest.raises(ValueError, match="^--head-mode 'wide': expected one of split, full$"):
@@ -531,7 +531,7 @@ def test_train_mini_from_scratch_and_option_errors(tmp_path, capsys):
     capsys.readouterr()
     # MiniBERT shape options with a checkpoint, an unknown kind, an unknown freeze group: one-line errors
     assert main(["train", "--task", "csv", "--data-dir", str(data), "--model", str(out), "--kind", "ssa"]) == 2
-    assert "--kind only apply to --model mini" in capsys.readouterr().err
+    assert "--kind only applies to --model mini" in capsys.readouterr().err
     assert main(["train", "--task", "csv", "--data-dir", str(data), "--model", "mini", "--freeze", "heads"]) == 2
     assert "--freeze 'heads'" in capsys.readouterr().err
     with pytest.raises(SystemExit):

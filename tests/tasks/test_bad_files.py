@@ -88,3 +88,13 @@ def test_a_text_of_invisible_characters_only_is_empty(saved_classifier, tmp_path
     (data / "dev.csv").write_text("text,label\ngood,positive\nbad,negative\n")
     with pytest.raises(DataFormatError, match=r"train\.csv, line 3: expected text in 'text', found an empty value"):
         load_task("csv", data_dir=data)
+
+
+def test_a_truncated_json_line_is_named_in_plain_words(tmp_path):
+    """json's "Unterminated string starting at" was printed as "... starting at at column 21"."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"text": "good film", "label": "pos"}\n{"text": "bad fi')
+    (data / "dev.jsonl").write_text('{"text": "good", "label": "pos"}\n')
+    with pytest.raises(DataFormatError, match=r"train\.jsonl, line 2: invalid JSON: Unterminated string starting at column 10$"):
+        load_task("jsonl", data_dir=data)
