@@ -32,7 +32,7 @@ from attnkit.models.resolve import is_qa_model
 from attnkit.runfiles.names import WRITTEN_BY
 from attnkit.runfiles.ownership import check_not_input, check_side_file, record_output
 from attnkit.runfiles.atomic import output_batch, write_json_atomic, write_text_atomic
-from attnkit.runfiles.json_files import path_problem
+from attnkit.runfiles.json_files import path_problem, read_json
 from attnkit.tasks import default_data_dir, is_qa_task, load_task
 from attnkit.tasks.glue import (
     HANS_FILE,
@@ -112,10 +112,10 @@ def _say_other_data(out: Path, metrics: dict) -> None:
     """One line where the default output about to be replaced measured other texts (another data folder): the
     earlier result is not silently swapped for another data set's."""
     try:
-        old = json.loads(out.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        old = read_json(out, "an earlier evaluation")
+    except (OSError, ValueError):  # none, or not one (it is replaced, as ever)
         return
-    if isinstance(old, dict) and old.get("texts_sha256") not in (None, metrics["texts_sha256"]):
+    if old.get("texts_sha256") not in (None, metrics["texts_sha256"]):
         print(f"[attnkit] {out} held the evaluation of other texts (n {old.get('n')}, data {old.get('data_dir')}): replaced "
               "by this one; give --output to keep both", file=sys.stderr)
 
