@@ -61,7 +61,9 @@ def cmd_explain(a) -> int:
         raise UserError("the text to explain is empty")
     _, model, tok = load_for_inference(a.model, qa_ok=True)
     check_text_room(a.max_length, tok, False)  # else the heatmap would show [CLS][SEP] alone
-    if check_readable(tok, [a.text], 0, "the text to explain,", unknown=(unknown := [])) and unknown:
+    unknown: list = []
+    check_readable(tok, [a.text], 0, "the text to explain,", unknown=unknown)
+    if unknown:
         print(f"attnkit explain: note: the text reads as unknown words only ({tok.unk_token}): its attention is over "
               f"{tok.unk_token} tokens, not its words", file=sys.stderr)
     maps = attention_maps(model, tok, a.text, max_length=a.max_length)

@@ -91,9 +91,9 @@ def cmd_evaluate(a) -> int:
         raise UserError(f"task {task} has labels {data.label_names} but the model predicts {list(model.config.id2label.values())}")
     out = output_path(a, a.output, "--output") if a.output else default_output(d / f"eval_{task}_{a.split}.json")
     where = f" in {a.data_dir}" if a.data_dir else ""
-    metrics = evaluate_split(model, tok, data.splits[a.split], batch_size=a.batch_size, max_length=a.max_length, kind=data.metric,
-                             what=f"the {a.split} split of task {task}{where}")
     split = data.splits[a.split]
+    metrics = evaluate_split(model, tok, split, batch_size=a.batch_size, max_length=a.max_length, kind=data.metric,
+                             what=f"the {a.split} split of task {task}{where}")
     texts = split["text"] if "text_pair" not in split.column_names else [f"{t}\t{p}" for t, p in zip(split["text"], split["text_pair"])]
     data_dir = a.data_dir or default_data_dir()
     metrics = {"task": task, "split": a.split, "model": str(d), **metrics,

@@ -27,9 +27,10 @@ def launch_ranks() -> tuple[int, int]:
     naming the variable (the run would not know which process writes)."""
     def read(name: str) -> int | None:
         raw = os.environ.get(name)
-        if raw is None or raw.strip() == "":
+        raw = None if raw is None else raw.strip()
+        if not raw:
             return None
-        if not raw.strip().isdigit():
+        if not (raw.isascii() and raw.isdigit()):  # (str.isdigit alone takes "²", which int() refuses)
             raise UserError(f"environment variable {name}={raw!r}: expected a whole number >= 0 (torchrun and accelerate "
                             f"launch set it; unset it to run alone)")
         return int(raw)

@@ -181,6 +181,7 @@ def test_a_warmup_counts_the_steps_of_every_process(monkeypatch):
 @pytest.mark.parametrize("env,needle", [
     ({"RANK": "abc", "WORLD_SIZE": "2"}, "environment variable RANK='abc': expected a whole number"),
     ({"WORLD_SIZE": "abc"}, "environment variable WORLD_SIZE='abc': expected a whole number"),
+    ({"RANK": "²", "WORLD_SIZE": "2"}, "environment variable RANK='²': expected a whole number"),  # a digit int() refuses
     ({"RANK": "1"}, "RANK is set but WORLD_SIZE is not"),
     ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2 and WORLD_SIZE=2: expected 0 <= RANK < WORLD_SIZE"),
 ])
