@@ -51,7 +51,7 @@ from sklearn.metrics import average_precision_score
 from tqdm.auto import tqdm
 
 from attnkit.analysis.explain import figure_path, pyplot, save_figure
-from attnkit.analysis.rationale import RationaleTally, erase, ranking  # noqa: F401  (ranking: the measures' word order, kept here too)
+from attnkit.analysis.rationale import RationaleTally, erase, ranking
 from attnkit.attention.placement import attention_modules, sparse_layer_set
 from attnkit.attention.spec import spec_of
 from attnkit.errors import UserError

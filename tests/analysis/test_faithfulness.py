@@ -11,8 +11,9 @@ from torch import nn
 
 from attnkit.analysis.faithfulness import (
     EXPLANATIONS, PERCENTS, WordClassifier, average_precision, erasure_measures, erasure_texts, faithfulness_report,
-    kendall_tau, ranking, tied_slots, top_count,
+    kendall_tau, tied_slots, top_count,
 )
+from attnkit.analysis.rationale import ranking
 from attnkit.cli import main
 from attnkit.models.checkpoint import load_tokenizer
 
