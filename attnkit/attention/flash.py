@@ -80,7 +80,7 @@ def backend_for(t: torch.Tensor):
     """The backend module that runs for tensors like ``t``."""
     choice = _force_backend
     if choice is None:
-        choice = "triton" if (t.device.type == "cuda" or kernels._kernel_choice() == "triton") else "cpu"  # ATTNKIT_KERNEL
+        choice = "triton" if (t.device.type == "cuda" or kernels.kernel_choice() == "triton") else "cpu"  # ATTNKIT_KERNEL
     if choice == "triton" and t.dtype == torch.float64 and t.device.type == "cpu" and _force_backend is None:
         return flash_cpu  # (the Triton kernels take no float64: CPU float64 stays exact on the blocked backend)
     if choice == "triton":

@@ -49,7 +49,7 @@ def _load():
     global _ext, _tried, _why
     if _tried:
         return _ext
-    mode = _kernel_choice()  # a wrong ATTNKIT_KERNEL is refused here, at every call
+    mode = kernel_choice()  # a wrong ATTNKIT_KERNEL is refused here, at every call
     _tried = True
     if mode in ("torch", "triton"):
         _why = f"ATTNKIT_KERNEL={mode}"
@@ -89,7 +89,7 @@ def kernel_applies(t) -> bool:
 # The answers below read files, import modules and may build the kernel: torch.compile takes each as a constant
 # of the graph, computed by calling the function (not tracing it), so a first call under tracing works.
 @torch.compiler.assume_constant_result
-def _kernel_choice() -> str:
+def kernel_choice() -> str:
     """ATTNKIT_KERNEL, checked: another value than auto/torch/triton, or triton where triton is not importable, is
     refused in one line (when the choice is consulted: importing attnkit never fails on it)."""
     if MODE not in MODES:
@@ -106,7 +106,7 @@ def _kernel_choice() -> str:
 @torch.compiler.assume_constant_result
 def _kernel_ready() -> bool:
     """Whether the compiled CPU kernel runs (ATTNKIT_KERNEL allows it, and it loaded or was built now)."""
-    return _kernel_choice() == "auto" and cpu_kernel() is not None
+    return kernel_choice() == "auto" and cpu_kernel() is not None
 
 
 @torch.compiler.assume_constant_result
@@ -189,7 +189,7 @@ def triton_kernels():
 def triton_applies(t) -> bool:
     """Whether the Triton kernels run for ``t``: a float32/64 tensor with rows of 1 to MAX_COLS entries, on CUDA (or
     any device with ATTNKIT_KERNEL=triton), and triton importable."""
-    mode = _kernel_choice()
+    mode = kernel_choice()
     if mode == "torch" or t.dtype not in (torch.float32, torch.float64) or not 0 < t.shape[-1] <= 8192:
         return False
     if mode != "triton" and t.device.type != "cuda":
@@ -233,7 +233,7 @@ def kernel_ops(backend_name: str):
 def backend() -> str:
     """'triton' where ATTNKIT_KERNEL=triton and triton is importable, 'cpp' if the compiled CPU kernel runs, else
     'torch' (CUDA tensors take Triton whenever it is importable); see :func:`backend_reason`."""
-    if _kernel_choice() == "triton":  # (refused where triton is not importable)
+    if kernel_choice() == "triton":  # (refused where triton is not importable)
         return "triton"
     return "cpp" if cpu_kernel() is not None else "torch"
 
