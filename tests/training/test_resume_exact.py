@@ -94,7 +94,7 @@ def test_adapt_resumed_after_each_checkpoint_equals_the_uninterrupted_run(adapte
     assert len(steps_logged(a)) == 8 and steps_logged(b) == steps_logged(a)
     assert b["adapted"]["mlm_loss"] == a["adapted"]["mlm_loss"]
     assert b["adapted"]["zero_share"] == a["adapted"]["zero_share"]
-    assert b["train"]["train_loss"] == pytest.approx(a["train"]["train_loss"], rel=1e-9) and "masking_note" not in b["train"]
+    assert b["train"]["train_loss"] == a["train"]["train_loss"] and "masking_note" not in b["train"]
 
 
 def _adapt_in_subprocess(tiny_bert, data, out, kill_at: int | None = None) -> subprocess.CompletedProcess:

@@ -10,7 +10,7 @@ import pytest
 from attnkit.cli import main
 from attnkit.runfiles.names import RUN_RECORD
 from attnkit.runfiles.ownership import written_by_attnkit
-from helpers import copy_run, error_line, four_step_train_args, same_metrics, snapshot_without_lock
+from helpers import copy_run, error_line, four_step_train_args, same_metrics, snapshot_without_lock, train_args
 
 pytestmark = pytest.mark.slow
 
@@ -169,8 +169,29 @@ def test_a_resumed_run_reports_the_whole_runs_train_loss(tiny_bert, data, tmp_pa
     assert main(four_step_train_args(tiny_bert, data, out)) == 0
     m = json.loads((out / "metrics.json").read_text())
     same_metrics(m, reference)  # the mean over all 4 steps, not over the 2 resumed ones, in the log's last entry too
+    # to the last bit: the loss is summed step by step in float64 from where the checkpoint left it (the Trainer's
+    # float32 sum of steps 1-4, split at the checkpoint into 1-2 and 3-4, differed in the eighth digit)
+    assert m["train"]["train_loss"] == reference["train"]["train_loss"]
     steps = [h for h in m["log_history"] if "train_loss" in h]
-    assert len(steps) == 1 and steps[-1]["train_loss"] == pytest.approx(m["train"]["train_loss"], rel=1e-9)
+    assert len(steps) == 1 and steps[-1]["train_loss"] == m["train"]["train_loss"]
+
+
+def test_a_run_resumed_mid_way_ends_with_the_uninterrupted_runs_train_loss_to_the_last_bit(tiny_bert, data, tmp_path, monkeypatch):
+    # six steps, a checkpoint every 2: the Trainer's float32 sum of the steps between two log steps, split at the
+    # checkpoint a resumed run starts from, ended 2e-8 away (0.69507734 against 0.69507736 here); attnkit sums each
+    # step's loss in float64 from where the checkpoint left it, so both runs add the same numbers in the same order
+    six = ("--max-steps", "6", "--eval-steps", "2")
+    assert main(train_args(tiny_bert, data, tmp_path / "ref", *six)) == 0
+    want = json.loads((tmp_path / "ref" / "metrics.json").read_text())
+    for step in (2, 4):
+        out = tmp_path / f"killed-{step}"
+        with monkeypatch.context() as m:
+            kill_after_save(m, step)
+            assert main(train_args(tiny_bert, data, out, *six)) == 130
+        assert main(train_args(tiny_bert, data, out, *six)) == 0
+        got = json.loads((out / "metrics.json").read_text())
+        assert got["train"]["train_loss"] == want["train"]["train_loss"]
+        assert [h.get("train_loss") for h in got["log_history"]] == [h.get("train_loss") for h in want["log_history"]]
 
 
 def test_a_run_killed_after_its_last_checkpoint_resumes_to_the_same_metrics(tiny_bert, data, tmp_path, monkeypatch, reference):
