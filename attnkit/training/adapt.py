@@ -48,7 +48,7 @@ from attnkit.tasks.registry import default_data_dir
 from attnkit.training.adapt_config import ADAPT_ALPHA_START, ADAPT_LAM_FACTOR, AdaptConfig
 from attnkit.training.masking import BatchSeededMasking, MaskingState
 from attnkit.training.pretrain import check_maskable, mlm_collator
-from attnkit.training.trainer import check_finite, check_precision, finish_run, fit, shared_arguments
+from attnkit.training.trainer import check_finite, check_precision, finish_run, fit, found_complete, shared_arguments
 from attnkit.training.run_folder import finished_metrics, prepare_output, run_folder, settings_differences
 from attnkit.training.checkpoints import recorded_checkpoints
 
@@ -273,10 +273,13 @@ def adapt(cfg: AdaptConfig) -> dict:
     with run_folder(Path(cfg.output_dir)) as out:
         done = finished_metrics(cfg, out, free=_FREE)
         if done is not None:
-            log.warning("the adapt run in %s is complete (metrics.json, model/): nothing to do; --no-resume runs it again", out)
-            return done | {"already_complete": True}
+            return found_complete(cfg, out, done, "loss", title=_curves_title(cfg), what="adapt run", again="runs it again")
         check_checkpoints(cfg, out)
         return _adapt(cfg, out)
+
+
+def _curves_title(cfg: AdaptConfig) -> str:
+    return f"adapt to {cfg.spec().describe()}: MLM loss"
 
 
 def check_checkpoints(cfg: AdaptConfig, out: Path) -> None:
@@ -375,5 +378,5 @@ def _adapt(cfg: AdaptConfig, out: Path) -> dict:
         metrics["model_dir"] = str(model_dir)
         write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": cfg.spec().to_dict()})
         write_json_atomic(out / METRICS_FILE, metrics)
-        finish_run(cfg, out, history, "loss", title=f"adapt to {cfg.spec().describe()}: MLM loss")
+        finish_run(cfg, out, history, "loss", title=_curves_title(cfg))
     return metrics

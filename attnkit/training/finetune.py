@@ -43,6 +43,7 @@ from attnkit.training.trainer import (
     check_precision,
     check_warmups,
     finish_run,
+    found_complete,
     fit,
     strip_prefix,
     subsample,
@@ -125,12 +126,8 @@ def train(cfg: TrainConfig) -> dict:
     with run_folder(Path(cfg.output_dir)) as out:
         done = finished_metrics(cfg, out)
         if done is not None:
-            if finish_run(cfg, out, done.get("log_history", []), done.get("main_metric", "f1" if qa else "accuracy"),
-                          title=f"{cfg.task}: {cfg.spec().describe()}", missing_only=True):
-                log.warning("the run in %s was stopped after its metrics.json and before its tidy-up: its checkpoints "
-                            "were removed (unless kept) and its curves drawn now", out)
-            log.warning("the run in %s is complete (metrics.json, model/): nothing to do; --no-resume trains it again", out)
-            return done | {"already_complete": True}
+            return found_complete(cfg, out, done, done.get("main_metric", "f1" if qa else "accuracy"),
+                                  title=f"{cfg.task}: {cfg.spec().describe()}")
         return train_qa(cfg, out, schedule_callbacks(cfg, cfg.spec())) if qa else _train_classifier(cfg, out)
 
 

@@ -170,3 +170,31 @@ def test_pretrain_killed_and_run_again_equals_the_uninterrupted_run(data, tmp_pa
     a, b = (json.loads((d / "metrics.json").read_text()) for d in (ref, out))
     assert len(a["loss_history"]) == 9 and b["loss_history"] == a["loss_history"]
     assert (b["mlm_loss"], b["train_loss"]) == (a["mlm_loss"], a["train_loss"])
+
+
+def test_adapt_killed_between_its_metrics_and_its_tidy_up_is_tidied_when_run_again(adapted, tiny_bert, data, tmp_path,
+                                                                                   monkeypatch, caplog):
+    """As ``train``: killed after metrics.json (here, in the tidy-up, after one checkpoint's weights were deleted), the
+    rerun removes the checkpoints the run wrote and draws its curves, says so, and keeps the model; a third run changes
+    nothing."""
+    from attnkit.training import adapt
+    from helpers import snapshot_without_lock
+
+    out = tmp_path / "run"
+    with monkeypatch.context() as m:
+        m.setattr(adapt, "finish_run", lambda *a, **k: False)  # the kill: nothing after metrics.json
+        assert main(adapt_args(tiny_bert, data, out)) == 0
+    ckpts = sorted(out.glob("checkpoint-*"))
+    assert (out / "metrics.json").is_file() and ckpts and not (out / "curves.png").exists()
+    (ckpts[-1] / "model.safetensors").unlink()  # the tidy-up had begun on it
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        assert main(adapt_args(tiny_bert, data, out)) == 0
+    assert "adapt run" in caplog.text and "stopped after its metrics.json and before its tidy-up" in caplog.text
+    assert not list(out.glob("checkpoint-*")) and (out / "curves.png").is_file() and (out / "curves.svg").is_file()
+    assert_same_weights(adapted, out)
+    before = snapshot_without_lock(out)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        assert main(adapt_args(tiny_bert, data, out)) == 0
+    assert "before its tidy-up" not in caplog.text and "is complete" in caplog.text and snapshot_without_lock(out) == before
