@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from attnkit.attention.names import NormaliserChoices
 from attnkit.errors import UserError
-from attnkit.training.config import PRECISIONS, check_seed
+from attnkit.training.config import PRECISIONS, check_not_inside, check_seed
 
 if TYPE_CHECKING:
     from attnkit.attention.spec import AttentionSpec
@@ -67,6 +67,7 @@ class AdaptConfig:
             raise UserError(f"--attention {self.attention}: attnkit adapt takes {', '.join(NormaliserChoices(adapt_only=True))}")
         if not self.tasks and not self.text_files:
             raise UserError("no text to adapt on: give --task (its training split) or --text-file")
+        check_not_inside("--model", self.model, self.output_dir)
         if self.spec().normaliser.setting == "alpha" and self.alpha <= ADAPT_ALPHA_START:
             raise UserError(f"--alpha {self.alpha:g}: the anneal starts at alpha {ADAPT_ALPHA_START:g}; give a target above it "
                             "(1.5: 1.5-entmax)")

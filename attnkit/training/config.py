@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnkit.attention.names import KINDS
@@ -49,6 +50,22 @@ def check_seed(seed, option: str = "--seed") -> int:
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise UserError(f"{option} {seed}: expected a whole number from 0 to {2**32 - 1}")
     return seed
+
+
+def check_not_inside(option: str, value: str | None, output_dir: str) -> None:
+    """A model a run reads (``--model``, ``--teacher``) may not be the run's own ``--output-dir`` or inside it: the run
+    would write (or, with ``--no-resume``, move aside) what it reads, and its record would name a path that then holds
+    the run itself. A name that is no existing path (a hub model, ``minilm``) is inside only where it is the folder."""
+    if value is None:
+        return
+    try:
+        path, out = Path(value).expanduser().resolve(), Path(output_dir).expanduser().resolve()
+    except (OSError, RuntimeError):  # a symlink loop: said where the path is read
+        return
+    if path == out or (out in path.parents and path.exists()):
+        where = "is this run's --output-dir" if path == out else f"is inside this run's --output-dir {output_dir}"
+        raise UserError(f"{option} {value} {where}: the run would write over the model it reads; give another "
+                        f"--output-dir (or copy {value} elsewhere first)")
 
 
 #: settings whose command-line option is not --<name with dashes>
@@ -158,6 +175,8 @@ class TrainConfig:
         self.spec()
         self.head()
         check_mini_shape(self.score_scale, self.head_mode)
+        check_not_inside("--model", self.model, self.output_dir)
+        check_not_inside("--teacher", self.teacher, self.output_dir)
         if self.teacher is not None or self.distill_weight != 0.5 or self.distill_temperature != 2.0:
             if self.teacher is None:
                 raise UserError("--distill-weight/--distill-temperature: need --teacher (the model whose predictions are distilled)")

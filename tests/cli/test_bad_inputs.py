@@ -97,3 +97,39 @@ def test_a_read_only_or_full_disk_is_named_in_one_line_with_the_way_out():
     assert _os_error_line(PermissionError(errno.EACCES, "Permission denied", "a/b")) == "a/b: Permission denied"
     assert _os_error_line(FileNotFoundError("task csv: file d/train.csv does not exist")) == "task csv: file d/train.csv does not exist"
     assert _os_error_line(UserError("cannot write x: y")) == "cannot write x: y"
+
+
+def test_a_model_or_teacher_that_is_the_runs_own_output_dir_is_refused(tiny_bert, tiny_task, tmp_path, capsys):
+    """`train --teacher X --output-dir X --no-resume` trained from X, moved X's run aside, and recorded X (now the
+    student itself) as its teacher; `--model X/model` the same; `--teacher X --output-dir X` with no X said "model
+    folder X has no config.json". Each is refused in one line, and X is left byte for byte."""
+    from attnkit.cli import main
+
+    def train(out, *extra):
+        return main(["train", "--task", "csv", "--data-dir", str(tiny_task), "--model", str(tiny_bert), "--max-steps", "1",
+                     "--threads", "1", "--max-length", "16", "--no-heatmap", "--output-dir", str(out), *extra])
+
+    run = tmp_path / "run"
+    assert train(run) == 0
+    capsys.readouterr()
+    before = snapshot(run)
+    for extra, needle in ((["--teacher", str(run), "--no-resume"], f"--teacher {run} is this run's --output-dir"),
+                          (["--teacher", str(run / "model")], f"--teacher {run / 'model'} is inside this run's --output-dir"),
+                          (["--model", str(run / "model"), "--no-resume"], f"--model {run / 'model'} is inside")):
+        cmd = ["train", "--task", "csv", "--data-dir", str(tiny_task), "--max-steps", "1", "--threads", "1",
+               "--max-length", "16", "--output-dir", str(run), "--attention", "sparsemax"]
+        if "--model" not in extra:
+            cmd += ["--model", str(tiny_bert)]
+        assert main(cmd + extra) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and needle in err and "give another --output-dir" in err, err
+        assert snapshot(run) == before
+    new = tmp_path / "new"
+    assert train(new, "--teacher", str(new)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--teacher {new} is this run's --output-dir" in err, err
+    assert not new.exists()
+    assert main(["adapt", "--task", "csv", "--data-dir", str(tiny_task), "--model", str(run / "model"), "--max-steps", "2",
+                 "--threads", "1", "--max-length", "16", "--output-dir", str(run)]) == 2
+    assert f"--model {run / 'model'} is inside this run's --output-dir" in capsys.readouterr().err
+    assert snapshot(run) == before
