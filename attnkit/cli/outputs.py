@@ -5,6 +5,7 @@ the run-folder locks a command holds while it writes.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -79,7 +80,13 @@ def lock_run_of(path: str | os.PathLike) -> None:
     run = next((q for q in (here, *here.parents) if (q / RUN_RECORD).is_file()), None)
     if run is None or run in _LOCKS["held"]:
         return
-    stack.enter_context(folder_lock(run, way_out=f"write {path} outside that folder"))  # no --output-dir here
+    try:
+        stack.enter_context(folder_lock(run, way_out=f"write {path} outside that folder"))  # no --output-dir here
+    except OSError as e:  # a read-only run folder (its lock file cannot be made): say what cannot be written
+        if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        raise UserError(f"cannot write {path}: the run folder {run} is read-only ({e.strerror}); name an output "
+                        "outside that folder (--output)") from None
     _LOCKS["held"].add(run)
 
 

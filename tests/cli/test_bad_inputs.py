@@ -133,3 +133,26 @@ def test_a_model_or_teacher_that_is_the_runs_own_output_dir_is_refused(tiny_bert
                  "--threads", "1", "--max-length", "16", "--output-dir", str(run)]) == 2
     assert f"--model {run / 'model'} is inside this run's --output-dir" in capsys.readouterr().err
     assert snapshot(run) == before
+
+
+def test_an_output_in_a_read_only_run_folder_names_the_output_and_the_way_out(tmp_path, monkeypatch):
+    """`evaluate` of a run on a read-only mount, default output: the line named the run's lock file and said "name a
+    writable folder"; it names the output that cannot be written and the way out (--output elsewhere)."""
+    import errno
+
+    from attnkit.cli import outputs
+    from attnkit.errors import UserError
+    from attnkit.runfiles.names import RUN_RECORD
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / RUN_RECORD).write_text("{}")
+
+    def read_only(folder, **kw):
+        raise OSError(errno.EROFS, "Read-only file system", str(folder / ".attnkit.lock"))
+
+    monkeypatch.setattr(outputs, "folder_lock", read_only)
+    with outputs.output_locks(), pytest.raises(UserError) as e:
+        outputs.lock_run_of(run / "eval_validation.json")
+    assert str(e.value) == (f"cannot write {run / 'eval_validation.json'}: the run folder {run} is read-only (Read-only "
+                            "file system); name an output outside that folder (--output)")
