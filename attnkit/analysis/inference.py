@@ -16,7 +16,7 @@ from attnkit.runfiles.names import MODEL_DIR, RUN_INFO
 from attnkit.runfiles.ownership import unfinished_run
 from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.tasks.metrics import predictions_of, task_metrics
-from attnkit.tasks.readers import is_blank
+from attnkit.tasks.readers import DROPPED_CONTROLS, dropped_control, is_blank
 
 log = logging.getLogger("attnkit")
 
@@ -31,12 +31,14 @@ def encoded_batches(
     max_length: int = 128,
     progress: bool = True,
     desc: str = "predicting",
+    names=None,
     **tokenizer_kwargs,
 ):
     """Yield ``(start, encoded batch)`` for ``texts`` (and ``pairs``): padded, truncated, on the model's device.
 
     Puts ``model`` in eval mode. Extra ``tokenizer_kwargs`` (e.g. ``return_offsets_mapping=True``) go to
-    the tokenizer; tensors that are not model inputs must be popped by the caller.
+    the tokenizer; tensors that are not model inputs must be popped by the caller. ``names(n)``: what a warning
+    calls the text numbered n from 1 (default "text n"; e.g. a file's line), texts without ``pairs``.
     """
     from tqdm.auto import tqdm
 
@@ -45,13 +47,13 @@ def encoded_batches(
     model.eval()
     device = next(model.parameters()).device
     starts = range(0, len(texts), batch_size)
-    longer, longest, unknown = 0, 0, []
+    longer, longest, unknown, control = 0, 0, [], []
     for i in tqdm(starts, desc=desc, unit="batch", disable=not progress or len(starts) < 2):
         a = list(texts[i : i + batch_size])
         b = list(pairs[i : i + batch_size]) if pairs is not None else None
-        n = check_readable(tokenizer, a, i, unknown=unknown if b is None else [])  # (a pair: its other text may be read)
+        n = check_readable(tokenizer, a, i, unknown=unknown if b is None else [], control=control)  # (a pair: its other text may be read)
         if b is not None:
-            n = [x + y for x, y in zip(n, check_readable(tokenizer, b, i, "the second text of pair", unknown=[]))]
+            n = [x + y for x, y in zip(n, check_readable(tokenizer, b, i, "the second text of pair", unknown=[], control=control))]
         room = max_length - (tokenizer.num_special_tokens_to_add(b is not None) if hasattr(tokenizer, "num_special_tokens_to_add") else 0)
         longer, longest = longer + sum(x > room for x in n), max([longest, *n])
         enc = tokenizer(a, b, truncation=True, max_length=max_length, padding=True, return_tensors="pt", **tokenizer_kwargs)
@@ -59,6 +61,7 @@ def encoded_batches(
     if longer:
         say_truncated(longer, len(texts), longest, max_length)
     say_unknown(unknown, tokenizer)
+    say_control(control, names if pairs is None else None)
 
 
 def say_truncated(longer: int, total: int, longest: int, max_length: int) -> None:
@@ -68,27 +71,40 @@ def say_truncated(longer: int, total: int, longest: int, max_length: int) -> Non
                 "s were" if total > 1 else " was", max_length, longest, max_length)
 
 
-def check_readable(tokenizer, texts: Sequence[str], first: int = 0, what: str = "text", unknown: list | None = None) -> list[int]:
+def check_readable(tokenizer, texts: Sequence[str], first: int = 0, what: str = "text", unknown: list | None = None,
+                   control: list | None = None) -> list[int]:
     """Refuse a text that gives the tokenizer no token of its own (control characters, lone combining marks, U+FFFD):
     the model would label [CLS][SEP] as if it had read it. A text of unknown words only ([UNK]: emoji, very long
-    words) is labelled, and said: added to ``unknown`` (``(number, text)``), or in one line now without it.
-    ``first``: the 0-based number of ``texts[0]``. Returns each text's number of tokens (without the special ones;
-    0s for a tokenizer without special tokens)."""
+    words) is labelled, and said: added to ``unknown`` (``(number, text)``), or in one line now without it. So is a
+    text holding control characters the tokenizer drops (joining the words around them): added to ``control``
+    (``(what, number, text)``), or said now without it. ``first``: the 0-based number of ``texts[0]``. Returns each
+    text's number of tokens (without the special ones; 0s for a tokenizer without special tokens)."""
     if not hasattr(tokenizer, "num_special_tokens_to_add"):
         return [0] * len(texts)
     ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
     unk = getattr(tokenizer, "unk_token_id", None)
-    found = []
+    found, dropped = [], []
     for n, (text, own) in enumerate(zip(texts, ids), first + 1):
         if not own:
             raise UserError(f"{what} {n} ({text[:40]!r}) holds no token the model can read (only control characters, "
                             "combining marks or replacement characters?): a model cannot label it")
         if unk is not None and all(t == unk for t in own):
             found.append((n, text))
+        if dropped_control(text) is not None:
+            dropped.append((n, text))
+    if dropped:  # those this tokenizer drops (it reads the text as without them; a byte-level one keeps them as tokens),
+        # joining words (a space in their place would be read otherwise)
+        gone, spaced = (tokenizer([DROPPED_CONTROLS.sub(by, t) for _, t in dropped], add_special_tokens=False)["input_ids"]
+                        for by in ("", " "))
+        dropped = [(what, n, t) for (n, t), g, sp in zip(dropped, gone, spaced) if g == ids[n - first - 1] != sp]
     if unknown is None:
         say_unknown(found, tokenizer, what)
     else:
         unknown += found
+    if control is None:
+        say_control(dropped)
+    else:
+        control += dropped
     return [len(own) for own in ids]
 
 
@@ -103,6 +119,23 @@ def say_unknown(found: list[tuple[int, str]], tokenizer, what: str = "text") -> 
                 "s" if many else "", "" if many else "s", "their" if many else "its")
 
 
+def say_control(found: list[tuple[str, int, str]], names=None) -> None:
+    """One line on stderr where texts hold control characters the tokenizer drops (``found``: ``(what, number, text)``
+    from :func:`check_readable`): they are labelled as read, the words on either side of such a character joined into
+    one. ``names(n)`` names text n (a file's line) in place of "text n"."""
+    if not found:
+        return
+    what, n, text = found[0]
+    where = names(n) if names is not None else f"{what} {n}"
+    at, code = dropped_control(text)
+    many = len(found) > 1
+    log.warning("%d text%s hold%s control characters that the tokenizer drops, joining the words on either side (%s%s, "
+                "%r: %s at character %d, read as %r): %s labelled as read; write spaces in their place to keep the words "
+                "apart", len(found), "s" if many else "", "" if many else "s", "the first: " if many else "", where,
+                text[max(0, at - 21):at + 20], code, at, DROPPED_CONTROLS.sub("", text[max(0, at - 21):at + 20]),
+                "they are" if many else "it is")
+
+
 def predict_logits(
     model,
     tokenizer,
@@ -112,12 +145,15 @@ def predict_logits(
     batch_size: int = 64,
     max_length: int = 128,
     progress: bool = True,
+    names=None,
 ) -> np.ndarray:
-    """Logits [N, num_labels] for ``texts`` (and optional second segments ``pairs``)."""
+    """Logits [N, num_labels] for ``texts`` (and optional second segments ``pairs``); ``names`` as in
+    :func:`encoded_batches`."""
     import torch
 
     out = []
-    for _, enc in encoded_batches(model, tokenizer, texts, pairs, batch_size=batch_size, max_length=max_length, progress=progress):
+    for _, enc in encoded_batches(model, tokenizer, texts, pairs, batch_size=batch_size, max_length=max_length, progress=progress,
+                                  names=names):
         with torch.inference_mode():
             out.append(model(**enc).logits.float().cpu().numpy())
     if not out:
@@ -178,10 +214,11 @@ def read_text_file(path: str | Path) -> list[str]:
     return lines
 
 
-def predict_texts(model, tokenizer, texts: Sequence[str], *, batch_size: int = 64, max_length: int = 128) -> list[dict]:
-    """Label and class probabilities for each text."""
+def predict_texts(model, tokenizer, texts: Sequence[str], *, batch_size: int = 64, max_length: int = 128,
+                  text_names=None) -> list[dict]:
+    """Label and class probabilities for each text; ``text_names`` as ``names`` in :func:`encoded_batches`."""
     names = label_names_of(model)
-    probs = softmax_np(predict_logits(model, tokenizer, texts, batch_size=batch_size, max_length=max_length))
+    probs = softmax_np(predict_logits(model, tokenizer, texts, batch_size=batch_size, max_length=max_length, names=text_names))
     return [
         {"text": t, "label": names[int(p.argmax())], "probabilities": {n: float(x) for n, x in zip(names, p)}}
         for t, p in zip(texts, probs)

@@ -24,6 +24,7 @@ from attnkit.analysis.inference import (
     check_readable,
     label_names_of,
     load_for_inference,
+    say_control,
 )
 from attnkit.analysis.words import plot_words, rank_words, received_attention
 from attnkit.attention.spec import spec_of
@@ -62,7 +63,9 @@ def cmd_explain(a) -> int:
     _, model, tok = load_for_inference(a.model, qa_ok=True)
     check_text_room(a.max_length, tok, False)  # else the heatmap would show [CLS][SEP] alone
     unknown: list = []
-    check_readable(tok, [a.text], 0, "the text to explain,", unknown=unknown)
+    control: list = []
+    check_readable(tok, [a.text], 0, "the text to explain,", unknown=unknown, control=control)
+    say_control(control, lambda n: "the text to explain")
     if unknown:
         print(f"attnkit explain: note: the text reads as unknown words only ({tok.unk_token}): its attention is over "
               f"{tok.unk_token} tokens, not its words", file=sys.stderr)

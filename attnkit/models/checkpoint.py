@@ -32,6 +32,7 @@ from attnkit.models.checks import (
     ModelFolderError,
     UntrainedHeadError,
     check_model_folder,
+    check_tokenizer_as_saved,
     check_weights_file,
 )
 from attnkit.models.modeling_attnkit import (
@@ -90,6 +91,8 @@ def load_tokenizer(name_or_path: str | os.PathLike | None):
         raise ModelFolderError(f"the tokenizer in {path} has no {'padding token' if tok.pad_token is None else '[CLS]/[SEP] tokens'} "
                                f"(is {Path(path) / 'tokenizer_config.json'} missing?): the model would not read its "
                                "inputs as it was trained to; copy the tokenizer files of the model it was trained from")
+    if Path(path).is_dir():  # (after the checks above: a garbled or missing file is named as such)
+        check_tokenizer_as_saved(path)
     return tok
 
 

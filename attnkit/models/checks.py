@@ -1,5 +1,6 @@
 """Checks of a local model folder before it loads: config.json and its attention block, weights whole, finite and
-agreeing with the config, the tokenizer present.
+agreeing with the config, the tokenizer present (and, where the folder's manifest records it, the one saved with
+the weights).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from attnkit.errors import DataFormatError, UserError
 from attnkit.models.mini import MODEL_TYPE as MINI_MODEL_TYPE
 from attnkit.models.modeling_attnkit import MODEL_TYPE, set_folder_check
 from attnkit.runfiles.json_files import read_json
+from attnkit.runfiles.names import FOLDER_MANIFEST
+from attnkit.runfiles.ownership import read_folder_manifest
 
 
 class UntrainedHeadError(UserError):
@@ -53,6 +56,9 @@ class ModelFolderError(UserError):
 #: files a tokenizer is built from: its own tokenizer.json, or the vocabulary its class reads
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model",
                     "sentencepiece.model")
+
+#: every file a tokenizer is read from: where the folder's manifest records one, it must be the file saved there
+_TOKENIZER_SAVED = _TOKENIZER_FILES + ("merges.txt", "added_tokens.json", "tokenizer_config.json", "special_tokens_map.json")
 
 #: weight names of the layer stack (BERT family: encoder.layer.N, DistilBERT: transformer.layer.N, MiniBERT and
 #: ModernBERT: layers.N) and of the token embeddings
@@ -121,6 +127,32 @@ def check_model_folder(path: str | os.PathLike, *, weights: bool = True, tokeniz
             "be unknown; copy the tokenizer files of the model it was trained from into the folder")
     if key is not None:
         _checked[key] = True
+
+
+def check_tokenizer_as_saved(path: str | os.PathLike) -> None:
+    """Where attnkit's manifest of a model folder (FOLDER_MANIFEST, written with the weights) records a tokenizer file,
+    that file still has the size recorded: another model's tokenizer copied in (a smaller vocabulary, which the
+    embeddings' check cannot see) would read every text as other token ids, and the model would label garbage. One
+    stat per file; a folder without a manifest (the bundled model, one saved by ``save_pretrained``) is not looked at,
+    nor a recorded file that is gone (the tokenizer's own checks say what is missing)."""
+    folder = Path(path)
+    manifest = read_folder_manifest(folder) if folder.is_dir() else None
+    files = manifest.get("files") if manifest else None
+    if not isinstance(files, dict):
+        return
+    for name in _TOKENIZER_SAVED:
+        entry = files.get(name)
+        if not isinstance(entry, list) or not entry or not isinstance(entry[0], int):
+            continue
+        try:
+            size = (folder / name).stat().st_size
+        except OSError:
+            continue
+        if size != entry[0]:
+            raise ModelFolderError(
+                f"{folder / name} is not the tokenizer file saved with these weights ({size} bytes, {FOLDER_MANIFEST} "
+                f"records {entry[0]}): the tokenizer does not belong to these weights (another model's? every text would be "
+                "read as other token ids); restore the tokenizer files written with them")
 
 
 def _config_value(raw: dict, *names):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from attnkit.errors import DataFormatError, UserError
-from attnkit.tasks.readers import is_blank, label_index, read_table, require_file, to_splits
+from attnkit.tasks.readers import dropped_control, is_blank, label_index, read_table, require_file, to_splits
 from attnkit.tasks.registry import UNLABELLED, Example, TaskData, check_splits_differ, register_task
 
 _INT_LABEL = re.compile(r"[+-]?\d+")
@@ -53,6 +53,7 @@ def _read_generic_split(
                 raise DataFormatError(path, line, f"expected text in {column!r}, found {value[:20]!r}: no letter, digit, "
                                       "punctuation or symbol (only combining marks or control characters), nothing a "
                                       "model can read")
+            _refuse_control(path, line, column, value)
             texts.append(value.strip())
         value = record.get(label_column)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int, float))):
@@ -65,6 +66,23 @@ def _read_generic_split(
     if labelled and not rows:
         raise DataFormatError(path, None, "expected at least one labelled row, found none")
     return rows
+
+
+def _refuse_control(path: Path, line: int, column: str, value: str) -> None:
+    """A text holding a control character the tokenizer would drop, joining the words around it ("a<NUL>delight" read
+    as "adelight"), is refused naming it; a NUL is the mark of a damaged file or a UTF-16 one. (Those at either end,
+    which strip removes, are no matter.)"""
+    text = value.strip()
+    bad = dropped_control(text)
+    if bad is None:
+        return
+    at, code = bad
+    why = ("a NUL in a data file is the sign of a damaged file, or of a UTF-16 one (convert it to UTF-8, e.g. with "
+           "iconv -f UTF-16 -t UTF-8)" if code == "U+0000" else
+           "the tokenizer would drop it and read the words on either side as one (write a space in its place)")
+    raise DataFormatError(path, line, f"the text in {column!r} holds the control character {code} at character "
+                          f"{at + len(value) - len(value.lstrip())} ({text[max(0, at - 11):at + 10]!r}): expected plain "
+                          f"text (no control characters but tab and line breaks); {why}")
 
 
 def _check_labels(rows: list[_RawRow]) -> None:

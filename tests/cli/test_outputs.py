@@ -256,6 +256,38 @@ def test_a_text_of_unknown_words_only_is_labelled_and_said(tiny_bert, tmp_path, 
     assert "the text reads as unknown words only" in capsys.readouterr().err and (tmp_path / "x.png").is_file()
 
 
+def test_texts_whose_control_characters_join_words_are_labelled_and_said_once(saved_classifier, tmp_path, capsys, caplog):
+    """A NUL, BEL or form feed inside a text was dropped by the tokenizer without a word, joining the words around it
+    ("a<NUL>delight" read as "adelight"): every text is still labelled, and one line says how many texts hold such
+    characters, naming the first by where it was given (the command line, or the --file's line)."""
+    from attnkit.analysis.inference import load_for_inference, predict_texts
+
+    f = tmp_path / "texts.txt"
+    f.write_text("good film\na\x00delight\nbad \x07 film\nthe\x0cplot\n", encoding="utf-8")  # (line 3: nothing joined)
+    capsys.readouterr()
+    assert main(["predict", "--model", str(saved_classifier), "--threads", "1", "good film", "--file", str(f)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["text"] for r in rows] == ["good film", "good film", "a\x00delight", "bad \x07 film", "the\x0cplot"]
+    said = [r.getMessage() for r in caplog.records if "control characters" in r.getMessage()]
+    assert said == [f"2 texts hold control characters that the tokenizer drops, joining the words on either side (the "
+                    f"first: {f}, line 2, 'a\\x00delight': U+0000 at character 2, read as 'adelight'): they are labelled "
+                    "as read; write spaces in their place to keep the words apart"]
+    caplog.clear()
+    assert main(["predict", "--model", str(saved_classifier), "--threads", "1", "good film", "bad \x07 film"]) == 0
+    assert not [r for r in caplog.records if "control characters" in r.getMessage()]
+    assert main(["explain", "--model", str(saved_classifier), "--threads", "1", "a\x07delight", "--output",
+                 str(tmp_path / "x.png")]) == 0
+    said = [r.getMessage() for r in caplog.records if "control characters" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("1 text holds control characters that the tokenizer drops") and \
+        "(the text to explain, 'a\\x07delight': U+0007 at character 2, read as 'adelight')" in said[0], said
+    assert (tmp_path / "x.png").is_file()
+    caplog.clear()
+    _, model, tok = load_for_inference(saved_classifier)  # the Python API says it too
+    assert len(predict_texts(model, tok, ["fine", "good\x1bfilm"])) == 2
+    said = [r.getMessage() for r in caplog.records if "control characters" in r.getMessage()]
+    assert len(said) == 1 and "(text 2, 'good\\x1bfilm': U+001B at character 5, read as 'goodfilm')" in said[0], said
+
+
 @pytest.mark.parametrize("target", ["model/config.json", ".attnkit-run.json", "run_config.json", "metrics.json"])
 def test_an_output_never_replaces_the_files_of_another_run(run, finished, data, tmp_path, capsys, target):
     other = tmp_path / "other"

@@ -1,6 +1,6 @@
 """A model folder whose parts do not fit together (integer weights, a config that does not match the weights, a
-tokenizer bigger than the embeddings) is refused in one line naming the file; sparsify names a module that is not a
-transformers model."""
+tokenizer bigger than the embeddings, another model's tokenizer copied in) is refused in one line naming the file;
+sparsify names a module that is not a transformers model."""
 
 from __future__ import annotations
 
@@ -40,6 +40,23 @@ def _bigger_tokenizer(folder: Path) -> None:
     (folder / "tokenizer.json").write_text(json.dumps(tj))
 
 
+def _other_models_smaller_tokenizer(folder: Path) -> None:
+    """Another model's tokenizer copied over the saved one (`cp other/tokenizer.json other/tokenizer_config.json
+    model/`): a smaller WordPiece vocabulary, every id inside the embeddings, so only the ids' meaning is wrong."""
+    import shutil
+    import tempfile
+
+    from transformers import BertTokenizerFast
+
+    from helpers import WORDS
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(WORDS, reverse=True) + list("abcdefghijklmnopqrstuvwxyz")
+    with tempfile.TemporaryDirectory() as other:
+        BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True).save_pretrained(other)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(Path(other) / name, folder / name)
+
+
 @pytest.mark.parametrize("damage, needles", [
     # integer weights were cast to floats and gave probabilities of 1.0 without a word
     (_int_weights, ("model.safetensors holds", "as I32 (whole numbers), not floating point")),
@@ -49,7 +66,10 @@ def _bigger_tokenizer(folder: Path) -> None:
     (_edit_config(id2label={"0": "positive", "1": "positive"}, label2id={"positive": 1}), ("config.json names label 'positive' twice",)),
     # a tokenizer giving ids past the embeddings: IndexError traceback on a text using them
     (_bigger_tokenizer, ("tokenizer.json gives token ids up to", "holds embeddings of")),
-], ids=["int-weights", "positions", "duplicate-label", "tokenizer-too-big"])
+    # another model's smaller tokenizer: every prediction garbage, without a word (sweep 2026-11-27d, finding 2)
+    (_other_models_smaller_tokenizer, ("tokenizer.json is not the tokenizer file saved with these weights (",
+                                       ".attnkit-files.json records", "restore the tokenizer files written with them")),
+], ids=["int-weights", "positions", "duplicate-label", "tokenizer-too-big", "tokenizer-of-another-model"])
 def test_a_model_folder_that_does_not_fit_together_is_refused(saved_classifier, tmp_path, capsys, damage, needles):
     import shutil
 
@@ -68,6 +88,64 @@ def test_a_model_folder_that_does_not_fit_together_is_refused(saved_classifier, 
     assert str(folder) in err
     assert not out.exists()
     assert snapshot(folder) == before
+
+
+@pytest.mark.parametrize("command", ["evaluate", "explain", "train"])
+def test_another_models_tokenizer_is_refused_by_every_command(saved_classifier, tmp_path, capsys, command):
+    """evaluate, explain and train --model refuse the swapped tokenizer as predict does, writing nothing."""
+    import shutil
+
+    from attnkit.cli import main
+    from helpers import write_tiny_sentiment
+
+    folder = tmp_path / "model"
+    shutil.copytree(saved_classifier, folder)
+    _other_models_smaller_tokenizer(folder)
+    before = snapshot(folder)
+    data = write_tiny_sentiment(tmp_path / "data", n_train=8, n_dev=4)
+    out = tmp_path / "out"
+    task = ["--task", "csv", "--data-dir", str(data)]
+    argv = {
+        "evaluate": ["evaluate", "--model", str(folder), *task, "--output", str(out / "ev.json")],
+        "explain": ["explain", "--model", str(folder), "good film", "--output", str(out / "a.png")],
+        "train": ["train", "--model", str(folder), *task, "--output-dir", str(out / "run"), "--max-steps", "1",
+                  "--batch-size", "4", "--max-length", "16", "--no-heatmap"],
+    }[command]
+    capsys.readouterr()
+    assert main([*argv, "--threads", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert f"{folder / 'tokenizer.json'} is not the tokenizer file saved with these weights" in err, err
+    assert snapshot(folder) == before
+    assert not [p for p in out.rglob("*") if p.is_file()]
+
+
+def test_folders_whose_tokenizer_is_their_own_still_load(saved_classifier, tiny_bert, tmp_path, capsys):
+    """The size check refuses only a tokenizer file that differs from the one the manifest records: a copy of a saved
+    folder (new mtimes), its tokenizer saved again over itself, a folder written by save_pretrained (no manifest) and
+    the bundled model (no manifest) load as before."""
+    import shutil
+
+    from attnkit.cli import main
+    from attnkit.models.checkpoint import load_model, load_tokenizer
+    from attnkit.models.resolve import DEFAULT_MODEL, resolve_model
+    from attnkit.runfiles.names import FOLDER_MANIFEST
+
+    copied = tmp_path / "copied"
+    shutil.copytree(saved_classifier, copied, copy_function=shutil.copy)  # (cp -r: every mtime new)
+    load_tokenizer(copied).save_pretrained(copied)  # the same tokenizer written again: the same files
+    assert (copied / FOLDER_MANIFEST).is_file()
+    pretrained = tmp_path / "pretrained"
+    load_model(saved_classifier).save_pretrained(pretrained)
+    load_tokenizer(tiny_bert).save_pretrained(pretrained)
+    assert not (pretrained / FOLDER_MANIFEST).exists()
+    for folder in (copied, pretrained):
+        capsys.readouterr()
+        assert main(["predict", "--model", str(folder), "--threads", "1", "good film"]) == 0, capsys.readouterr().err
+        assert '"label"' in capsys.readouterr().out
+    bundled = resolve_model(DEFAULT_MODEL)
+    assert not (Path(bundled) / FOLDER_MANIFEST).exists()
+    assert len(load_tokenizer(bundled)) > 1000
 
 
 def test_sparsify_names_a_module_that_is_not_a_transformers_model():

@@ -1,5 +1,6 @@
 """Data files that would be read wrongly are refused or counted: a csv header naming a column twice, a JSON line giving
-a key twice, a split labelled in part, a text of invisible characters only (an empty text)."""
+a key twice, a split labelled in part, a text of invisible characters only (an empty text), a control character
+inside a text."""
 
 from __future__ import annotations
 
@@ -88,6 +89,51 @@ def test_a_text_of_invisible_characters_only_is_empty(saved_classifier, tmp_path
     (data / "dev.csv").write_text("text,label\ngood,positive\nbad,negative\n")
     with pytest.raises(DataFormatError, match=r"train\.csv, line 3: expected text in 'text', found an empty value"):
         load_task("csv", data_dir=data)
+
+
+@pytest.mark.parametrize("fmt, write, where, needles", [
+    ("csv", lambda d: (d / "train.csv").write_text("text,label\ngood film,pos\na\x00delight,neg\n"),
+     r"train\.csv, line 3: the text in 'text' holds the control character U\+0000 at character 2 \('a\\x00delight'\)",
+     ["a NUL in a data file is the sign of a damaged file, or of a UTF-16 one"]),
+    ("tsv", lambda d: (d / "dev.tsv").write_text("text\tlabel\ngood\tpos\n  bad\x0cfilm\tneg\n"),
+     r"dev\.tsv, line 3: the text in 'text' holds the control character U\+000C at character 6",
+     ["the tokenizer would drop it and read the words on either side as one"]),
+    ("jsonl", lambda d: (d / "train.jsonl").write_text('{"text": "good", "pair": "fine", "label": "pos"}\n'
+                                                      '{"text": "bad", "pair": "dull\\u0007film", "label": "neg"}\n'),
+     r"train\.jsonl, line 2: the text in 'pair' holds the control character U\+0007 at character 5",
+     ["expected plain text (no control characters but tab and line breaks)"]),
+], ids=["nul-csv", "form-feed-tsv", "bel-jsonl-pair"])
+def test_a_control_character_inside_a_text_is_refused(tmp_path, fmt, write, where, needles):
+    """A NUL or other control character inside a text was dropped by the tokenizer without a word, joining the words
+    around it ("a<NUL>delight" trained on as "adelight"): refused naming file, line, field and character. Tabs inside a
+    text and controls at its ends (stripped) are no matter."""
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = {"csv": "text,label\ngood\tfilm,pos\nbad film\x0b,neg\n", "tsv": "text\tlabel\ngood film\x0c\tpos\nbad\tneg\n",
+            "jsonl": '{"text": "good", "pair": "fine\\tfilm", "label": "pos"}\n{"text": "bad", "pair": "dull", "label": "neg"}\n'}[fmt]
+    (data / f"train.{fmt}").write_text(rows)
+    (data / f"dev.{fmt}").write_text(rows.replace("good", "great"))
+    options = {"text_pair_column": "pair"} if fmt == "jsonl" else {}
+    assert load_task(fmt, data_dir=data, **options).splits["train"].num_rows == 2  # clean files load
+    write(data)
+    before = snapshot(data)
+    with pytest.raises(DataFormatError, match=where) as e:
+        load_task(fmt, data_dir=data, **options)
+    assert len(str(e.value).splitlines()) == 1 and all(n in str(e.value) for n in needles), e.value
+    assert snapshot(data) == before
+
+
+def test_training_on_a_file_with_a_nul_in_a_text_is_refused_in_one_line(tiny_bert, tmp_path, capsys):
+    """The sweep's case: `attnkit train` on a train.csv row "a<NUL>delight 5,pos" trained (exit 0) on "adelight"."""
+    from attnkit.cli import main
+    from helpers import only_stderr_line, two_step_train_args, write_csv_task
+
+    d = write_csv_task(tmp_path / "d", [("good film", "pos"), ("a\x00delight 5", "pos"), ("bad film", "neg")],
+                       [("dull film", "neg"), ("fine", "pos")])
+    assert main(two_step_train_args(tiny_bert, d, tmp_path / "o")) == 2
+    only_stderr_line(capsys, f"{d / 'train.csv'}, line 3: the text in 'text' holds the control character U+0000",
+                     "damaged file, or of a UTF-16 one")
+    assert not (tmp_path / "o" / "model").exists()
 
 
 def test_a_truncated_json_line_is_named_in_plain_words(tmp_path):

@@ -645,6 +645,7 @@ def test_a_teacher_of_other_labels_or_tokens_is_refused(teacher, tiny_bert, data
         vocab = tj["model"]["vocab"]
         vocab["movies"] = vocab.pop("movie")
         (other / "tokenizer.json").write_text(json.dumps(tj))
+        (other / ".attnkit-files.json").unlink()  # a teacher with a tokenizer of its own (else: not the one it was saved with)
     out = tmp_path / "student"
     assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsemax", "--teacher", str(other))) == 2
     one_line_error(capsys, "--teacher", needle)
