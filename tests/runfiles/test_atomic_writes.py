@@ -70,7 +70,9 @@ def test_a_signal_during_a_batchs_renames_lands_after_them(tmp_path, sig):
     a, b = tmp_path / "a.png", tmp_path / "b.json"
     a.write_text("old a")
     b.write_text("old b")
-    code = (f"import os, signal\nfrom attnkit.runfiles.atomic import output_batch, write_text_atomic\nreal = os.replace\n"
+    # Ctrl-C's handler set in the child: a shell starts a background job (and so this test's process) ignoring SIGINT
+    code = (f"import os, signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            f"from attnkit.runfiles.atomic import output_batch, write_text_atomic\nreal = os.replace\n"
             f"def replace(src, dst):\n    real(src, dst)\n    os.kill(os.getpid(), signal.{sig})  # after the first rename\n"
             f"os.replace = replace\nwith output_batch():\n    write_text_atomic({str(a)!r}, 'new a')\n"
             f"    write_text_atomic({str(b)!r}, 'new b')\nprint('not reached')\n")
