@@ -49,13 +49,19 @@ class RunRecorder(TrainerCallback):
     taken from the Trainer's float32 sums between log steps: a sum split at a checkpoint would end a resumed run's
     ``train_loss`` a few units in the eighth digit away from the uninterrupted run's."""
 
-    def __init__(self, trainer, out: Path, prior_loss: float = 0.0, keep: int | None = 2):
+    def __init__(self, trainer, out: Path, prior_loss: float = 0.0, keep: int | None = 2, prior_steps: int = 0):
         self.trainer, self.out, self.total, self.keep = trainer, Path(out), prior_loss, keep
+        self.calls = prior_steps * trainer.args.gradient_accumulation_steps  # the training_step calls summed so far
         self.saving: str | None = None
 
     def count(self, loss) -> None:
-        """Adds one training step's loss (what ``training_step`` returns) to the run's sum."""
-        self.total += float(loss)
+        """Adds one training step's loss (what ``training_step`` returns) to the run's sum; a loss that is not finite
+        counts as the mean so far, as the Trainer counts it (``logging_nan_inf_filter``)."""
+        value = float(loss)
+        if not math.isfinite(value):
+            value = self.total / self.calls if self.calls else 0.0
+        self.total += value
+        self.calls += 1
 
     def _note(self, args, state, control, **kw):
         if control.should_save and state.is_world_process_zero:
@@ -296,7 +302,9 @@ def fit(trainer, cfg: TrainConfig):
     # recorder rotates instead, among the checkpoints this run wrote, keeping as many as the Trainer would
     limit = trainer.args.save_total_limit
     trainer.args.save_total_limit = None
-    recorder = RunRecorder(trainer, out, prior or 0.0, keep=limit if limit and limit > 0 else None)
+    done = trainer_state_of(Path(resume)).get("global_step") if resume else 0
+    recorder = RunRecorder(trainer, out, prior or 0.0, keep=limit if limit and limit > 0 else None,
+                           prior_steps=done if isinstance(done, int) else 0)
     trainer.add_callback(recorder)
     step = trainer.training_step
 
