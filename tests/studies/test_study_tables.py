@@ -92,6 +92,7 @@ METHODS = {
     "entmax15-last": ("entmax15-last", "last layer only", "last-layer recipe", "last-layer rows", "the recipe",
                       "recipe faithful", "--sparse-layers last"),
     "entmax15+alpha-warmup": ("entmax15+alpha-warmup", "1.5-entmax from softmax", "the warm-up", "--alpha-warmup"),
+    "entmax15-last+alpha-warmup": ("entmax15-last+alpha-warmup",),
     "alpha-entmax-learned": ("alpha-entmax-learned", "α learned", "learned α", "α-entmax"),
     "adapted-entmax15": ("adapted-entmax15", "adapted 1.5-entmax", "Adapted 1.5-entmax"),
     "adapted-softmax": ("adapted-softmax", "adapted softmax", "Adapted softmax"),
