@@ -238,7 +238,7 @@ def entmax_bisect_rows(z: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
 def check_alpha(alpha) -> float:
     """Validate a fixed alpha: a number in [1, 2] (1 is softmax, 2 sparsemax; above 2 the threshold's function is no
     longer convex and Newton's method, which the kernels use, can stop short of the root)."""
-    if isinstance(alpha, bool):  # True would read as 1.0, softmax
+    if isinstance(alpha, (bool, str, bytes)):  # True would read as 1.0, softmax; '1.3' as a number
         raise UserError(f"alpha must be a real number in [1, 2], got {alpha!r}")
     try:
         a = float(alpha)

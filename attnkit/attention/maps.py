@@ -244,7 +244,9 @@ def sparsemax(scores: torch.Tensor, dim: int = -1, *, topk: int = TOPK) -> torch
 
 
 def check_lam(lam: float) -> float:
-    """Validate sparsegen-lin's ``lam``: a finite number below 1."""
+    """Validate sparsegen-lin's ``lam``: a finite number below 1 (not a string or a bool that float() would read)."""
+    if isinstance(lam, (str, bytes, bool)):
+        raise UserError(f"lam must be a real number below 1, got {lam!r}")
     try:
         lam_f = float(lam)
     except (TypeError, ValueError):

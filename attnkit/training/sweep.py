@@ -44,7 +44,7 @@ from attnkit.training.config import TrainConfig, check_seed, is_mini_alias, opti
 from attnkit.training.finetune import train
 from attnkit.training.run_folder import first_missing, is_run_folder, same_paths, with_defaults
 from attnkit.training.run_record import describe_run
-from attnkit.training.sweep_record import SWEEP_RECORD_KEYS, SWEPT, read_sweep_records, swept  # noqa: F401  (SWEPT, read_sweep_records: the sweep's names)
+from attnkit.training.sweep_record import SWEEP_RECORD_KEYS, SWEPT, not_a_number, read_sweep_records, swept  # noqa: F401  (SWEPT, read_sweep_records: the sweep's names)
 from attnkit.training.sweep_report import plot_sweep, seeds_note, sweep_table  # noqa: F401  (seeds_note: the sweep's names)
 
 SUPPORT_TEXTS = 256  # dev texts the mean support is measured on
@@ -220,6 +220,10 @@ def _read_cell(path: Path) -> dict:
     if not (isinstance(rec, dict) and all(k in rec for k in SWEEP_RECORD_KEYS)):
         raise UserError(f"{path} is not the record of a finished sweep cell (it lacks {', '.join(SWEEP_RECORD_KEYS)}): move it "
                          "out of the cell's folder to train the cell again")
+    field = not_a_number(rec)
+    if field is not None:
+        raise UserError(f"{path}: its {field} is {rec[field]!r}, expected a number: it is not a record attnkit wrote; move "
+                        "it out of the cell's folder to train the cell again")
     return rec
 
 

@@ -14,6 +14,14 @@ SWEPT = {setting: names_with(setting=setting)[0] for setting in ("lam", "alpha")
 
 #: the keys every cell record of a sweep.json holds
 SWEEP_RECORD_KEYS = ("seed", "metric", "dev", "test", "mean_support", "run_dir")
+#: the fields of a cell record that hold a number (or null)
+SWEEP_NUMBERS = ("dev", "test", "mean_support")
+
+
+def not_a_number(rec: dict) -> str | None:
+    """The first of a cell record's number fields (:data:`SWEEP_NUMBERS`) that holds something else, or None."""
+    return next((k for k in SWEEP_NUMBERS if rec.get(k) is not None
+                 and (isinstance(rec[k], bool) or not isinstance(rec[k], (int, float)))), None)
 
 
 def read_sweep_records(path: Path) -> list[dict]:
@@ -27,7 +35,8 @@ def read_sweep_records(path: Path) -> list[dict]:
                          f"sweep's record; {way_out}") from None
     def is_record(r) -> bool:
         return (isinstance(r, dict) and all(k in r for k in SWEEP_RECORD_KEYS) and r.get("param", "lam") in SWEPT
-                and isinstance(r.get(r.get("param", "lam")), (int, float, str)) and isinstance(r["seed"], int))
+                and isinstance(r.get(r.get("param", "lam")), (int, float, str)) and isinstance(r["seed"], int)
+                and not_a_number(r) is None)
     if not isinstance(recs, list) or not all(is_record(r) for r in recs):
         raise UserError(f"{path} does not hold attnkit sweep records (a list of cells, each with its {', '.join(SWEEP_RECORD_KEYS)}): "
                          f"attnkit did not write it; {way_out}")

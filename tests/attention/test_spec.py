@@ -64,6 +64,14 @@ def test_a_lam_for_a_map_without_one_is_refused_as_the_command_line_refuses_it()
         attnkit.entmax_bisect(torch.randn(2, 3), alpha=True)
     with pytest.raises(UserError, match="alpha must be a real number"):
         AttentionSpec("entmax-alpha", alpha=True)
+    # nor is a string ('0.5' was read as 0.5 without a word, where topk='2' is refused)
+    for bad in ("0.5", b"0.5", " -2 "):
+        with pytest.raises(UserError, match="lam must be a real number"):
+            attnkit.sparsegen_lin(torch.randn(2, 3), lam=bad)
+        with pytest.raises(UserError, match="lam must be a real number"):
+            AttentionSpec("sparsegen-lin", lam=bad)
+    with pytest.raises(UserError, match="alpha must be a real number"):
+        AttentionSpec("entmax-alpha", alpha="1.3")
 
 
 def test_a_blurs_shape_without_a_blur_is_refused_as_the_command_line_refuses_it(tiny_bert):

@@ -9,7 +9,9 @@ from helpers import error_line, four_step_train_args, snapshot_without_lock
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("text", ['{"mine": 1}', '[{"lam": -2}]', "not json at all", '[1, 2]'])
+@pytest.mark.parametrize("text", ['{"mine": 1}', '[{"lam": -2}]', "not json at all", '[1, 2]',
+                                  '[{"lam": -2, "seed": 1, "metric": "accuracy", "dev": "0.5", "test": null, '
+                                  '"mean_support": 1.0, "run_dir": "x"}]'])
 def test_a_hand_written_sweep_json_is_refused_and_kept(tiny_bert, data, tmp_path, capsys, text):
     s = tmp_path / "s"
     s.mkdir()
@@ -27,7 +29,8 @@ def test_a_hand_written_sweep_json_is_refused_and_kept(tiny_bert, data, tmp_path
     assert snapshot_without_lock(s) == before
 
 
-@pytest.mark.parametrize("text", ["{}", "not json"])
+@pytest.mark.parametrize("text", ["{}", "not json", '{"seed": 1, "metric": "accuracy", "dev": "0.5", "test": null, '
+                                  '"mean_support": 1.0, "run_dir": "x"}'])
 def test_a_hand_written_sweep_cell_record_is_named(tiny_bert, data, tmp_path, capsys, text):
     cell = tmp_path / "s" / "softmax_seed1"
     cell.mkdir(parents=True)
