@@ -294,7 +294,8 @@ def fit(trainer, cfg: TrainConfig):
     if resume:
         log.warning("resuming from %s", resume)
         prior = loss_of(Path(resume))
-    if resume and _schedule_done(trainer, trainer_state_of(Path(resume))):
+    saved = trainer_state_of(Path(resume)) if resume else {}
+    if resume and _schedule_done(trainer, saved):
         # the run had trained all its steps (its final save was cut short): the Trainer, resumed there, would train a
         # step beyond its schedule; take the checkpoint's state and best weights as they are
         return _finish_from(trainer, Path(resume), prior)
@@ -302,7 +303,7 @@ def fit(trainer, cfg: TrainConfig):
     # recorder rotates instead, among the checkpoints this run wrote, keeping as many as the Trainer would
     limit = trainer.args.save_total_limit
     trainer.args.save_total_limit = None
-    done = trainer_state_of(Path(resume)).get("global_step") if resume else 0
+    done = saved.get("global_step", 0)
     recorder = RunRecorder(trainer, out, prior or 0.0, keep=limit if limit and limit > 0 else None,
                            prior_steps=done if isinstance(done, int) else 0)
     trainer.add_callback(recorder)
