@@ -18,6 +18,7 @@ from attnkit.errors import UserError
 from attnkit.models.pooling import head_of
 from attnkit.runfiles.atomic import atomic_path
 from attnkit.runfiles.names import FIGURE_CREATOR
+from attnkit.runfiles.ownership import check_suffix
 
 #: tokens that are words of their own, never pieces: [CLS], [SEP], <s>, </s>, <pad>
 SPECIAL_TOKEN = re.compile(r"\[[A-Za-z_]+\]|<[^<>\s]+>")
@@ -288,10 +289,7 @@ FIGURE_SUFFIXES = (".png", ".svg")
 
 def figure_path(path: str | Path, what: str = "plot") -> Path:
     """``path`` as a Path, if it names a PNG or SVG file (checked before any drawing)."""
-    path = Path(path)
-    if path.suffix.lower() not in FIGURE_SUFFIXES:
-        raise UserError(f"{what} file must end in .png or .svg, got {path.name!r}")
-    return path
+    return check_suffix(path, FIGURE_SUFFIXES, what)
 
 
 def pyplot():

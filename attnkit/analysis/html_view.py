@@ -37,6 +37,7 @@ from attnkit.analysis.explain import AttentionMaps, word_pieces
 from attnkit.analysis.html_page import PAGE
 from attnkit.errors import UserError
 from attnkit.runfiles.atomic import write_text_atomic
+from attnkit.runfiles.ownership import check_suffix
 
 #: the most weights stored in one page (the sparse rows' first) before each softmax row is cut to its largest
 BUDGET = 500_000
@@ -49,9 +50,7 @@ WHOLE_DIGITS, CUT_DIGITS = 6, 4
 
 def write_html(maps: AttentionMaps, path: str | Path, title: str = "attnkit attention") -> Path:
     """Write the interactive page for ``maps`` to ``path`` (self-contained: no network needed)."""
-    path = Path(path)
-    if path.suffix.lower() not in (".html", ".htm"):
-        raise UserError(f"--html {path.name}: the page file must end in .html")
+    path = check_suffix(path, (".html", ".htm"), f"--html {path}: the page")
     data, summary = page_data(maps)
     fields = {"__TITLE__": html.escape(title), "__META__": _meta(maps, summary), "__RULES__": _rules(summary),
               "__DATA__": script_json(data)}

@@ -36,7 +36,7 @@ from attnkit.models.resolve import check_text_room
 from attnkit.runfiles.atomic import output_batch, write_json_atomic
 from attnkit.runfiles.json_files import read_json
 from attnkit.runfiles.names import WRITTEN_BY
-from attnkit.runfiles.ownership import check_side_file, record_output
+from attnkit.runfiles.ownership import check_side_file, check_suffix, record_output
 from attnkit.tasks import default_data_dir
 from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.tasks.readers import check_argument_text, is_blank, texts_sha256
@@ -48,8 +48,8 @@ def cmd_explain(a) -> int:
     if a.output is None:
         a.output = str(default_output(Path("attention.png")))
     figure_path(a.output, f"--output {a.output}: the heatmap")
-    if a.html and Path(a.html).suffix.lower() not in (".html", ".htm"):
-        raise UserError(f"--html {a.html}: the page file must end in .html")
+    if a.html:
+        check_suffix(a.html, (".html", ".htm"), f"--html {a.html}: the page")
     outputs = {"--output": a.output, "--stats": a.stats, "--html": a.html}
     for option, path in outputs.items():  # every output checked before the first is written: a failure writes nothing
         if path:

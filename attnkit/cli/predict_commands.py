@@ -30,7 +30,7 @@ from attnkit.cli.outputs import (
 from attnkit.errors import DataFormatError, UserError
 from attnkit.models.resolve import is_qa_model
 from attnkit.runfiles.names import WRITTEN_BY
-from attnkit.runfiles.ownership import check_not_input, check_side_file, record_output
+from attnkit.runfiles.ownership import check_not_input, check_side_file, check_suffix, record_output
 from attnkit.runfiles.atomic import output_batch, write_json_atomic, write_text_atomic
 from attnkit.runfiles.json_files import path_problem, read_json
 from attnkit.tasks import default_data_dir, is_qa_task, load_task
@@ -69,8 +69,8 @@ def model_and_split(a, check=None):
 def cmd_evaluate(a) -> int:
     if a.plot:
         figure_path(a.plot, f"--plot {a.plot}: the HANS chart")  # before the model loads
-    if a.output and Path(a.output).suffix.lower() != ".json":
-        raise UserError(f"--output {a.output}: the metrics file must end in .json")
+    if a.output:
+        check_suffix(a.output, (".json",), f"--output {a.output}: the metrics")
     d, model, tok = load_for_inference(a.model, qa_ok=True)
     task = a.task or run_info(d).get("task")
     if not task:

@@ -185,6 +185,18 @@ def _png_software(path: Path) -> str | None:
                     return value.decode("latin-1")
 
 
+def check_suffix(path: str | os.PathLike, suffixes: tuple[str, ...], what: str) -> Path:
+    """``path`` as a Path if its name ends in one of ``suffixes`` (lower case, with the dot); else one line, ``what``
+    first (e.g. "--output m.png: the metrics", to which " file must end in .json" is added). A name that is only the suffix (``.json``: a hidden file with no
+    suffix, to Python) is told that the name before the suffix is missing, not that the suffix is."""
+    path = Path(path)
+    if path.name.lower() in suffixes:
+        raise UserError(f"{what} file has no name before {path.name!r}: name the file, e.g. {path.with_name('out' + path.name)}")
+    if path.suffix.lower() not in suffixes:
+        raise UserError(f"{what} file must end in {' or '.join(suffixes)}, got {path.name!r}")
+    return path
+
+
 def check_side_file(path: str | os.PathLike, made_by: str) -> Path:
     """A file a command writes beside the one the user named (``made_by`` says which, e.g. "the JSON beside --output
     x.png"): refused if it exists and attnkit did not write it, so that no file of the user's is replaced."""
@@ -215,8 +227,12 @@ def check_output_file(path: str | os.PathLike, option: str, protect: dict[str, s
         real = path.resolve()
         run = next((q for q in real.parents if (q / RUN_RECORD).is_file()), None)  # any attnkit run, not only the model's
         places = {**(protect or {}), "the attnkit run": run}
+        own = path.name in RUN_FILES or path.name == RUN_RECORD
         for what, folder in places.items():
             if folder is not None and Path(folder).exists() and real.is_relative_to(Path(folder).resolve()):
+                if own and run is not None and real.parent == run:  # curves.png, metrics.json, ...: the run's record
+                    raise UserError(f"{option} {path} is one of the files the run {run} keeps of itself ({path.name}): "
+                                    "no command's output replaces it; name another file")
                 raise UserError(f"{option} {path} is a file of {what} {folder} that attnkit did not write as an output: "
                                 "it would be replaced; name another file")
     return path

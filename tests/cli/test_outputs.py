@@ -76,7 +76,10 @@ def test_an_output_never_replaces_the_models_or_the_datas_files(user_run, data, 
     before, run_before = path.read_bytes(), snapshot_without_lock(user_run)
     extra = [] if argv[0] == "explain" or (argv[0] == "predict" and "--split" not in argv) else ["--data-dir", str(data)]
     assert main([argv[0], "--model", str(user_run), *extra] + argv[1:]) == 2
-    only_stderr_line(capsys, "that attnkit did not write as an output")
+    if "/" in target:  # a file of the model or of the data
+        only_stderr_line(capsys, "that attnkit did not write as an output")
+    else:  # the run's own record, which attnkit wrote, though not as a command's output: said so
+        only_stderr_line(capsys, f"is one of the files the run {user_run.resolve()} keeps of itself ({target})")
     assert path.read_bytes() == before and snapshot_without_lock(user_run) == run_before
 
 
@@ -99,7 +102,10 @@ def test_a_runs_own_files_and_its_training_data_are_never_an_output(user_run, da
     only_stderr_line(capsys, "the data the model was trained on")
     # the run's own figures, though attnkit drew them
     assert main(["explain", "--model", str(user_run), "good film", "--output", str(user_run / "curves.png")]) == 2
-    only_stderr_line(capsys, "curves.png")
+    only_stderr_line(capsys, "keeps of itself (curves.png)")
+    assert main(["words", "--model", str(user_run), "--data-dir", str(data), "--min-count", "1",
+                 "--output", str(user_run / "curves.png")]) == 2
+    only_stderr_line(capsys, "keeps of itself (curves.png)")
     assert (data / "dev.csv").read_bytes() == before and snapshot_without_lock(user_run) == run_before
     # a command's own earlier output there may be replaced (evaluate's default file, then named)
     assert main(["evaluate", "--model", str(user_run), "--data-dir", str(data)]) == 0
@@ -297,5 +303,6 @@ def test_an_output_never_replaces_the_files_of_another_run(run, finished, data, 
                  ["predict", "--model", str(run), "good film", "--output", str(other / target)]):
         capsys.readouterr()
         assert main(argv) == 2
-        only_stderr_line(capsys, str(other / target), "is a file of the attnkit run")
+        own = "/" not in target  # the other run's own record at its top, or a file of its model
+        only_stderr_line(capsys, str(other / target), "keeps of itself" if own else "is a file of the attnkit run")
         assert (other / target).read_bytes() == before

@@ -121,7 +121,11 @@ def test_more_settings_that_were_silently_odd(tiny_bert, data, tmp_path, capsys,
     (["predict", "good", "--output-dir", "x"], "--output-dir x: only with --split"),
     (["evaluate", "--plot", "h.png"], "--plot h.png: only with --task hans"),
     (["evaluate", "--hans-per-subcase", "5"], "--hans-per-subcase 5: only with --task hans"),
-    (["evaluate", "--output", "m.png"], "must end in .json"),
+    (["evaluate", "--output", "m.png"], "must end in .json, got 'm.png'"),
+    # a name that is only the suffix: the name is what is missing, not the suffix
+    (["evaluate", "--output", ".json"], "--output .json: the metrics file has no name before '.json': name the file, e.g. out.json"),
+    (["explain", "good", "--output", "figs/.PNG"], "the heatmap file has no name before '.PNG': name the file, e.g. figs/out.PNG"),
+    (["explain", "good", "--output", "a.png", "--html", ".html"], "--html .html: the page file has no name before '.html'"),
     (["predict", "--file", "."], "is a folder"),
     # a split's predictions dropped the texts and the file given beside it
     (["predict", "--split", "validation", "--task", "csv", "good film"], "texts cannot be given with --split validation"),
