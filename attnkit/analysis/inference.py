@@ -92,11 +92,7 @@ def check_readable(tokenizer, texts: Sequence[str], first: int = 0, what: str = 
             found.append((n, text))
         if dropped_control(text) is not None:
             dropped.append((n, text))
-    if dropped:  # those this tokenizer drops (it reads the text as without them; a byte-level one keeps them as tokens),
-        # joining words (a space in their place would be read otherwise)
-        gone, spaced = (tokenizer([DROPPED_CONTROLS.sub(by, t) for _, t in dropped], add_special_tokens=False)["input_ids"]
-                        for by in ("", " "))
-        dropped = [(what, n, t) for (n, t), g, sp in zip(dropped, gone, spaced) if g == ids[n - first - 1] != sp]
+    dropped = joined_by_controls(tokenizer, dropped, [ids[n - first - 1] for n, _ in dropped], what)
     if unknown is None:
         say_unknown(found, tokenizer, what)
     else:
@@ -119,7 +115,23 @@ def say_unknown(found: list[tuple[int, str]], tokenizer, what: str = "text") -> 
                 "s" if many else "", "" if many else "s", "their" if many else "its")
 
 
-def say_control(found: list[tuple[str, int, str]], names=None) -> None:
+def joined_by_controls(tokenizer, numbered: list[tuple[int, str]], ids: list[list[int]] | None = None,
+                       what: str = "text") -> list[tuple[str, int, str]]:
+    """Of ``numbered`` texts (``(number, text)``, with their token ids ``ids`` where known), those holding control
+    characters this tokenizer drops, joining the words on either side (it reads the text as without them, and a space
+    in their place would be read otherwise; a byte-level tokenizer keeps them as tokens), as ``(what, number, text)``
+    for :func:`say_control`."""
+    numbered = [(n, t) for n, t in numbered if dropped_control(t) is not None]
+    if not numbered:
+        return []
+    texts = [t for _, t in numbered]
+    own = ids if ids is not None else tokenizer(texts, add_special_tokens=False)["input_ids"]
+    gone, spaced = (tokenizer([DROPPED_CONTROLS.sub(by, t) for t in texts], add_special_tokens=False)["input_ids"]
+                    for by in ("", " "))
+    return [(what, n, t) for (n, t), o, g, sp in zip(numbered, own, gone, spaced) if g == o != sp]
+
+
+def say_control(found: list[tuple[str, int, str]], names=None, done: str = "labelled") -> None:
     """One line on stderr where texts hold control characters the tokenizer drops (``found``: ``(what, number, text)``
     from :func:`check_readable`): they are labelled as read, the words on either side of such a character joined into
     one. ``names(n)`` names text n (a file's line) in place of "text n"."""
@@ -130,10 +142,10 @@ def say_control(found: list[tuple[str, int, str]], names=None) -> None:
     at, code = dropped_control(text)
     many = len(found) > 1
     log.warning("%d text%s hold%s control characters that the tokenizer drops, joining the words on either side (%s%s, "
-                "%r: %s at character %d, read as %r): %s labelled as read; write spaces in their place to keep the words "
+                "%r: %s at character %d, read as %r): %s %s as read; write spaces in their place to keep the words "
                 "apart", len(found), "s" if many else "", "" if many else "s", "the first: " if many else "", where,
                 text[max(0, at - 21):at + 20], code, at, DROPPED_CONTROLS.sub("", text[max(0, at - 21):at + 20]),
-                "they are" if many else "it is")
+                "they are" if many else "it is", done)
 
 
 def predict_logits(

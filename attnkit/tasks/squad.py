@@ -266,6 +266,10 @@ def predict_answers(model, tokenizer, questions: Sequence[str], contexts: Sequen
         raise UserError(f"{len(questions)} questions but {len(contexts)} contexts")
     stride = max_length // 3 if doc_stride is None else doc_stride
     _check_window(tokenizer, max_length, stride)
+    from attnkit.analysis.inference import joined_by_controls, say_control
+
+    say_control(joined_by_controls(tokenizer, list(enumerate(questions, 1)), what="question")
+                + joined_by_controls(tokenizer, list(enumerate(contexts, 1)), what="context"), done="answered")
     enc = encode_windows(tokenizer, questions, contexts, max_length, stride)
     model.eval()
     dev = next(model.parameters()).device

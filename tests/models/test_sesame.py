@@ -282,6 +282,25 @@ def test_glue_loaders_read_pairs_labels_and_index(tmp_path):
     assert s.metric == "regression" and s.splits["train"][0]["label"] == pytest.approx(4.75)
 
 
+def test_a_published_sets_control_characters_are_read_and_said_in_one_line(tmp_path, caplog):
+    """GLUE's own files hold a few control characters (CoLA's train a backspace, RTE's stray C1 codes): the published
+    set is read as it is (not refused, as the user's own csv is), and one line per load says how many texts, where."""
+    from attnkit.tasks import load_task
+
+    _write(tmp_path / "glue/CoLA/train.tsv", "gj04\t1\t\tThe sailors \x08rode.\ngj04\t0\t*\tBill\x12s house.\ngj04\t1\t\tOk.\n")
+    _write(tmp_path / "glue/CoLA/dev.tsv", "gj04\t1\t\tFine.\ngj04\t1\t\tA\x85b.\n")
+    c = load_task("cola", tmp_path)
+    assert list(c.splits["train"]["text"])[1] == "Bill\x12s house."  # read as it is
+    said = [r.getMessage() for r in caplog.records if "control characters" in r.getMessage()]
+    assert said == ["task cola: 3 texts (train 2, validation 1) hold control characters, which a WordPiece (BERT) "
+                    "tokenizer drops (the first: 'The sailors \\x08rode.', U+0008 at character 13): read as without them"]
+    caplog.clear()
+    _write(tmp_path / "glue/CoLA/train.tsv", "gj04\t1\t\tThe sailors rode.\n")
+    _write(tmp_path / "glue/CoLA/dev.tsv", "gj04\t1\t\tFine.\n")
+    load_task("cola", tmp_path)
+    assert not [r for r in caplog.records if "control characters" in r.getMessage()]
+
+
 def test_glue_errors_name_file_and_line(tmp_path):
     from attnkit.tasks import DataFormatError, load_task
 

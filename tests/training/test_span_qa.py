@@ -169,6 +169,23 @@ def test_cli_train_evaluate_predict_squad(tiny_bert, tiny_squad, tmp_path, capsy
     row = json.loads(capsys.readouterr().out.strip())
     assert row["answer"] and ctx[row["start"] : row["start"] + len(row["answer"])] == row["answer"]
 
+    # a control character the tokenizer drops, joining two words of the context: answered, and said in one line
+    import logging
+    caplog = logging.getLogger("attnkit")
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda r: seen.append(r.getMessage())
+    caplog.addHandler(handler)
+    try:
+        assert main(["predict", "--model", str(out), "--question", "which word ?", "--context", "the movie\x07was good",
+                     "--max-length", "40"]) == 0
+    finally:
+        caplog.removeHandler(handler)
+    assert "answer" in json.loads(capsys.readouterr().out.strip())
+    said = [m for m in seen if "control characters" in m]
+    assert len(said) == 1 and "(context 1, 'the movie\\x07was good': U+0007 at character 10, read as 'the moviewas good'): " \
+        "it is answered as read" in said[0], said
+
     # explain draws a QA model's attention like a classifier's
     assert main(["explain", "--model", str(out), "which word ?", "--output", str(tmp_path / "qa.svg"), "--max-length", "40"]) == 0
     assert (tmp_path / "qa.svg").stat().st_size > 0 and "span head" in capsys.readouterr().out
