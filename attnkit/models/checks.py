@@ -18,7 +18,7 @@ from attnkit.models.mini import MODEL_TYPE as MINI_MODEL_TYPE
 from attnkit.models.modeling_attnkit import MODEL_TYPE, set_folder_check
 from attnkit.runfiles.json_files import read_json
 from attnkit.runfiles.names import FOLDER_MANIFEST
-from attnkit.runfiles.ownership import read_folder_manifest
+from attnkit.runfiles.ownership import file_sha256, read_folder_manifest
 
 
 class UntrainedHeadError(UserError):
@@ -133,13 +133,15 @@ def check_tokenizer_as_saved(path: str | os.PathLike) -> None:
     """Where attnkit's manifest of a model folder (FOLDER_MANIFEST, written with the weights) records a tokenizer file,
     that file still has the size recorded: another model's tokenizer copied in (a smaller vocabulary, which the
     embeddings' check cannot see) would read every text as other token ids, and the model would label garbage. One
-    stat per file; a folder without a manifest (the bundled model, one saved by ``save_pretrained``) is not looked at,
+    stat per file, and where the manifest records its SHA-256 (a small file) one read: a same-size swap or edit of the
+    token list is seen too; a folder without a manifest (the bundled model, one saved by ``save_pretrained``) is not looked at,
     nor a recorded file that is gone (the tokenizer's own checks say what is missing)."""
     folder = Path(path)
     manifest = read_folder_manifest(folder) if folder.is_dir() else None
     files = manifest.get("files") if manifest else None
     if not isinstance(files, dict):
         return
+    hashes = manifest.get("sha256")
     for name in _TOKENIZER_SAVED:
         entry = files.get(name)
         if not isinstance(entry, list) or not entry or not isinstance(entry[0], int):
@@ -153,6 +155,12 @@ def check_tokenizer_as_saved(path: str | os.PathLike) -> None:
                 f"{folder / name} is not the tokenizer file saved with these weights ({size} bytes, {FOLDER_MANIFEST} "
                 f"records {entry[0]}): the tokenizer does not belong to these weights (another model's? every text would be "
                 "read as other token ids); restore the tokenizer files written with them")
+        recorded = hashes.get(name) if isinstance(hashes, dict) else None
+        if isinstance(recorded, str) and file_sha256(folder / name) != recorded:
+            raise ModelFolderError(
+                f"{folder / name} is not the tokenizer file saved with these weights (its size is as recorded, its content "
+                f"is not: {FOLDER_MANIFEST} records another SHA-256): a token list edited or swapped would read texts as "
+                "other token ids; restore the tokenizer files written with them")
 
 
 def _config_value(raw: dict, *names):

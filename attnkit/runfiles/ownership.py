@@ -141,12 +141,31 @@ def folder_files(folder: str | os.PathLike) -> dict[str, list[int]]:
     return out
 
 
+#: files up to this size get their SHA-256 in a folder's manifest (config, tokenizer: a same-size swap is seen; not
+#: the weights, which their own shapes check)
+HASHED_UP_TO = 8 << 20
+
+
 def write_folder_manifest(folder: str | os.PathLike, by: str, complete: bool = True) -> None:
-    """Record in ``folder`` (FOLDER_MANIFEST) every file attnkit wrote there; ``complete=False``: a folder being
-    written (a temporary one, which a later run may remove if it was left by a killed process)."""
+    """Record in ``folder`` (FOLDER_MANIFEST) every file attnkit wrote there (size and time; the SHA-256 of the small
+    ones); ``complete=False``: a folder being written (a temporary one, which a later run may remove if it was left by
+    a killed process)."""
     folder = Path(folder)
     files = folder_files(folder) if complete else {}
-    write_json_atomic(folder / FOLDER_MANIFEST, {WRITTEN_BY: by, "complete": complete, "files": files})
+    hashes = {name: _sha256(folder / name) for name, (size, _) in files.items() if size <= HASHED_UP_TO}
+    write_json_atomic(folder / FOLDER_MANIFEST, {WRITTEN_BY: by, "complete": complete, "files": files, "sha256": hashes})
+
+
+def recorded_sha256(folder: str | os.PathLike, name: str) -> str | None:
+    """The SHA-256 ``folder``'s manifest records for its file ``name`` (None: no manifest, or none recorded)."""
+    m = read_folder_manifest(folder)
+    h = m.get("sha256") if m else None
+    return h.get(name) if isinstance(h, dict) and isinstance(h.get(name), str) else None
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file, as the manifest records it."""
+    return _sha256(Path(path))
 
 
 def read_folder_manifest(folder: str | os.PathLike) -> dict | None:

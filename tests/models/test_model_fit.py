@@ -57,6 +57,20 @@ def _other_models_smaller_tokenizer(folder: Path) -> None:
             shutil.copy(Path(other) / name, folder / name)
 
 
+def _two_tokens_swapped(folder: Path) -> None:
+    """"good" and "poor" trade ids in the token list (the file's size unchanged): every "good" read as "poor"."""
+    for name in ("tokenizer.json", "vocab.txt"):
+        f = folder / name
+        if f.is_file():
+            text = f.read_text(encoding="utf-8")
+            q = '"' if name.endswith(".json") else "\n"
+            assert text.count(f"{q}good{q}") == text.count(f"{q}poor{q}") == 1, name
+            text = text.replace(f"{q}good{q}", "\0").replace(f"{q}poor{q}", f"{q}good{q}").replace("\0", f"{q}poor{q}")
+            size = f.stat().st_size
+            f.write_text(text, encoding="utf-8")
+            assert f.stat().st_size == size
+
+
 @pytest.mark.parametrize("damage, needles", [
     # integer weights were cast to floats and gave probabilities of 1.0 without a word
     (_int_weights, ("model.safetensors holds", "as I32 (whole numbers), not floating point")),
@@ -69,7 +83,10 @@ def _other_models_smaller_tokenizer(folder: Path) -> None:
     # another model's smaller tokenizer: every prediction garbage, without a word (sweep 2026-11-27d, finding 2)
     (_other_models_smaller_tokenizer, ("tokenizer.json is not the tokenizer file saved with these weights (",
                                        ".attnkit-files.json records", "restore the tokenizer files written with them")),
-], ids=["int-weights", "positions", "duplicate-label", "tokenizer-too-big", "tokenizer-of-another-model"])
+    # two tokens of one length swapped in the token list: the size as recorded, the content not (left alone, 11-27d)
+    (_two_tokens_swapped, ("tokenizer.json is not the tokenizer file saved with these weights (its size is as recorded, "
+                           "its content is not",)),
+], ids=["int-weights", "positions", "duplicate-label", "tokenizer-too-big", "tokenizer-of-another-model", "tokens-swapped"])
 def test_a_model_folder_that_does_not_fit_together_is_refused(saved_classifier, tmp_path, capsys, damage, needles):
     import shutil
 
