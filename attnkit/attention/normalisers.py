@@ -11,6 +11,8 @@ after which ``AttentionSpec("top2")``, ``attnkit train --attention top2`` and ev
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -123,8 +125,15 @@ def register_normaliser(normaliser: Normaliser) -> Normaliser:
     n = normaliser
     if not isinstance(n, Normaliser):
         raise TypeError(f"register_normaliser takes a Normaliser, got {type(n).__name__}")
-    if n.name != canonical(n.name) or not n.name:
-        raise UserError(f"normaliser name {n.name!r}: expected lower case with '-' between words, e.g. {canonical(n.name)!r}")
+    if not isinstance(n.name, str) or not n.name.strip():
+        raise UserError(f"normaliser name {n.name!r}: a normaliser needs a name (lower case, '-' between words, e.g. 'my-map')")
+    if not _NAME.fullmatch(n.name):
+        hint = re.sub(r"[^a-z0-9]+", "-", canonical(n.name)).strip("-")
+        raise UserError(f"normaliser name {n.name!r}: expected lower case letters and digits with '-' between words, "
+                        f"starting with a letter" + (f", e.g. {hint!r}" if _NAME.fullmatch(hint) else ""))
+    if not callable(n.fn):
+        raise UserError(f"normaliser {n.name}: fn is {type(n.fn).__name__}: expected a function fn(scores, setting) that "
+                        "gives the weights")
     if n.name in NORMALISERS:
         raise UserError(f"a normaliser named {n.name!r} is already registered")
     if n.setting is not None and n.setting not in SETTINGS:
@@ -146,7 +155,46 @@ def unregister_normaliser(name: str) -> None:
     if name in BUILTIN_NAMES:
         raise UserError(f"{name} is a built-in normaliser: it cannot be unregistered")
     NORMALISERS.pop(name, None)
+    _CHECKED.discard(name)
     remove_name(name)
+
+
+#: a registered name: lower-case letters and digits, '-' between words, a letter first ("sparsegen-lin", "entmax15")
+_NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
+
+#: the normalisers registered at run time whose first weights were checked (a distribution per row), once a process
+_CHECKED: set[str] = set()
+
+
+def check_weights(name: str, scores: torch.Tensor, weights) -> None:
+    """A registered (not built-in) normaliser's output, checked: a tensor of the scores' shape at every call (no cost),
+    and, until one call has passed in this process, a distribution per row (finite, >= 0, summing to 1 where a row has a score
+    that is not -inf, 0 where a score is -inf: one host sync, once). UserError naming the normaliser, never a shape error
+    deep inside torch's matmul or weights that are not attention, used without a word."""
+    if not isinstance(weights, torch.Tensor) or weights.shape != scores.shape:
+        got = f"shape {tuple(weights.shape)}" if isinstance(weights, torch.Tensor) else type(weights).__name__
+        raise UserError(f"normaliser {name} returned {got} for scores of shape {tuple(scores.shape)}: expected weights "
+                        "of the scores' shape (one row per query, over the keys along the last dim)")
+    if name in _CHECKED or weights.device.type == "meta" or torch.compiler.is_compiling():
+        return
+    with torch.no_grad():
+        w, masked = weights.detach().float(), scores.detach() == float("-inf")
+        live = ~masked.all(-1)
+        tol = 1e-2 if weights.dtype in (torch.float16, torch.bfloat16) else 1e-4
+        sums = w.sum(-1)[live]
+        finite = torch.isfinite(w).all(-1)
+        problem = ("values that are not finite (NaN) in a row whose scores are all -inf (a fully masked row: give zeros "
+                   "there, e.g. with torch.nan_to_num)" if bool(finite[live].all()) and not bool(finite.all()) else
+                   "values that are not finite (NaN or inf)" if not bool(finite.all()) else
+                   f"a negative weight ({w.min().item():.3g})" if (w < -tol).any() else
+                   f"a row summing to {sums[(sums - 1).abs().argmax()].item():.4g}, not 1" if sums.numel() and
+                   ((sums - 1).abs() > tol).any() else
+                   "weight on a masked (-inf) score" if (w[masked] != 0).any() else None)
+    if problem is None:
+        _CHECKED.add(name)
+        return
+    raise UserError(f"normaliser {name}: its weights on the first scores it was given hold {problem}: expected a "
+                    "distribution per row (weights >= 0 summing to 1, 0 where the score is -inf)")
 
 
 def canonical(name) -> str:

@@ -24,7 +24,7 @@ import torch
 from .blur import BLUR_PLACES, IDENTITY_TAIL, blur_is_identity, cached_kernel  # relative: this file also runs as a checkpoint's remote code
 from .entmax import check_alpha
 from .maps import check_lam
-from .normalisers import LEARNED, Normaliser, names_with, normaliser
+from .normalisers import BUILTIN_NAMES, LEARNED, Normaliser, check_weights, names_with, normaliser
 from .placement import check_sparse_layers, sparse_layers_words
 from ..errors import UserError
 
@@ -139,7 +139,11 @@ class AttentionSpec:
 
     def normalise(self, scores: torch.Tensor, learned_value=None) -> torch.Tensor:
         """Attention weights from masked scores, along the last dim (``learned_value``: see :meth:`setting_value`)."""
-        return self.normaliser.fn(scores, self.setting_value(learned_value))
+        norm = self.normaliser
+        weights = norm.fn(scores, self.setting_value(learned_value))
+        if norm.name not in BUILTIN_NAMES:  # a user's map: its output checked (the built-ins are tested)
+            check_weights(norm.name, scores, weights)
+        return weights
 
     def effective_alpha(self, target):
         """alpha at the current point of a softmax-to-sparse warm-up: ``1 + alpha_mix * (target - 1)``."""

@@ -36,7 +36,7 @@ from attnkit.models.resolve import check_text_room
 from attnkit.runfiles.atomic import output_batch, write_json_atomic
 from attnkit.runfiles.json_files import read_json
 from attnkit.runfiles.names import WRITTEN_BY
-from attnkit.runfiles.ownership import check_side_file, check_suffix, record_output
+from attnkit.runfiles.ownership import check_not_input, check_side_file, check_suffix, record_output
 from attnkit.tasks import default_data_dir
 from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.tasks.readers import check_argument_text, is_blank, texts_sha256
@@ -167,6 +167,9 @@ def cmd_faithfulness(a) -> int:
         raise UserError(f"{d} reads lemmas: removing the user's words would not remove what it reads; faithfulness needs a model of plain words")
     out = output_path(a, a.output, "--output") if a.output else default_output(d / f"faithfulness_{task}_{a.split}.json")
     plot = output_path(a, a.plot, "--plot") if a.plot else check_side_file(out.with_suffix(".png"), f"the curves beside --output {out}")
+    if a.rationale_lengths:  # the report read would be replaced by the one written (sweep 2026-11-27f)
+        check_not_input(out, "--output", {"--rationale-lengths": a.rationale_lengths})
+        check_not_input(plot, "--plot" if a.plot else "the curves", {"--rationale-lengths": a.rationale_lengths})
     texts, rationales = list(ds["text"]), None
     if task == "sst2-ptb":
         pairs = sst_rationales(a.data_dir or default_data_dir(), a.split)

@@ -73,9 +73,27 @@ def _quiet_libraries() -> None:
 MAX_THREADS_PER_CORE = 64
 
 
+#: the options that name a file or folder (their dests): a leading ``~`` is the home folder in every one of them
+PATH_OPTIONS = ("model", "teacher", "data_dir", "output_dir", "output", "json", "plot", "file", "text_file", "stats",
+                "html", "rationale_lengths")
+
+
+def expand_home(a) -> None:
+    """``~`` and ``~user`` at the start of a path option read as the home folder, as the shell would have read them
+    unquoted (``--output=~/x.json``, ``--file "~/my texts.txt"``): one rule for every path, input or output, never a
+    folder named ``~`` made in the working folder."""
+    for dest in PATH_OPTIONS:
+        value = getattr(a, dest, None)
+        if isinstance(value, str) and value.startswith("~"):
+            setattr(a, dest, os.path.expanduser(value))
+        elif isinstance(value, list):
+            setattr(a, dest, [os.path.expanduser(v) if isinstance(v, str) and v.startswith("~") else v for v in value])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
+    expand_home(a)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="[%(name)s] %(message)s")
     if a.command is None:
         parser.print_help()

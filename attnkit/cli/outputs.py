@@ -95,7 +95,7 @@ def input_file(path: str, option: str) -> Path:
     if str(path) == "-":
         raise UserError(f"{option} -: attnkit reads a file, not standard input; write the texts to a file and name it, or "
                         "give them as arguments")
-    p = Path(path)
+    p = Path(path).expanduser()
     try:
         mode = p.stat().st_mode
     except FileNotFoundError:

@@ -96,6 +96,7 @@ def load_task(task: str, data_dir: str | os.PathLike | None = None, **options: A
     if task not in TASKS:
         raise UserError(f"unknown task {task!r}; known tasks: {', '.join(list_tasks())}")
     loader = TASKS[task]
+    data_dir = Path(data_dir).expanduser() if data_dir is not None else None  # "~/data": the home folder's, as everywhere
     if data_dir is not None and not Path(data_dir).is_dir():
         raise FileNotFoundError(f"data folder {data_dir} {path_problem(data_dir, 'folder')} (given as --data-dir for task {task})")
     directory = Path(data_dir) if data_dir is not None else default_data_dir()

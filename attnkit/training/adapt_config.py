@@ -68,6 +68,9 @@ class AdaptConfig:
         if not self.tasks and not self.text_files:
             raise UserError("no text to adapt on: give --task (its training split) or --text-file")
         check_not_inside("--model", self.model, self.output_dir)
+        check_not_inside("--data-dir", self.data_dir, self.output_dir, "the data it reads")
+        for f in self.text_files:
+            check_not_inside("--text-file", f, self.output_dir, "the data it reads")
         if self.spec().normaliser.setting == "alpha" and self.alpha <= ADAPT_ALPHA_START:
             raise UserError(f"--alpha {self.alpha:g}: the anneal starts at alpha {ADAPT_ALPHA_START:g}; give a target above it "
                             "(1.5: 1.5-entmax)")

@@ -52,10 +52,11 @@ def check_seed(seed, option: str = "--seed") -> int:
     return seed
 
 
-def check_not_inside(option: str, value: str | None, output_dir: str) -> None:
-    """A model a run reads (``--model``, ``--teacher``) may not be the run's own ``--output-dir`` or inside it: the run
-    would write (or, with ``--no-resume``, move aside) what it reads, and its record would name a path that then holds
-    the run itself. A name that is no existing path (a hub model, ``minilm``) is inside only where it is the folder."""
+def check_not_inside(option: str, value: str | None, output_dir: str, reads: str = "the model it reads") -> None:
+    """What a run reads (``--model``, ``--teacher``; ``--data-dir``, ``--text-file`` with ``reads="the data it reads"``)
+    may not be the run's own ``--output-dir`` or inside it: the run would write (or, with ``--no-resume``, move aside)
+    what it reads, and its record would name a path that then holds the run itself, or nothing. A name that is no
+    existing path (a hub model, ``minilm``) is inside only where it is the folder."""
     if value is None:
         return
     try:
@@ -64,8 +65,8 @@ def check_not_inside(option: str, value: str | None, output_dir: str) -> None:
         return
     if path == out or (out in path.parents and path.exists()):
         where = "is this run's --output-dir" if path == out else f"is inside this run's --output-dir {output_dir}"
-        raise UserError(f"{option} {value} {where}: the run would write over the model it reads; give another "
-                        f"--output-dir (or copy {value} elsewhere first)")
+        raise UserError(f"{option} {value} {where}: the run would write over {reads} (--no-resume moves the folder aside "
+                        f"whole); give another --output-dir (or copy {value} elsewhere first)")
 
 
 #: settings whose command-line option is not --<name with dashes>
@@ -177,6 +178,7 @@ class TrainConfig:
         check_mini_shape(self.score_scale, self.head_mode)
         check_not_inside("--model", self.model, self.output_dir)
         check_not_inside("--teacher", self.teacher, self.output_dir)
+        check_not_inside("--data-dir", self.data_dir, self.output_dir, "the data it reads")
         if self.teacher is not None or self.distill_weight != 0.5 or self.distill_temperature != 2.0:
             if self.teacher is None:
                 raise UserError("--distill-weight/--distill-temperature: need --teacher (the model whose predictions are distilled)")
@@ -318,6 +320,7 @@ class PretrainConfig:
                              "token to mask, [SEP])")
         check_seed(self.seed)
         check_mini_shape(self.score_scale, self.head_mode)
+        check_not_inside("--data-dir", self.data_dir, self.output_dir, "the data it reads")
         if self.head_mode == "split" and self.dim % self.heads:
             raise UserError(f"--dim {self.dim} is not divisible by --heads {self.heads}")
         if not (isinstance(self.epochs, (int, float)) and math.isfinite(self.epochs) and self.epochs > 0):

@@ -126,6 +126,14 @@ def test_the_command_prints_the_rationale_and_measures_softmax_at_the_sparse_len
     assert main([*base, "--model", str(soft), "--max-examples", "2", "--output", str(tmp_path / "x.json"),
                  "--rationale-lengths", str(tmp_path / "sparse.json")]) == 2
     assert "measured other texts than these 2" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+    # the report read named as the output (or its curves as the plot): refused before anything is written; it was
+    # replaced by the new report, the sparse model's gone (sweep 2026-11-27f)
+    given = tmp_path / "sparse.json"
+    kept = given.read_bytes(), given.with_suffix(".png").read_bytes()
+    assert main([*base, "--model", str(soft), "--rationale-lengths", str(given), "--output", str(given)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--output {given} is also the input --rationale-lengths" in err and len(err.splitlines()) == 1, err
+    assert (given.read_bytes(), given.with_suffix(".png").read_bytes()) == kept
     # a report without a rationale (a softmax model's own): refused
     plain = tmp_path / "plain.json"
     assert main([*base, "--model", str(soft), "--output", str(plain)]) == 0

@@ -47,6 +47,71 @@ def test_a_name_is_registered_once_and_records_are_checked(toy):
         unregister_normaliser("softmax")
 
 
+@pytest.mark.parametrize("name, fn, needle", [
+    ("my map", sparsemax_of_double_scores, "expected lower case letters and digits with '-' between words, starting with "
+                                           "a letter, e.g. 'my-map'"),
+    ("", sparsemax_of_double_scores, "a normaliser needs a name"),
+    ("1", sparsemax_of_double_scores, "starting with a letter"),
+    ("nofn", None, "normaliser nofn: fn is NoneType: expected a function fn(scores, setting)"),
+])
+def test_a_record_a_model_could_not_use_is_refused_when_registered(name, fn, needle):
+    """A name with a space (the CLI could not name it), an empty one, and fn=None (which failed only at the first
+    forward, as "'NoneType' object is not callable") were accepted (sweep 2026-11-27f)."""
+    with pytest.raises(ValueError) as e:
+        register_normaliser(Normaliser(name, fn))
+    assert needle in str(e.value)
+    assert name not in NORMALISERS
+
+
+def _masked_scores() -> torch.Tensor:
+    s = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(0))
+    s[0, 0, 1] = float("-inf")  # a masked key
+    return s
+
+
+@pytest.mark.parametrize("fn, needle", [
+    (lambda s, t: sparsemax(s, dim=-1)[..., :-1], "normaliser bad returned shape (2, 3, 4) for scores of shape (2, 3, 5)"),
+    (lambda s, t: None, "normaliser bad returned NoneType for scores of shape (2, 3, 5)"),
+    (lambda s, t: 0.5 * sparsemax(s, dim=-1), "hold a row summing to 0.5, not 1"),
+    (lambda s, t: torch.full_like(s, float("nan")), "hold values that are not finite (NaN or inf)"),
+    (lambda s, t: torch.softmax(s.nan_to_num(neginf=-1.0), -1), "hold weight on a masked (-inf) score"),
+    (lambda s, t: torch.softmax(s, -1) * torch.tensor([1.0, 1, 1, 1, -1]), "hold a negative weight"),
+])
+def test_a_user_normaliser_whose_weights_are_not_attention_is_named_at_its_first_forward(fn, needle):
+    """A custom map giving the wrong shape or None failed deep in torch (a bmm size error, dropout() of None); one giving
+    half weights or NaN ran without a word (sweep 2026-11-27f). Now: one line naming the normaliser, and a map that
+    failed is checked again at its next call (never waved through the second time)."""
+    from attnkit.attention.spec import AttentionSpec
+
+    register_normaliser(Normaliser("bad", fn))
+    try:
+        for _ in range(2):
+            with pytest.raises(ValueError) as e:
+                AttentionSpec("bad").normalise(_masked_scores())
+            assert needle in str(e.value) and "normaliser bad" in str(e.value)
+    finally:
+        unregister_normaliser("bad")
+
+
+def test_a_fully_masked_row_that_gives_nan_is_named_so_and_a_good_map_is_checked_once():
+    from attnkit.attention.normalisers import _CHECKED
+    from attnkit.attention.spec import AttentionSpec
+
+    s = _masked_scores()
+    s[1, 2, :] = float("-inf")  # a row with no key to attend to
+    register_normaliser(Normaliser("plain-softmax", lambda z, t: torch.softmax(z, -1)))
+    register_normaliser(Normaliser("zeroed-softmax", lambda z, t: torch.softmax(z, -1).nan_to_num()))
+    try:
+        with pytest.raises(ValueError, match=r"in a row whose scores are all -inf \(a fully masked row: give zeros there"):
+            AttentionSpec("plain-softmax").normalise(s)
+        w = AttentionSpec("zeroed-softmax").normalise(s)
+        assert "zeroed-softmax" in _CHECKED and torch.equal(w[1, 2], torch.zeros(5))
+    finally:
+        unregister_normaliser("plain-softmax")
+        unregister_normaliser("zeroed-softmax")
+    assert "zeroed-softmax" not in _CHECKED  # a name registered again is checked again
+
+
 def test_a_registered_normaliser_is_an_attention_spec(toy):
     spec = AttentionSpec("toy")
     assert spec.is_sparse and spec.describe() == "toy"

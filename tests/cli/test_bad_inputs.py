@@ -135,6 +135,52 @@ def test_a_model_or_teacher_that_is_the_runs_own_output_dir_is_refused(tiny_bert
     assert snapshot(run) == before
 
 
+def test_data_inside_the_runs_output_dir_is_refused(tiny_task, tiny_bert, tmp_path, capsys):
+    """`train --data-dir out/data --output-dir out --no-resume` moved the data into out/.replaced-<date>/ with the old
+    run, and recorded a data folder that no longer held it (sweep 2026-11-27f, by the session): refused in one line, as
+    a model inside the output folder is; so are adapt's --data-dir and --text-file there."""
+    import shutil
+
+    from attnkit.cli import main
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_task, run / "data")
+    before = snapshot(run)
+    common = ["--model", str(tiny_bert), "--max-steps", "1", "--threads", "1", "--max-length", "16", "--output-dir", str(run)]
+    for argv, needle in (
+            (["train", "--task", "csv", "--data-dir", str(run / "data"), "--no-resume", "--no-heatmap"], "--data-dir"),
+            (["adapt", "--task", "csv", "--data-dir", str(run / "data")], "--data-dir"),
+            (["adapt", "--text-file", str(run / "data" / "train.csv")], "--text-file")):
+        assert main(argv + common) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"{needle} {run / 'data'}" in err and \
+            f"is inside this run's --output-dir {run}: the run would write over the data it reads" in err, err
+        assert snapshot(run) == before
+
+
+def test_a_quoted_tilde_is_the_home_folder_in_every_path_option(saved_classifier, tmp_path, capsys, monkeypatch):
+    """`--file "~/in.txt"` said "error: --file ~/in.txt" with no reason; `--output "~/x.jsonl"` made a folder named
+    ~ in the working folder and said "written to ~/x.jsonl"; `predict --model "~/m"` said no such folder while train
+    read it (sweep 2026-11-27f): a leading ~ is the home folder in every path option, input or output."""
+    import json
+    import shutil
+
+    from attnkit.cli import main
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir(), work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    shutil.copytree(saved_classifier, home / "m")
+    (home / "in.txt").write_text("good film\nbad plot\n")
+    assert main(["predict", "--model", "~/m", "--threads", "1", "--file", "~/in.txt", "--output", "~/out/p.jsonl"]) == 0
+    assert [json.loads(x)["text"] for x in (home / "out" / "p.jsonl").read_text().splitlines()] == ["good film", "bad plot"]
+    assert not (work / "~").exists() and list(work.iterdir()) == []
+    assert main(["predict", "--model", "~/m", "--threads", "1", "--file", "~/none.txt"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"--file {home / 'none.txt'} does not exist"), err
+
+
 def test_an_output_in_a_read_only_run_folder_names_the_output_and_the_way_out(tmp_path, monkeypatch):
     """`evaluate` of a run on a read-only mount, default output: the line named the run's lock file and said "name a
     writable folder"; it names the output that cannot be written and the way out (--output elsewhere)."""
