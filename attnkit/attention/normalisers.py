@@ -175,7 +175,8 @@ def check_weights(name: str, scores: torch.Tensor, weights) -> None:
         got = f"shape {tuple(weights.shape)}" if isinstance(weights, torch.Tensor) else type(weights).__name__
         raise UserError(f"normaliser {name} returned {got} for scores of shape {tuple(scores.shape)}: expected weights "
                         "of the scores' shape (one row per query, over the keys along the last dim)")
-    if name in _CHECKED or weights.device.type == "meta" or torch.compiler.is_compiling():
+    if (name in _CHECKED or weights.device.type == "meta" or torch.compiler.is_compiling()
+            or torch._C._are_functorch_transforms_active()):  # no values to look at: traced, vmapped, meta
         return
     with torch.no_grad():
         w, masked = weights.detach().float(), scores.detach() == float("-inf")
