@@ -16,7 +16,8 @@ from attnkit.runfiles.names import MODEL_DIR, RUN_INFO
 from attnkit.runfiles.ownership import unfinished_run
 from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.tasks.metrics import predictions_of, task_metrics
-from attnkit.tasks.readers import DROPPED_CONTROLS, dropped_control, is_blank
+from attnkit.tasks.controls import dropped_control, joined_by_controls, say_control
+from attnkit.tasks.readers import is_blank
 
 log = logging.getLogger("attnkit")
 
@@ -113,39 +114,6 @@ def say_unknown(found: list[tuple[int, str]], tokenizer, what: str = "text") -> 
     log.warning("%d %s%s read as unknown words only (%s; the first: %s %d, %r): %s label%s say%s nothing about %s words",
                 len(found), what, "s" if many else "", tokenizer.unk_token, what, n, text[:40], "their" if many else "its",
                 "s" if many else "", "" if many else "s", "their" if many else "its")
-
-
-def joined_by_controls(tokenizer, numbered: list[tuple[int, str]], ids: list[list[int]] | None = None,
-                       what: str = "text") -> list[tuple[str, int, str]]:
-    """Of ``numbered`` texts (``(number, text)``, with their token ids ``ids`` where known), those holding control
-    characters this tokenizer drops, joining the words on either side (it reads the text as without them, and a space
-    in their place would be read otherwise; a byte-level tokenizer keeps them as tokens), as ``(what, number, text)``
-    for :func:`say_control`."""
-    numbered = [(n, t) for n, t in numbered if dropped_control(t) is not None]
-    if not numbered:
-        return []
-    texts = [t for _, t in numbered]
-    own = ids if ids is not None else tokenizer(texts, add_special_tokens=False)["input_ids"]
-    gone, spaced = (tokenizer([DROPPED_CONTROLS.sub(by, t) for t in texts], add_special_tokens=False)["input_ids"]
-                    for by in ("", " "))
-    return [(what, n, t) for (n, t), o, g, sp in zip(numbered, own, gone, spaced) if g == o != sp]
-
-
-def say_control(found: list[tuple[str, int, str]], names=None, done: str = "labelled") -> None:
-    """One line on stderr where texts hold control characters the tokenizer drops (``found``: ``(what, number, text)``
-    from :func:`check_readable`): they are labelled as read, the words on either side of such a character joined into
-    one. ``names(n)`` names text n (a file's line) in place of "text n"."""
-    if not found:
-        return
-    what, n, text = found[0]
-    where = names(n) if names is not None else f"{what} {n}"
-    at, code = dropped_control(text)
-    many = len(found) > 1
-    log.warning("%d text%s hold%s control characters that the tokenizer drops, joining the words on either side (%s%s, "
-                "%r: %s at character %d, read as %r): %s %s as read; write spaces in their place to keep the words "
-                "apart", len(found), "s" if many else "", "" if many else "s", "the first: " if many else "", where,
-                text[max(0, at - 21):at + 20], code, at, DROPPED_CONTROLS.sub("", text[max(0, at - 21):at + 20]),
-                "they are" if many else "it is", done)
 
 
 def predict_logits(

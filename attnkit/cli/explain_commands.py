@@ -24,7 +24,6 @@ from attnkit.analysis.inference import (
     check_readable,
     label_names_of,
     load_for_inference,
-    say_control,
 )
 from attnkit.analysis.words import plot_words, rank_words, received_attention
 from attnkit.attention.spec import spec_of
@@ -39,6 +38,7 @@ from attnkit.runfiles.names import WRITTEN_BY
 from attnkit.runfiles.ownership import check_not_input, check_side_file, check_suffix, record_output
 from attnkit.tasks import default_data_dir
 from attnkit.tasks.lemmas import LemmatizingTokenizer
+from attnkit.tasks.controls import say_control
 from attnkit.tasks.readers import check_argument_text, is_blank, texts_sha256
 from attnkit.tasks.sst import sst_rationales
 from attnkit.training.config import MODEL_DIR, check_seed

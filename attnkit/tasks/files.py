@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from attnkit.errors import DataFormatError, UserError
-from attnkit.tasks.readers import dropped_control, is_blank, label_index, read_table, require_file, to_splits
+from attnkit.tasks.controls import dropped_control
+from attnkit.tasks.readers import is_blank, label_index, read_table, require_file, to_splits
 from attnkit.tasks.registry import UNLABELLED, Example, TaskData, check_splits_differ, register_task
 
 _INT_LABEL = re.compile(r"[+-]?\d+")

@@ -149,18 +149,6 @@ def check_argument_text(text: str, what: str) -> None:
                         "(a terminal or file in another encoding: convert it, e.g. with iconv)")
 
 
-#: the control characters a BERT-style tokenizer drops while cleaning a text, joining the words on either side
-#: ("a\x00delight" is read as "adelight"): Unicode category Cc (U+0000-U+001F, U+007F-U+009F) but tab, LF and CR
-DROPPED_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-
-
-def dropped_control(text: str) -> tuple[int, str] | None:
-    """The first control character of ``text`` that a tokenizer drops (NUL, BEL, a vertical tab, a form feed, ...: see
-    DROPPED_CONTROLS), as (its 1-based character number, its code such as "U+0000"), or None."""
-    m = DROPPED_CONTROLS.search(text)
-    return None if m is None else (m.start() + 1, f"U+{ord(m.group()):04X}")
-
-
 def is_blank(text: str) -> bool:
     """Whether ``text`` holds nothing a tokenizer would keep: whitespace and invisible format characters only (a
     zero-width space, a joiner, a BOM: ``str.strip`` keeps them, and the model would label an empty text)."""

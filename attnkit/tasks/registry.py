@@ -14,7 +14,6 @@ importing :mod:`attnkit.tasks` registers them all.
 from __future__ import annotations
 
 import inspect
-import logging
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -23,13 +22,13 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 from attnkit.errors import UserError
 from attnkit.runfiles.json_files import path_problem
+from attnkit.tasks.controls import say_controls
 
 if TYPE_CHECKING:  # importing datasets takes a second; the CLI's `tasks` command does not need it
     import datasets
 
 SPLIT_STEMS = {"train": "train", "validation": "dev", "test": "test"}  # split name -> file stem on disk
 UNLABELLED = -1
-log = logging.getLogger("attnkit")
 
 
 @dataclass
@@ -115,27 +114,6 @@ def load_task(task: str, data_dir: str | os.PathLike | None = None, **options: A
         check_splits_differ(data.splits, lambda split: f"the {split} split of task {task}", f" (data folder {directory})")
         say_controls(data.splits, task)
     return data
-
-
-def say_controls(splits, task: str) -> None:
-    """One line on stderr where texts of a task hold control characters a BERT tokenizer drops (CoLA's training file
-    holds a backspace, RTE's some stray C1 codes of a mis-decoded quote): the files of a published data set are read as
-    they are, and that is said. (The csv/tsv/jsonl tasks refuse such a text in the user's own files, naming the line.)"""
-    from attnkit.tasks.readers import DROPPED_CONTROLS, dropped_control
-
-    counts, first = {}, None
-    for split, ds in splits.items():
-        cols = [c for c in ("text", "text_pair") if c in getattr(ds, "column_names", ())]
-        hits = [t for c in cols for t in ds[c] if isinstance(t, str) and DROPPED_CONTROLS.search(t)]
-        if hits:
-            counts[split], first = len(hits), first or hits[0]
-    if first is not None:
-        at, code = dropped_control(first)
-        n = sum(counts.values())
-        log.warning("task %s: %d text%s (%s) hold%s control characters, which a WordPiece (BERT) tokenizer drops (the first: %r, %s at "
-                    "character %d): read as without them", task, n, "s" if n > 1 else "",
-                    ", ".join(f"{k} {v}" for k, v in counts.items()), "" if n > 1 else "s",
-                    first[max(0, at - 21):at + 20], code, at)
 
 
 def same_examples(a: Sequence, b: Sequence) -> bool:

@@ -25,6 +25,7 @@ from typing import Sequence
 
 from attnkit.errors import DataFormatError, UserError
 from attnkit.runfiles.json_files import path_problem, read_json
+from attnkit.tasks.controls import joined_by_controls, say_control
 from attnkit.tasks.registry import default_data_dir
 
 log = logging.getLogger("attnkit")
@@ -266,8 +267,6 @@ def predict_answers(model, tokenizer, questions: Sequence[str], contexts: Sequen
         raise UserError(f"{len(questions)} questions but {len(contexts)} contexts")
     stride = max_length // 3 if doc_stride is None else doc_stride
     _check_window(tokenizer, max_length, stride)
-    from attnkit.analysis.inference import joined_by_controls, say_control
-
     say_control(joined_by_controls(tokenizer, list(enumerate(questions, 1)), what="question")
                 + joined_by_controls(tokenizer, list(enumerate(contexts, 1)), what="context"), done="answered")
     enc = encode_windows(tokenizer, questions, contexts, max_length, stride)
