@@ -87,7 +87,8 @@ def check_readable(tokenizer, texts: Sequence[str], first: int = 0, what: str = 
     found, dropped = [], []
     for n, (text, own) in enumerate(zip(texts, ids), first + 1):
         if not own:
-            raise UserError(f"{what} {n} ({text[:40]!r}) holds no token the model can read (only control characters, "
+            raise UserError(f"{what} {n} is empty: a model cannot label it" if not text.strip() else
+                            f"{what} {n} ({text[:40]!r}) holds no token the model can read (only control characters, "
                             "combining marks or replacement characters?): a model cannot label it")
         if unk is not None and all(t == unk for t in own):
             found.append((n, text))

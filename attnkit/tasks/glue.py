@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,10 @@ def _rows(path: Path, task: GlueTask) -> dict[str, list]:
     for n, (line, fields) in enumerate(records):
         if len(fields) < len(header):
             raise DataFormatError(path, line, f"expected {len(header)} tab-separated fields ({', '.join(header)}), found {len(fields)}")
+        for col, i in ((task.text, ti), (task.pair, pi)):
+            if i is not None and not fields[i].strip():  # a model would read [CLS] [SEP] (a pair: one side alone)
+                raise DataFormatError(path, line, f"expected a text in column {col!r}, found an empty field"
+                                      + (" (a pair needs both texts)" if task.pair else "") + ": fill it or remove the row")
         out["text"].append(fields[ti].strip())
         if pi is not None:
             out["text_pair"].append(fields[pi].strip())
@@ -111,9 +116,12 @@ def _rows(path: Path, task: GlueTask) -> dict[str, list]:
             out["label"].append(-1.0 if task.labels is None else -1)
         elif task.labels is None:
             try:
-                out["label"].append(float(fields[li]))
+                score = float(fields[li])
             except ValueError:
-                raise DataFormatError(path, line, f"expected a number in column {task.label!r}, found {fields[li]!r}") from None
+                score = None
+            if score is None or not math.isfinite(score):  # nan, inf, 1e400: no score a correlation or a loss can use
+                raise DataFormatError(path, line, f"expected a finite number in column {task.label!r}, found {fields[li]!r}")
+            out["label"].append(score)
         else:
             value = fields[li].strip()
             if value not in task.labels:

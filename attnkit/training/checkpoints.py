@@ -57,6 +57,23 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
         write_record(out, rec)
 
 
+def non_finite_weight(ckpt: str | os.PathLike) -> str | None:
+    """The name of the first weight of a checkpoint that holds NaN or inf (a run that diverged before it was saved:
+    resuming would train on from those weights and diverge again), or None. Reads the weights once, at a resume only."""
+    import torch
+    from safetensors import safe_open
+
+    f = Path(ckpt) / "model.safetensors"
+    if not f.is_file():
+        return None
+    with safe_open(str(f), framework="pt") as st:
+        for name in st.keys():
+            t = st.get_tensor(name)
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                return name
+    return None
+
+
 def checkpoint_damage(ckpt: Path) -> str | None:
     """Why a Trainer checkpoint folder cannot be resumed from, or None if it can."""
     state = ckpt / "trainer_state.json"

@@ -247,10 +247,26 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
     other = {p for p, _, _ in earlier} - {cells[0].param}
     if other:
         raise UserError(f"--output-dir {out} holds a sweep over {', '.join(sorted(other))}, not {cells[0].param}: pick another folder")
+    keys = [(c.param, "softmax" if c.value is None else c.value, c.seed) for c in cells]
+    # earlier records outside this grid stay in sweep.json (their run folders may be gone: sweep.json may be all there
+    # is of them), so they must have been trained as this grid is; said once
+    outside = {k: r for k, r in earlier.items() if k not in set(keys)}
+    for k, r in outside.items():
+        _check_same(r, base, f"the earlier cell {Cell(None if k[1] == 'softmax' else k[1], k[2], k[0]).name} of {out / 'sweep.json'}")
+    if outside:
+        log(f"[sweep] {out / 'sweep.json'} keeps {len(outside)} cell(s) of an earlier sweep outside this grid: "
+            + ", ".join(Cell(None if k[1] == "softmax" else k[1], k[2], k[0]).describe() for k in outside))
+    reached: dict = {}
+
+    def known() -> list[dict]:
+        """What the reports hold: every cell reached so far, the earlier records of the cells not reached yet (a sweep
+        that stops, killed or refused, leaves every earlier result in place), and the earlier ones outside this grid."""
+        return ([reached[k] if k in reached else earlier[k] for k in keys if k in reached or k in earlier]
+                + list(outside.values()))
+
     records = []
-    for i, cell in enumerate(cells, 1):
+    for i, (cell, key) in enumerate(zip(cells, keys), 1):
         done = out / cell.name / "sweep_cell.json"
-        key = (cell.param, "softmax" if cell.value is None else cell.value, cell.seed)
         if done.is_file() or key in earlier:
             rec = _read_cell(done) if done.is_file() else earlier[key]
             _check_same(rec, base, f"sweep cell {cell.name} in {out}")
@@ -263,15 +279,16 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
             rec = run_cell(base, cell, out)
             write_json_atomic(done, rec)
         records.append(rec)
+        reached[key] = rec
         if not report_only:
-            _write_reports(base, records, out)
+            _write_reports(base, known(), out)
         summary = f"dev {rec['metric']} {rec['dev']:.4f}" + ("" if rec["test"] is None else f", test {rec['test']:.4f}")
         log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): {summary}, mean support {rec['mean_support']:.2f}")
     if not records:
         raise UserError(f"--report-only: no cell of this sweep has finished in {out} (a finished cell has its "
                          "sweep_cell.json, or a record in sweep.json)")
     if report_only:
-        _write_reports(base, records, out)
+        _write_reports(base, [reached[k] for k in keys if k in reached] + list(outside.values()), out)
     plot_sweep_attention(base, records, make_way(out / "sweep_attention.png"), layer=view_layer, head=view_head)
     return records
 

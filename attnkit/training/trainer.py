@@ -25,6 +25,7 @@ from attnkit.runfiles.ownership import make_way, write_folder_manifest
 from attnkit.training.checkpoints import (
     last_complete_checkpoint,
     loss_of,
+    non_finite_weight,
     recorded_checkpoints,
     remove_checkpoint,
     trainer_state_of,
@@ -292,6 +293,11 @@ def fit(trainer, cfg: TrainConfig):
     resume = last_complete_checkpoint(out) if cfg.resume else None
     prior = 0.0
     if resume:
+        bad = non_finite_weight(resume)
+        if bad is not None:
+            raise UserError(f"{resume} holds NaN or inf weights (e.g. {bad}): the run diverged before it was saved, and "
+                            "resuming would go on from them; rerun with --no-resume (the run is moved aside, not deleted), "
+                            f"with a lower --lr (it was {cfg.lr:g})")
         log.warning("resuming from %s", resume)
         prior = loss_of(Path(resume))
     saved = trainer_state_of(Path(resume)) if resume else {}
@@ -414,7 +420,8 @@ def check_finite(model, cfg, history: list[dict]) -> None:
         first = next((h.get("step") for h in history if "loss" in h and not math.isfinite(float(h["loss"]))), None)
         raise UserError(f"training diverged: {len(bad)} weight tensor(s) hold NaN or inf (e.g. {bad[0]})"
                          f"{f', the loss was NaN by step {first}' if first is not None else ''}; nothing was saved as the "
-                         f"model: lower --lr (it was {cfg.lr:g})")
+                         f"model: lower --lr (it was {cfg.lr:g}) and add --no-resume (a checkpoint in {cfg.output_dir} may "
+                         "hold the diverged weights; the run is moved aside, not deleted)")
 
 
 def check_length(cfg: TrainConfig, model_path: str) -> None:

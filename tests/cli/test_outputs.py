@@ -234,6 +234,16 @@ def test_a_text_with_no_token_the_model_reads_is_refused_not_labelled(tiny_bert,
     assert "holds no token the model can read" in capsys.readouterr().err and not (tmp_path / "x.png").exists()
 
 
+def test_an_empty_second_text_of_a_pair_is_called_empty(saved_classifier):
+    """An empty side of a pair was refused as holding "only control characters, combining marks or replacement
+    characters?" (sweep 2026-11-27g): it is called empty."""
+    from attnkit.analysis.inference import load_for_inference, predict_logits
+
+    _, model, tok = load_for_inference(saved_classifier)
+    with pytest.raises(ValueError, match=r"^the second text of pair 2 is empty: a model cannot label it$"):
+        predict_logits(model, tok, ["good film", "bad plot"], ["a film", "  "], progress=False)
+
+
 def test_a_text_of_unknown_words_only_is_labelled_and_said(tiny_bert, tmp_path, capsys, caplog):
     """A text the tokenizer reads as [UNK] alone (emoji, a very long word) was labelled without a word: it is
     labelled (a file of texts is not stopped by one), and one line says which texts read as nothing but [UNK]."""

@@ -311,8 +311,21 @@ def test_glue_errors_name_file_and_line(tmp_path):
     with pytest.raises(DataFormatError, match=r"line 1: expected a column 'sentence1'"):
         load_task("rte", tmp_path)
     _write(tmp_path / "glue/STS-B/dev.tsv", "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n0\tg\tf\ty\t0\tn\tn\tA.\tB.\tfive\n")
-    with pytest.raises(DataFormatError, match=r"line 2: expected a number in column 'score'"):
+    with pytest.raises(DataFormatError, match=r"line 2: expected a finite number in column 'score', found 'five'"):
         load_task("stsb", tmp_path)
+    # nan and inf were read as scores: pearson 0 "all gold scores are one value", or "training diverged: lower --lr"
+    # (sweep 2026-11-27g); 1e400 overflows to inf
+    for bad in ("nan", "inf", "-inf", "1e400"):
+        _write(tmp_path / "glue/STS-B/dev.tsv", "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+               f"0\tg\tf\ty\t0\tn\tn\tA.\tB.\t2.5\n1\tg\tf\ty\t0\tn\tn\tA.\tC.\t{bad}\n")
+        with pytest.raises(DataFormatError, match=rf"dev.tsv, line 3: expected a finite number in column 'score', found '{bad}'"):
+            load_task("stsb", tmp_path)
+    # an empty text of a pair: train read it (the model saw [CLS] a [SEP] [SEP]), evaluate refused it naming no file
+    for row, col in (("0\tA.\t \tentailment", "sentence2"), ("0\t\tB.\tentailment", "sentence1")):
+        _write(tmp_path / "glue/RTE/train.tsv", f"index\tsentence1\tsentence2\tlabel\n1\tA.\tB.\tentailment\n{row}\n")
+        with pytest.raises(DataFormatError, match=rf"train.tsv, line 3: expected a text in column '{col}', found an empty "
+                                                  r"field \(a pair needs both texts\): fill it or remove the row"):
+            load_task("rte", tmp_path)
 
 
 def test_glue_submission_format(tmp_path):

@@ -111,8 +111,17 @@ def test_a_diverged_run_is_refused_not_reported(tiny_bert, data, tmp_path, capsy
     out = tmp_path / "nan"
     assert main(two_step_train_args(tiny_bert, data, out, "--lr", "1e9", "--max-steps", "4", "--eval-steps", "4")) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after the training's progress bars
-    assert "training diverged" in last and "lower --lr (it was 1e+09)" in last
+    assert "training diverged" in last and "lower --lr (it was 1e+09) and add --no-resume" in last
     assert not (out / "model").exists() and not (out / "metrics.json").exists()
+    # the same command again resumed from the diverged checkpoint and diverged again, saying "lower --lr" every time
+    # (sweep 2026-11-27g): the checkpoint is named, and the way out
+    ckpts = sorted(out.glob("checkpoint-*"))
+    assert ckpts
+    assert main(two_step_train_args(tiny_bert, data, out, "--lr", "1e9", "--max-steps", "4", "--eval-steps", "4")) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{ckpts[-1]} holds NaN or inf weights (e.g. " in last and "rerun with --no-resume" in last, last
+    assert main(two_step_train_args(tiny_bert, data, out, "--max-steps", "4", "--eval-steps", "4", "--no-resume")) == 0
+    assert (out / "model").is_dir() and list(out.glob(".replaced-*"))
 
 
 def test_sweeps_and_runs_keep_to_their_own_folders(tiny_bert, data, user_run, tmp_path, capsys):

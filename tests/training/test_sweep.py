@@ -176,3 +176,49 @@ def test_sweep_over_alpha(tiny_bert, tmp_path, capsys):
     # a lam sweep into the alpha sweep's folder is refused, naming both
     assert main(["sweep", "--lams", "-2"] + args[4:]) == 2
     assert "holds a sweep over alpha, not lam" in capsys.readouterr().err
+
+
+def test_a_sweep_that_stops_keeps_every_earlier_record_and_one_over_a_smaller_grid_keeps_the_rest(tiny_bert, tmp_path, capsys, monkeypatch):
+    """A rerun that stopped early (a damaged cell record refused, a Ctrl-C while a new first cell trained) rewrote
+    sweep.json (.md, .png, .svg) with the cells reached so far: the records kept only there (their run folders gone)
+    were lost (sweep 2026-11-27g). Now every report holds the earlier records not reached yet; a smaller grid keeps
+    the cells outside it (said), which must have been trained as this grid is."""
+    import attnkit.training.sweep as sweep_module
+    from helpers import write_tiny_sentiment
+
+    data = write_tiny_sentiment(tmp_path / "data", n_train=32, n_dev=16)
+    out = tmp_path / "s"
+    common = ["--seeds", "1", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--max-steps", "2",
+              "--eval-steps", "2", "--batch-size", "16", "--max-length", "16", "--output-dir", str(out), "--no-heatmap"]
+    assert main(["sweep", "--lams", "-1", "-3", *common]) == 0
+    lams = lambda: [r["lam"] for r in json.loads((out / "sweep.json").read_text())]  # noqa: E731
+    full = json.loads((out / "sweep.json").read_text())
+    assert lams() == ["softmax", -1.0, -3.0]
+    shutil.rmtree(out / "lam-3_seed1")  # its record is only in sweep.json now
+    cell = out / "lam-1_seed1" / "sweep_cell.json"
+    good = cell.read_bytes()
+    cell.write_bytes(good[:100])  # damaged: refused, naming it
+    capsys.readouterr()
+    assert main(["sweep", "--lams", "-1", "-3", *common]) == 2
+    assert str(cell) in capsys.readouterr().err
+    assert json.loads((out / "sweep.json").read_text()) == full
+    cell.write_bytes(good)
+    # Ctrl-C while a new first cell trains: softmax reached (reused), -1 and -3 not yet: all three kept
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(sweep_module, "run_cell", interrupted)
+    assert main(["sweep", "--lams", "-0.5", "-1", "-3", *common]) == 130
+    assert json.loads((out / "sweep.json").read_text()) == full
+    monkeypatch.undo()
+    # a smaller grid: -1 and softmax reused, -3 (outside the grid, folder gone) kept and said
+    capsys.readouterr()
+    assert main(["sweep", "--lams", "-1", *common]) == 0
+    assert "keeps 1 cell(s) of an earlier sweep outside this grid: lam -3, seed 1" in capsys.readouterr().out
+    assert lams() == ["softmax", -1.0, -3.0] and "| -3 |" in (out / "sweep.md").read_text()
+    # other settings over a grid that shares no cell with it (another seed): refused, naming the earlier cell
+    assert main(["sweep", "--lams", "-1", *common[:-11], "--seeds", "2", "--data-dir", str(data), "--model", str(tiny_bert),
+                 "--max-steps", "3", "--eval-steps", "3", "--batch-size", "16", "--max-length", "16", "--output-dir",
+                 str(out), "--no-heatmap", "--task", "csv"]) == 2
+    err = capsys.readouterr().err
+    assert "the earlier cell" in err and "was trained with other settings" in err and "--max-steps: 2 there, 3 now" in err, err
+    assert json.loads((out / "sweep.json").read_text()) == full
