@@ -17,7 +17,11 @@ def gaussian_kernel(size: int, sigma: float, dtype=torch.float64, device=None) -
     As ``sigma -> 0`` it tends to the identity ``[0, .., 1, .., 0]`` (exactly, once the tails underflow).
     """
     j = torch.arange(size, dtype=torch.float64)
-    g = torch.exp(-((j - (size - 1) / 2) ** 2) / (2.0 * float(sigma) ** 2))
+    var2 = 2.0 * float(sigma) ** 2
+    if var2 == 0.0:  # sigma below ~1e-162: its square underflows (0/0 at the centre); the limit is the identity
+        g = (j == (size - 1) / 2).to(torch.float64)
+        return (g / g.sum()).to(dtype=dtype, device=device)
+    g = torch.exp(-((j - (size - 1) / 2) ** 2) / var2)
     return (g / g.sum()).to(dtype=dtype, device=device)
 
 

@@ -28,7 +28,7 @@ from attnkit.analysis.inference import (
 from attnkit.analysis.words import plot_words, rank_words, received_attention
 from attnkit.attention.spec import spec_of
 from attnkit.cli.outputs import default_output, output_path
-from attnkit.cli.predict_commands import is_qa_model_folder, model_and_split
+from attnkit.cli.predict_commands import is_qa_model_folder, model_and_split, say_single_texts
 from attnkit.errors import UserError
 from attnkit.models.pooling import head_of
 from attnkit.models.resolve import check_text_room
@@ -60,8 +60,9 @@ def cmd_explain(a) -> int:
     check_argument_text(a.text, "the text to explain")
     if is_blank(a.text):
         raise UserError("the text to explain is empty")
-    _, model, tok = load_for_inference(a.model, qa_ok=True)
+    d, model, tok = load_for_inference(a.model, qa_ok=True)
     check_text_room(a.max_length, tok, False)  # else the heatmap would show [CLS][SEP] alone
+    say_single_texts(d, "explained")
     unknown: list = []
     control: list = []
     check_readable(tok, [a.text], 0, "the text to explain,", unknown=unknown, control=control)

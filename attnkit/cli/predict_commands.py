@@ -35,6 +35,7 @@ from attnkit.runfiles.atomic import output_batch, write_json_atomic, write_text_
 from attnkit.runfiles.json_files import path_problem, read_json
 from attnkit.tasks import default_data_dir, is_qa_task, load_task
 from attnkit.tasks.glue import (
+    GLUE,
     HANS_FILE,
     entailment_index,
     hans_report,
@@ -64,6 +65,20 @@ def model_and_split(a, check=None):
     if a.split not in data.splits:
         raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
     return d, model, tok, task, data, data.splits[a.split]
+
+
+#: the tasks (beyond GLUE's pair tasks) whose examples are pairs of texts
+PAIR_TASKS = ("mnli-devsplit", "scitail", "hans")
+
+
+def say_single_texts(d: Path, done: str) -> None:
+    """One line on stderr where a model trained on pairs of texts (an NLI or paraphrase task: its run records it) is
+    given single texts: each is read as a pair with nothing after its [SEP], which the model never saw in training."""
+    task = run_info(d).get("task")
+    if isinstance(task, str) and ((task in GLUE and GLUE[task].pair is not None) or task in PAIR_TASKS):
+        print(f"attnkit: warning: {d} was trained on pairs of texts (task {task}): a single text is {done} as a pair with "
+              f"an empty second text, which it never saw; its own pairs: --task {task} --split validation",
+              file=sys.stderr)
 
 
 def cmd_evaluate(a) -> int:
@@ -278,6 +293,7 @@ def cmd_predict(a) -> int:
     if not texts:
         raise UserError(f"nothing to predict: --file {a.file} holds no text (it is empty, or only blank lines); give it one "
                         "text per line" if a.file else "nothing to predict: give texts as arguments or --file with one text per line")
+    say_single_texts(d, "labelled")
     given = len(a.texts)  # a warning names a text by where it was given: the command line, or the file's line
     names = lambda n: f"text {n} of the command line" if n <= given else f"{a.file}, line {n - given}"  # noqa: E731
     write_jsonl(predict_texts(model, tok, texts, batch_size=a.batch_size, max_length=a.max_length, text_names=names),

@@ -258,8 +258,12 @@ def read_hans(path: str | Path) -> dict[str, list]:
     ix = {c: header.index(c) for c in ("gold_label", "sentence1", "sentence2", "heuristic", "subcase")}
     out: dict[str, list] = {"text": [], "text_pair": [], "label": [], "heuristic": [], "subcase": []}
     for line, f in records:
-        if len(f) < len(header):
+        if len(f) != len(header):  # more: a tab inside a sentence, the columns after it shifted
             raise DataFormatError(path, line, f"expected {len(header)} tab-separated fields, found {len(f)}")
+        for col in ("sentence1", "sentence2"):
+            if not f[ix[col]].strip():
+                raise DataFormatError(path, line, f"expected a text in column {col!r}, found an empty field (a pair "
+                                      "needs both texts): fill it or remove the row")
         gold = f[ix["gold_label"]].strip()
         if gold not in HANS_LABELS:
             raise DataFormatError(path, line, f"unknown gold_label {gold!r}, expected one of {HANS_LABELS}")
@@ -268,6 +272,8 @@ def read_hans(path: str | Path) -> dict[str, list]:
         out["label"].append(HANS_LABELS.index(gold))
         out["heuristic"].append(f[ix["heuristic"]].strip())
         out["subcase"].append(f[ix["subcase"]].strip())
+    if not out["label"]:
+        raise DataFormatError(path, None, "expected at least one HANS row under the header, found none")
     return out
 
 

@@ -79,7 +79,7 @@ def default_data_dir() -> Path | None:
     """``$ATTNKIT_DATA`` if set, else the first existing of ``./shared/data`` and ``../shared/data``."""
     env = os.environ.get("ATTNKIT_DATA")
     if env:
-        return Path(env)
+        return Path(env).expanduser()  # "~/data" from a .env file or a unit's Environment=: the home folder, as --data-dir
     for candidate in (Path("shared/data"), Path("../shared/data")):
         if candidate.is_dir():
             return candidate.resolve()

