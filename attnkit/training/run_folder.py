@@ -19,7 +19,9 @@ from attnkit.runfiles.names import LOCK_FILE, REPLACED_PREFIX, RUN_RECORD
 from attnkit.runfiles.lock import folder_lock
 from attnkit.runfiles.atomic import is_main_process, write_json_atomic
 from attnkit.runfiles.json_files import path_problem, read_json
-from attnkit.runfiles.ownership import replaced_folder
+from attnkit.models.resolve import checkpoint_dir
+from attnkit.runfiles.names import FOLDER_MANIFEST, RUN_INFO
+from attnkit.runfiles.ownership import HASHED_UP_TO, file_sha256, replaced_folder
 from attnkit.training.checkpoints import (
     checkpoint_damage,
     recorded_checkpoints,
@@ -241,6 +243,28 @@ def same_paths(d: dict) -> dict:
     return d
 
 
+#: the files a model folder consists of (what `evaluate` writes there beside them, eval_*.json, is not the model)
+_MODEL_FILES = ("config.json", RUN_INFO, FOLDER_MANIFEST, "tokenizer.json", "vocab.txt", "merges.txt", "tokenizer_config.json",
+                "special_tokens_map.json", "added_tokens.json")
+
+
+def base_fingerprint(model) -> dict | None:
+    """What identifies the local model folder a run starts from (``--model``): the SHA-256 of its small files (config,
+    tokenizer, attnkit's record of how it was made: an adapt's seed and loss) and the size of its weights; None for a
+    name that is no local folder (the bundled model, a hub name). Recorded when a run starts, compared when it resumes:
+    a model replaced between a kill and the resume (re-adapted with --no-resume) is not the one the checkpoints grew
+    from."""
+    d = checkpoint_dir(str(model)) if model else None
+    if d is None:
+        return None
+    out = {}
+    for p in sorted(d.iterdir()):
+        if p.is_file() and (p.name in _MODEL_FILES or p.suffix in (".safetensors", ".bin")):
+            size = p.stat().st_size
+            out[p.name] = file_sha256(p) if size <= HASHED_UP_TO else size
+    return out
+
+
 def check_resume(cfg: TrainConfig, out: Path) -> None:
     """Stop before any work if ``out`` holds checkpoints of a run with other settings (unless ``cfg.resume`` is off),
     or checkpoints whose settings are not recorded (run_config.json missing): the message names the differences and
@@ -264,6 +288,16 @@ def check_resume(cfg: TrainConfig, out: Path) -> None:
         raise UserError(
             f"{out} holds checkpoints of a run with other settings ({'; '.join(diffs)}): rerun with the same "
             "settings to resume it, add --no-resume to start afresh there, or pick another --output-dir"
+        )
+    rec = read_record(out)
+    was = rec.get("base") if isinstance(rec, dict) else None
+    now = base_fingerprint(cfg.model) if isinstance(was, dict) else None
+    if now is not None and now != was:
+        changed = sorted(k for k in set(was) | set(now) if was.get(k) != now.get(k))
+        raise UserError(
+            f"--model {cfg.model} is not the model the run in {out} started from ({', '.join(changed[:4])} differ: "
+            "replaced since, e.g. adapted again): its checkpoints grew from the earlier one; add --no-resume to train "
+            "afresh from this one (the run is moved aside, not deleted), or restore the model it started from"
         )
 
 
@@ -302,7 +336,13 @@ def prepare_output(cfg, out: Path, keep: tuple = ("mini_init",)) -> None:
             log.warning("--no-resume: the earlier run in %s was moved aside to %s", out, aside)
     if is_main_process():
         rec = read_record(out) if cfg.resume else None
-        rec = start_record(out, command_of(cfg)) if rec is None else rec | {"finished": False}
+        if rec is None:
+            rec = start_record(out, command_of(cfg))
+            base = base_fingerprint(getattr(cfg, "model", None))
+            if base is not None:
+                rec["base"] = base  # the model it starts from, compared when it resumes
+        else:
+            rec = rec | {"finished": False}
         strangers = [p for p in trainer_named_checkpoints(out) if p.name not in rec["checkpoints"]]
         if strangers:
             aside = replaced_folder(out)

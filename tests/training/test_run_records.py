@@ -218,3 +218,36 @@ def test_a_corrupt_rng_state_is_named_and_the_run_resumes_from_the_one_before(ti
     assert "rng_state.pth is damaged" in caplog.text and "moved aside" in caplog.text
     assert snapshot_without_lock(out / ".incomplete-checkpoint-4") == damaged
     assert json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["global_step"] == 6
+
+
+def test_a_base_model_replaced_between_a_kill_and_the_resume_is_refused(tiny_bert, data, tmp_path, capsys, monkeypatch):
+    """`train --model ad_x` killed, `ad_x` adapted again (--no-resume), the train rerun: it resumed from checkpoints
+    grown from the old model and recorded the new one's adapt record (sweep 2026-11-27h). The run records what its
+    local --model folder held when it started; a resume from another is refused, naming it and the way out. A copy of
+    the same model (new times, the same files) and an evaluate output written into it resume as before."""
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_bert, base)
+    out = tmp_path / "r"
+    with monkeypatch.context() as m:
+        kill_after_save(m)
+        assert main(four_step_train_args(base, data, out)) == 130
+    assert json.loads((out / ".attnkit-run.json").read_text())["base"]["config.json"]
+    (base / "eval_csv_validation.json").write_text("{}")  # what evaluate writes into a model folder: not the model
+    moved = tmp_path / "moved"
+    shutil.copytree(base, moved, copy_function=shutil.copy)  # every mtime new, the same files
+    shutil.rmtree(base)
+    moved.rename(base)
+    before = snapshot_without_lock(out)
+    cfg = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps(cfg | {"attention_probs_dropout_prob": 0.2}))  # another model now
+    capsys.readouterr()
+    assert main(four_step_train_args(base, data, out)) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--model {base} is not the model the run in {out} started from (config.json differ" in err and \
+        "add --no-resume" in err and len(err.splitlines()) == 1, err
+    assert snapshot_without_lock(out) == before
+    (base / "config.json").write_text(json.dumps(cfg))  # restored (its bytes may differ from the saved file's)
+    shutil.copy(tiny_bert / "config.json", base / "config.json")
+    assert main(four_step_train_args(base, data, out)) == 0
