@@ -62,7 +62,6 @@ def cmd_explain(a) -> int:
         raise UserError("the text to explain is empty")
     d, model, tok = load_for_inference(a.model, qa_ok=True)
     check_text_room(a.max_length, tok, False)  # else the heatmap would show [CLS][SEP] alone
-    say_single_texts(d, "explained")
     unknown: list = []
     control: list = []
     check_readable(tok, [a.text], 0, "the text to explain,", unknown=unknown, control=control)
@@ -98,6 +97,7 @@ def cmd_explain(a) -> int:
     print(f"[attnkit] heatmap written to {path}")
     if page is not None:
         print(f"[attnkit] interactive view written to {page}")
+    say_single_texts(d, "explained")
     return 0
 
 

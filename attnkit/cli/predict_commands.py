@@ -293,9 +293,9 @@ def cmd_predict(a) -> int:
     if not texts:
         raise UserError(f"nothing to predict: --file {a.file} holds no text (it is empty, or only blank lines); give it one "
                         "text per line" if a.file else "nothing to predict: give texts as arguments or --file with one text per line")
-    say_single_texts(d, "labelled")
     given = len(a.texts)  # a warning names a text by where it was given: the command line, or the file's line
     names = lambda n: f"text {n} of the command line" if n <= given else f"{a.file}, line {n - given}"  # noqa: E731
     write_jsonl(predict_texts(model, tok, texts, batch_size=a.batch_size, max_length=a.max_length, text_names=names),
                 a.output, "predictions")
+    say_single_texts(d, "labelled")  # once labelled (a refusal before it says what stopped the command, alone)
     return 0
