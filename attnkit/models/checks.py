@@ -58,7 +58,7 @@ _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model",
                     "sentencepiece.model")
 
 #: every file a tokenizer is read from: where the folder's manifest records one, it must be the file saved there
-_TOKENIZER_SAVED = _TOKENIZER_FILES + ("merges.txt", "added_tokens.json", "tokenizer_config.json", "special_tokens_map.json")
+TOKENIZER_SAVED = _TOKENIZER_FILES + ("merges.txt", "added_tokens.json", "tokenizer_config.json", "special_tokens_map.json")
 
 #: weight names of the layer stack (BERT family: encoder.layer.N, DistilBERT: transformer.layer.N, MiniBERT and
 #: ModernBERT: layers.N) and of the token embeddings
@@ -142,7 +142,7 @@ def check_tokenizer_as_saved(path: str | os.PathLike) -> None:
     if not isinstance(files, dict):
         return
     hashes = manifest.get("sha256")
-    for name in _TOKENIZER_SAVED:
+    for name in TOKENIZER_SAVED:
         entry = files.get(name)
         if not isinstance(entry, list) or not entry or not isinstance(entry[0], int):
             continue

@@ -49,7 +49,8 @@ def written_by_attnkit(path: str | os.PathLike) -> bool:
         return False
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file (as the ledger and a folder's manifest record it)."""
     import hashlib
 
     h = hashlib.sha256()
@@ -73,7 +74,7 @@ def _ledger_lists(path: Path) -> bool:
     entry = _read_ledger(path.parent).get(path.name)
     if not isinstance(entry, dict) or not path.is_file() or path.stat().st_size != entry.get("size"):
         return False
-    return _sha256(path) == entry.get("sha256")
+    return file_sha256(path) == entry.get("sha256")
 
 
 def record_output(path: str | os.PathLike, by: str) -> None:
@@ -86,7 +87,7 @@ def record_output(path: str | os.PathLike, by: str) -> None:
         batch.after.append(lambda: record_output(path, by))
         return
     files = _read_ledger(path.parent)
-    files[path.name] = {"size": path.stat().st_size, "sha256": _sha256(path), "by": by}
+    files[path.name] = {"size": path.stat().st_size, "sha256": file_sha256(path), "by": by}
     try:
         write_json_atomic(path.parent / OUTPUT_LEDGER, {WRITTEN_BY: "attnkit", "files": files})
     except UserError:
@@ -152,20 +153,8 @@ def write_folder_manifest(folder: str | os.PathLike, by: str, complete: bool = T
     a killed process)."""
     folder = Path(folder)
     files = folder_files(folder) if complete else {}
-    hashes = {name: _sha256(folder / name) for name, (size, _) in files.items() if size <= HASHED_UP_TO}
+    hashes = {name: file_sha256(folder / name) for name, (size, _) in files.items() if size <= HASHED_UP_TO}
     write_json_atomic(folder / FOLDER_MANIFEST, {WRITTEN_BY: by, "complete": complete, "files": files, "sha256": hashes})
-
-
-def recorded_sha256(folder: str | os.PathLike, name: str) -> str | None:
-    """The SHA-256 ``folder``'s manifest records for its file ``name`` (None: no manifest, or none recorded)."""
-    m = read_folder_manifest(folder)
-    h = m.get("sha256") if m else None
-    return h.get(name) if isinstance(h, dict) and isinstance(h.get(name), str) else None
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    """The SHA-256 of a file, as the manifest records it."""
-    return _sha256(Path(path))
 
 
 def read_folder_manifest(folder: str | os.PathLike) -> dict | None:

@@ -14,13 +14,12 @@ from pathlib import Path
 
 from attnkit.attention.spec import spec_dict, upgraded
 from attnkit.errors import DataFormatError, UserError
-from attnkit.models.checks import check_weights_file
-from attnkit.runfiles.names import LOCK_FILE, REPLACED_PREFIX, RUN_RECORD
+from attnkit.models.checks import TOKENIZER_SAVED, check_weights_file
+from attnkit.models.resolve import checkpoint_dir
+from attnkit.runfiles.names import FOLDER_MANIFEST, LOCK_FILE, REPLACED_PREFIX, RUN_INFO, RUN_RECORD
 from attnkit.runfiles.lock import folder_lock
 from attnkit.runfiles.atomic import is_main_process, write_json_atomic
 from attnkit.runfiles.json_files import path_problem, read_json
-from attnkit.models.resolve import checkpoint_dir
-from attnkit.runfiles.names import FOLDER_MANIFEST, RUN_INFO
 from attnkit.runfiles.ownership import HASHED_UP_TO, file_sha256, replaced_folder
 from attnkit.training.checkpoints import (
     checkpoint_damage,
@@ -244,8 +243,7 @@ def same_paths(d: dict) -> dict:
 
 
 #: the files a model folder consists of (what `evaluate` writes there beside them, eval_*.json, is not the model)
-_MODEL_FILES = ("config.json", RUN_INFO, FOLDER_MANIFEST, "tokenizer.json", "vocab.txt", "merges.txt", "tokenizer_config.json",
-                "special_tokens_map.json", "added_tokens.json")
+_MODEL_FILES = ("config.json", RUN_INFO, FOLDER_MANIFEST, *TOKENIZER_SAVED)
 
 
 def base_fingerprint(model) -> dict | None:
