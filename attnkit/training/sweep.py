@@ -250,13 +250,14 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
     keys = [(c.param, "softmax" if c.value is None else c.value, c.seed) for c in cells]
     # earlier records outside this grid stay in sweep.json (their run folders may be gone: sweep.json may be all there
     # is of them), so they must have been trained as this grid is; said once
-    outside = {k: r for k, r in earlier.items() if k not in set(keys)}
-    for k, r in outside.items():
-        _check_same(r, base, f"the earlier cell {Cell(None if k[1] == 'softmax' else k[1], k[2], k[0]).name} of {out / 'sweep.json'}")
+    grid = set(keys)
+    outside = {Cell(None if k[1] == "softmax" else k[1], k[2], k[0]): r for k, r in earlier.items() if k not in grid}
+    for cell, r in outside.items():
+        _check_same(r, base, f"the earlier cell {cell.name} of {out / 'sweep.json'}")
     if outside:
         log(f"[sweep] {out / 'sweep.json'} keeps {len(outside)} cell(s) of an earlier sweep outside this grid: "
-            + ", ".join(Cell(None if k[1] == "softmax" else k[1], k[2], k[0]).describe() for k in outside))
-    reached: dict = {}
+            + ", ".join(cell.describe() for cell in outside))
+    reached: dict = {}  # key -> record of each cell of this grid reached so far, in the grid's order
 
     def known() -> list[dict]:
         """What the reports hold: every cell reached so far, the earlier records of the cells not reached yet (a sweep
@@ -264,7 +265,6 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
         return ([reached[k] if k in reached else earlier[k] for k in keys if k in reached or k in earlier]
                 + list(outside.values()))
 
-    records = []
     for i, (cell, key) in enumerate(zip(cells, keys), 1):
         done = out / cell.name / "sweep_cell.json"
         if done.is_file() or key in earlier:
@@ -278,17 +278,17 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
             log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): training in {out / cell.name}")
             rec = run_cell(base, cell, out)
             write_json_atomic(done, rec)
-        records.append(rec)
         reached[key] = rec
         if not report_only:
             _write_reports(base, known(), out)
         summary = f"dev {rec['metric']} {rec['dev']:.4f}" + ("" if rec["test"] is None else f", test {rec['test']:.4f}")
         log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): {summary}, mean support {rec['mean_support']:.2f}")
-    if not records:
+    if not reached:
         raise UserError(f"--report-only: no cell of this sweep has finished in {out} (a finished cell has its "
                          "sweep_cell.json, or a record in sweep.json)")
-    if report_only:
-        _write_reports(base, [reached[k] for k in keys if k in reached] + list(outside.values()), out)
+    if report_only:  # (every earlier record of the grid was reused: known() holds the reached cells and those outside)
+        _write_reports(base, known(), out)
+    records = list(reached.values())
     plot_sweep_attention(base, records, make_way(out / "sweep_attention.png"), layer=view_layer, head=view_head)
     return records
 
