@@ -144,7 +144,7 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
     trainer, teacher_path = _classification_trainer(cfg, data, out, model, tokenizer, train_ds, heldout if heldout is not None else dev_ds)
     if spec.is_sparse:  # a first run compiles the CPU kernel here (and says so), not inside the first step's ETA
         kernels.cpu_kernel()
-    prepare_output(cfg, out)  # everything before training worked: only now --no-resume moves checkpoints aside
+    prepare_output(cfg, out, splits=data.splits)  # everything before training worked: only now --no-resume moves checkpoints aside
     train_result = fit(trainer, cfg)
     history = list(trainer.state.log_history)  # every logged loss and per-epoch dev metric (checkpoints go at the end)
     check_finite(trainer.model, cfg, history)
@@ -186,7 +186,7 @@ def _classification_data(cfg: TrainConfig, out: Path):
                         f"{'have' if len(empty) > 1 else 'has'} no examples{where}")
     if data.metric != "regression":
         _check_classes(cfg, data, splits["train"]["label"], "training split")
-    check_resume(cfg, out)  # checkpoints of other settings stop the run now; the folder changes only when training starts
+    check_resume(cfg, out, splits)  # checkpoints of other settings or inputs stop the run now; the folder changes only when training starts
     lang = model_lemmatize(cfg)
     return data, (lemmatize_splits(splits, lang) if lang else splits), lang
 

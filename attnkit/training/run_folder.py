@@ -5,6 +5,8 @@ damaged runs, moving an earlier run aside.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -263,10 +265,41 @@ def base_fingerprint(model) -> dict | None:
     return out
 
 
-def check_resume(cfg: TrainConfig, out: Path) -> None:
+def data_fingerprint(splits) -> str:
+    """The SHA-256 of a task's examples: every split's rows (all columns), in order. Recorded when a run starts and
+    compared when it resumes: data edited between a kill and the resume are not the data its checkpoints grew on."""
+    h = hashlib.sha256()
+    for name in sorted(splits):
+        h.update(json.dumps([name, splits[name].to_dict()], ensure_ascii=False, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def run_sources(cfg, splits=None) -> dict:
+    """What identifies what a run reads: ``base`` (the ``--model`` folder), ``teacher`` (the ``--teacher`` folder),
+    ``data`` (the task's examples, from ``splits``); each only where there is one to fingerprint."""
+    found = {"base": base_fingerprint(getattr(cfg, "model", None)),
+             "teacher": base_fingerprint(getattr(cfg, "teacher", None)),
+             "data": data_fingerprint(splits) if splits is not None else None}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def _changed_source(cfg, kind: str, was, now) -> str:
+    """The message for one source of a run that differs at its resume from what the run started from."""
+    if kind == "data":
+        where = f"--data-dir {cfg.data_dir}" if cfg.data_dir else "the data folder"
+        return (f"task {cfg.task}'s examples in {where} are not those the run started from (edited since)")
+    changed = sorted(k for k in set(was) | set(now) if was.get(k) != now.get(k)) if isinstance(was, dict) else []
+    option = "--model" if kind == "base" else "--teacher"
+    value = cfg.model if kind == "base" else cfg.teacher
+    return (f"{option} {value} is not the model the run started from ({', '.join(changed[:4])} differ: replaced since, "
+            "e.g. adapted or trained again)")
+
+
+def check_resume(cfg: TrainConfig, out: Path, splits=None) -> None:
     """Stop before any work if ``out`` holds checkpoints of a run with other settings (unless ``cfg.resume`` is off),
-    or checkpoints whose settings are not recorded (run_config.json missing): the message names the differences and
-    the ways out. Changes nothing in ``out``."""
+    or checkpoints whose settings are not recorded (run_config.json missing), or of a run that started from another
+    model, teacher or data (``splits``: the task's examples) than those named now hold: the message names the
+    differences and the ways out. Changes nothing in ``out``."""
     if not cfg.resume:
         return
     ckpts = recorded_checkpoints(out)
@@ -288,14 +321,14 @@ def check_resume(cfg: TrainConfig, out: Path) -> None:
             "settings to resume it, add --no-resume to start afresh there, or pick another --output-dir"
         )
     rec = read_record(out)
-    was = rec.get("base") if isinstance(rec, dict) else None
-    now = base_fingerprint(cfg.model) if isinstance(was, dict) else None
-    if now is not None and now != was:
-        changed = sorted(k for k in set(was) | set(now) if was.get(k) != now.get(k))
+    rec = rec if isinstance(rec, dict) else {}
+    recorded = [k for k in ("base", "teacher", "data") if k in rec and (k != "data" or splits is not None)]  # (older runs: fewer)
+    now = run_sources(cfg, splits) if recorded else {}
+    changed = [_changed_source(cfg, k, rec[k], now.get(k)) for k in recorded if now.get(k) != rec[k]]
+    if changed:
         raise UserError(
-            f"--model {cfg.model} is not the model the run in {out} started from ({', '.join(changed[:4])} differ: "
-            "replaced since, e.g. adapted again): its checkpoints grew from the earlier one; add --no-resume to train "
-            "afresh from this one (the run is moved aside, not deleted), or restore the model it started from"
+            f"{out} holds checkpoints of a run that read other inputs: {'; '.join(changed)}; its checkpoints grew from "
+            "the earlier ones: add --no-resume to train afresh (the run is moved aside, not deleted), or restore them"
         )
 
 
@@ -321,7 +354,7 @@ def _spec_differences(cfg, config_file: Path) -> list[str]:
     return [] if stored is None else [f"{option_name(k)}: {stored.get(k)!r} there, {now[k]!r} now" for k in now if stored.get(k, now[k]) != now[k]]
 
 
-def prepare_output(cfg, out: Path, keep: tuple = ("mini_init",)) -> None:
+def prepare_output(cfg, out: Path, keep: tuple = ("mini_init",), splits=None) -> None:
     """Make a run folder ready once everything before training has worked (its settings were checked first):
     ``cfg.resume = False`` moves the earlier run there (finished or not: model, metrics, checkpoints, figures, its
     record) aside into ``.replaced-<date>/`` and starts afresh; then writes the run's record (RUN_RECORD: a new one,
@@ -336,9 +369,7 @@ def prepare_output(cfg, out: Path, keep: tuple = ("mini_init",)) -> None:
         rec = read_record(out) if cfg.resume else None
         if rec is None:
             rec = start_record(out, command_of(cfg))
-            base = base_fingerprint(getattr(cfg, "model", None))
-            if base is not None:
-                rec["base"] = base  # the model it starts from, compared when it resumes
+            rec |= run_sources(cfg, splits)  # the model, teacher and data it starts from, compared when it resumes
         else:
             rec = rec | {"finished": False}
         strangers = [p for p in trainer_named_checkpoints(out) if p.name not in rec["checkpoints"]]

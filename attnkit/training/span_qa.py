@@ -28,7 +28,7 @@ def train_qa(cfg: TrainConfig, out: Path, callbacks: list | None = None) -> dict
     splits = load_squad(cfg.data_dir)
     if "train" not in splits or "validation" not in splits:
         raise FileNotFoundError(f"task {cfg.task} needs a train and a validation file; found {', '.join(splits)}")
-    check_resume(cfg, out)  # checkpoints of other settings stop the run now; the folder changes only when training starts
+    check_resume(cfg, out, splits)  # checkpoints of other settings stop the run now; the folder changes only when training starts
     tokenizer = load_tokenizer(cfg.model)
     check_length(cfg, cfg.model)
     tokenizer.padding_side = "right"  # labels are token positions counted from the left
@@ -54,7 +54,7 @@ def train_qa(cfg: TrainConfig, out: Path, callbacks: list | None = None) -> dict
     trainer = AttnkitTrainer(model=model, args=args, head_lr=cfg.head_lr, train_dataset=train_ds, eval_dataset=dev_ds,
                       data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer, compute_metrics=compute,
                       callbacks=callbacks)
-    prepare_output(cfg, out)  # everything before training worked: only now --no-resume moves checkpoints aside
+    prepare_output(cfg, out, splits=splits)  # everything before training worked: only now --no-resume moves checkpoints aside
     result = fit(trainer, cfg)
     history = list(trainer.state.log_history)  # every logged loss and per-epoch dev metric
     check_finite(trainer.model, cfg, history)

@@ -245,9 +245,62 @@ def test_a_base_model_replaced_between_a_kill_and_the_resume_is_refused(tiny_ber
     capsys.readouterr()
     assert main(four_step_train_args(base, data, out)) == 2
     err = capsys.readouterr().err.strip()
-    assert f"--model {base} is not the model the run in {out} started from (config.json differ" in err and \
+    assert f"{out} holds checkpoints of a run that read other inputs: --model {base} is not the model the run started " \
+        "from (config.json differ" in err and \
         "add --no-resume" in err and len(err.splitlines()) == 1, err
     assert snapshot_without_lock(out) == before
     (base / "config.json").write_text(json.dumps(cfg))  # restored (its bytes may differ from the saved file's)
     shutil.copy(tiny_bert / "config.json", base / "config.json")
     assert main(four_step_train_args(base, data, out)) == 0
+
+
+def test_data_edited_between_a_kill_and_the_resume_is_refused(tiny_bert, data, tmp_path, capsys, monkeypatch):
+    """The train file edited (one label flipped) after a kill: the resume would have trained the rest of the run on other
+    examples than its checkpoints grew on, and recorded neither. The run records a fingerprint of the task's examples
+    when it starts; a resume on other ones is refused, naming the data folder and the way out, and changes nothing.
+    The same examples written anew (new mtime, the same rows) resume as before."""
+    import shutil
+
+    mine = tmp_path / "data"
+    shutil.copytree(data, mine)
+    out = tmp_path / "r"
+    with monkeypatch.context() as m:
+        kill_after_save(m)
+        assert main(four_step_train_args(tiny_bert, mine, out)) == 130
+    assert len(json.loads((out / ".attnkit-run.json").read_text())["data"]) == 64
+    train = mine / "train.csv"
+    rows = train.read_text(encoding="utf-8")
+    first = rows.splitlines()[1]
+    flipped = first.replace("positive", "negative") if first.endswith("positive") else first.replace("negative", "positive")
+    train.write_text(rows.replace(first, flipped, 1), encoding="utf-8")
+    before = snapshot_without_lock(out)
+    capsys.readouterr()
+    assert main(four_step_train_args(tiny_bert, mine, out)) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"task csv's examples in --data-dir {mine} are not those the run started from" in err and \
+        "add --no-resume" in err and len(err.splitlines()) == 1, err
+    assert snapshot_without_lock(out) == before
+    train.write_text(rows, encoding="utf-8")  # restored: the same examples, a new file
+    assert main(four_step_train_args(tiny_bert, mine, out)) == 0
+    assert json.loads((out / "metrics.json").read_text())["train"]
+
+
+def test_a_teacher_trained_again_between_a_kill_and_the_resume_is_refused(tiny_bert, data, tmp_path, capsys, monkeypatch):
+    """`train --teacher T` killed, T trained again (--no-resume, another seed), the student rerun: its checkpoints were
+    distilled from the earlier teacher. Refused, naming --teacher, as a replaced --model is."""
+    teacher = tmp_path / "teacher"
+    assert main(train_args(tiny_bert, data, teacher, "--max-steps", "2")) == 0
+    out = tmp_path / "r"
+    student = four_step_train_args(tiny_bert, data, out, "--attention", "sparsemax", "--teacher", str(teacher))
+    with monkeypatch.context() as m:
+        kill_after_save(m)
+        assert main(student) == 130
+    assert json.loads((out / ".attnkit-run.json").read_text())["teacher"]
+    assert main(train_args(tiny_bert, data, teacher, "--max-steps", "2", "--seed", "5", "--no-resume")) == 0
+    before = snapshot_without_lock(out)
+    capsys.readouterr()
+    assert main(student) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--teacher {teacher} is not the model the run started from" in err and "add --no-resume" in err and \
+        len(err.splitlines()) == 1, err
+    assert snapshot_without_lock(out) == before
