@@ -49,7 +49,7 @@ from attnkit.training.adapt_config import ADAPT_ALPHA_START, ADAPT_LAM_FACTOR, A
 from attnkit.training.masking import BatchSeededMasking, MaskingState
 from attnkit.training.pretrain import check_maskable, mlm_collator
 from attnkit.training.trainer import check_finite, check_precision, finish_run, fit, found_complete, shared_arguments
-from attnkit.training.run_folder import finished_metrics, prepare_output, run_folder, settings_differences
+from attnkit.training.run_folder import check_sources, finished_metrics, prepare_output, run_folder, settings_differences
 from attnkit.training.checkpoints import recorded_checkpoints
 
 log = logging.getLogger("attnkit")
@@ -327,6 +327,8 @@ def attention_zeros(model, tokenizer, texts: list[str], max_length: int, batch_s
 def _adapt(cfg: AdaptConfig, out: Path) -> dict:
     set_seed(cfg.seed)
     texts, sources = adapt_texts(cfg)
+    if cfg.resume and recorded_checkpoints(out):
+        check_sources(cfg, out, {"texts": texts})  # a base model or texts changed since the checkpoints were written
     model_path = str(checkpoint_dir(cfg.model) or cfg.model)
     tokenizer = load_tokenizer(model_path)
     start = spec_at(cfg, 0)
@@ -345,7 +347,7 @@ def _adapt(cfg: AdaptConfig, out: Path) -> dict:
                            processing_class=tokenizer, callbacks=[AnnealCallback(cfg), HeadWarmupCallback(cfg), masking_state])
     if start.is_sparse or cfg.spec().is_sparse:
         kernels.cpu_kernel()  # a first run compiles the CPU kernel here (and says so), not inside the first step's ETA
-    prepare_output(cfg, out, keep=())  # everything before training worked: only now is an earlier run moved aside
+    prepare_output(cfg, out, keep=(), splits={"texts": texts})  # everything before training worked: only now is an earlier run moved aside
     t0 = time.time()
     result = fit(trainer, cfg)
     seconds = time.time() - t0

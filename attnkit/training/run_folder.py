@@ -266,11 +266,13 @@ def base_fingerprint(model) -> dict | None:
 
 
 def data_fingerprint(splits) -> str:
-    """The SHA-256 of a task's examples: every split's rows (all columns), in order. Recorded when a run starts and
-    compared when it resumes: data edited between a kill and the resume are not the data its checkpoints grew on."""
+    """The SHA-256 of what a run reads: ``splits`` maps a name to a dataset (every row, all columns, in order) or to a
+    list (adapt's pooled texts). Recorded when a run starts and compared when it resumes: data edited between a kill
+    and the resume are not the data its checkpoints grew on."""
     h = hashlib.sha256()
     for name in sorted(splits):
-        h.update(json.dumps([name, splits[name].to_dict()], ensure_ascii=False, sort_keys=True, default=str).encode())
+        rows = splits[name].to_dict() if hasattr(splits[name], "to_dict") else splits[name]
+        h.update(json.dumps([name, rows], ensure_ascii=False, sort_keys=True, default=str).encode())
     return h.hexdigest()
 
 
@@ -286,13 +288,30 @@ def run_sources(cfg, splits=None) -> dict:
 def _changed_source(cfg, kind: str, was, now) -> str:
     """The message for one source of a run that differs at its resume from what the run started from."""
     if kind == "data":
-        where = f"--data-dir {cfg.data_dir}" if cfg.data_dir else "the data folder"
-        return (f"task {cfg.task}'s examples in {where} are not those the run started from (edited since)")
-    changed = sorted(k for k in set(was) | set(now) if was.get(k) != now.get(k)) if isinstance(was, dict) else []
-    option = "--model" if kind == "base" else "--teacher"
-    value = cfg.model if kind == "base" else cfg.teacher
-    return (f"{option} {value} is not the model the run started from ({', '.join(changed[:4])} differ: replaced since, "
-            "e.g. adapted or trained again)")
+        tasks = getattr(cfg, "tasks", None) or [getattr(cfg, "task", None)]
+        named = [f"task {t}" for t in tasks if t] + [f"--text-file {f}" for f in getattr(cfg, "text_files", ())]
+        where = f" in --data-dir {cfg.data_dir}" if getattr(cfg, "data_dir", None) else ""
+        return f"the examples of {' and '.join(named)}{where} are not those the run started from (edited since)"
+    changed = sorted(k for k in set(was) | set(now) if was.get(k) != now.get(k)) if isinstance(was, dict) and isinstance(now, dict) else []
+    option, value = ("--model", cfg.model) if kind == "base" else ("--teacher", cfg.teacher)
+    return (f"{option} {value} is not the model the run started from ({', '.join(changed[:4]) or 'its files'} differ: "
+            "replaced since, e.g. adapted or trained again)")
+
+
+def check_sources(cfg, out: Path, splits=None) -> None:
+    """Stop before any work if ``out``'s record says its run started from another ``--model``, ``--teacher`` or data
+    (``splits``, as :func:`data_fingerprint` takes them) than those named now hold: its checkpoints grew from those.
+    Runs recorded before a source was are not compared on it. Changes nothing."""
+    rec = read_record(out)
+    rec = rec if isinstance(rec, dict) else {}
+    recorded = [k for k in ("base", "teacher", "data") if k in rec and (k != "data" or splits is not None)]
+    now = run_sources(cfg, splits) if recorded else {}
+    changed = [_changed_source(cfg, k, rec[k], now.get(k)) for k in recorded if now.get(k) != rec[k]]
+    if changed:
+        raise UserError(
+            f"{out} holds checkpoints of a run that read other inputs: {'; '.join(changed)}; its checkpoints grew from "
+            "the earlier ones: add --no-resume to train afresh (the run is moved aside, not deleted), or restore them"
+        )
 
 
 def check_resume(cfg: TrainConfig, out: Path, splits=None) -> None:
@@ -320,16 +339,7 @@ def check_resume(cfg: TrainConfig, out: Path, splits=None) -> None:
             f"{out} holds checkpoints of a run with other settings ({'; '.join(diffs)}): rerun with the same "
             "settings to resume it, add --no-resume to start afresh there, or pick another --output-dir"
         )
-    rec = read_record(out)
-    rec = rec if isinstance(rec, dict) else {}
-    recorded = [k for k in ("base", "teacher", "data") if k in rec and (k != "data" or splits is not None)]  # (older runs: fewer)
-    now = run_sources(cfg, splits) if recorded else {}
-    changed = [_changed_source(cfg, k, rec[k], now.get(k)) for k in recorded if now.get(k) != rec[k]]
-    if changed:
-        raise UserError(
-            f"{out} holds checkpoints of a run that read other inputs: {'; '.join(changed)}; its checkpoints grew from "
-            "the earlier ones: add --no-resume to train afresh (the run is moved aside, not deleted), or restore them"
-        )
+    check_sources(cfg, out, splits)
 
 
 def move_aside(out: Path, keep: tuple = ()) -> Path | None:

@@ -320,6 +320,29 @@ def test_a_killed_run_resumes_and_refuses_other_settings(tiny_bert, data, tmp_pa
     assert (out / "model" / "model.safetensors").is_file()
 
 
+def test_a_killed_run_on_texts_edited_since_is_refused(tiny_bert, tmp_path, capsys):
+    """An adapt run on --text-file killed, the file edited, the run rerun: its checkpoints grew on the earlier texts
+    (and the record would name the new ones). Refused in one line naming the file and the way out; the same texts
+    written anew resume."""
+    f = tmp_path / "mine.txt"
+    texts = "a great film\nthe plot was dull\na fine story\nboring and long\n"
+    f.write_text(texts)
+    out = tmp_path / "run"
+    args = ["adapt", "--text-file", str(f), "--model", str(tiny_bert), "--output-dir", str(out), "--max-steps", "2",
+            "--save-steps", "1", "--keep-checkpoints", "--batch-size", "2", "--max-length", "16", "--attention", "sparsemax"]
+    assert main(args) == 0
+    assert json.loads((out / ".attnkit-run.json").read_text())["data"]
+    shutil.rmtree(out / "model")  # killed before the end
+    (out / "metrics.json").unlink()
+    f.write_text(texts.replace("boring", "dull"))
+    capsys.readouterr()
+    assert main(args) == 2
+    one_line_error(capsys, f"the examples of --text-file {f} are not those the run started from", "--no-resume")
+    assert not (out / "model").exists()
+    f.write_text(texts)
+    assert main(args) == 0 and (out / "model" / "model.safetensors").is_file()
+
+
 def test_adapt_under_torchrun(tiny_bert, data, tmp_path):
     """Two CPU processes (gloo), the head warm-up included: one encoder written, once."""
     out = tmp_path / "ddp"

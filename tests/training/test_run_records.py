@@ -277,7 +277,7 @@ def test_data_edited_between_a_kill_and_the_resume_is_refused(tiny_bert, data, t
     capsys.readouterr()
     assert main(four_step_train_args(tiny_bert, mine, out)) == 2
     err = capsys.readouterr().err.strip()
-    assert f"task csv's examples in --data-dir {mine} are not those the run started from" in err and \
+    assert f"the examples of task csv in --data-dir {mine} are not those the run started from" in err and \
         "add --no-resume" in err and len(err.splitlines()) == 1, err
     assert snapshot_without_lock(out) == before
     train.write_text(rows, encoding="utf-8")  # restored: the same examples, a new file
