@@ -114,7 +114,8 @@ def attention_maps(model, tokenizer, text: str, text_pair: str | None = None, ma
     enc = tokenizer(text, text_pair, truncation=True, max_length=max_length, return_tensors="pt")
     whole = tokenizer(text, text_pair, add_special_tokens=True)["input_ids"]
     if len(whole) > max_length:
-        say_truncated(1, 1, len(whole) - tokenizer.num_special_tokens_to_add(text_pair is not None), max_length)
+        special = tokenizer.num_special_tokens_to_add(text_pair is not None)
+        say_truncated(1, 1, len(whole) - special, max_length, max_length - special, pairs=text_pair is not None)
     with torch.inference_mode():
         out = model(**enc, output_attentions=True)
     if not out.attentions:

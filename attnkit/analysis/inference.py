@@ -48,7 +48,7 @@ def encoded_batches(
     model.eval()
     device = next(model.parameters()).device
     starts = range(0, len(texts), batch_size)
-    longer, longest, unknown, control = 0, 0, [], []
+    longer, longest, room, unknown, control = 0, 0, max_length, [], []
     for i in tqdm(starts, desc=desc, unit="batch", disable=not progress or len(starts) < 2):
         a = list(texts[i : i + batch_size])
         b = list(pairs[i : i + batch_size]) if pairs is not None else None
@@ -60,16 +60,25 @@ def encoded_batches(
         enc = tokenizer(a, b, truncation=True, max_length=max_length, padding=True, return_tensors="pt", **tokenizer_kwargs)
         yield i, enc.to(device)  # a BatchEncoding: word_ids() stays available
     if longer:
-        say_truncated(longer, len(texts), longest, max_length)
+        say_truncated(longer, len(texts), longest, max_length, room, pairs=pairs is not None)
     say_unknown(unknown, tokenizer)
     say_control(control, names if pairs is None else None)
 
 
-def say_truncated(longer: int, total: int, longest: int, max_length: int) -> None:
-    """One line on stderr: how many texts were longer than the model reads and were cut."""
-    log.warning("%d of %d text%s longer than --max-length %d tokens (the longest: %d tokens of text): each was cut to "
-                "its first %d tokens; a larger --max-length reads more (up to the model's window)", longer, total,
-                "s were" if total > 1 else " was", max_length, longest, max_length)
+def truncation_line(counts: str, many: bool, longest: int, max_length: int, room: int, pairs: bool = False) -> str:
+    """The line saying texts were cut: ``counts`` says how many of which (e.g. "2 of 3 texts were"), ``many`` whether
+    more than one; they were longer than the ``room`` tokens of text ``--max-length`` leaves beside the model's special
+    tokens, counted in tokens of text throughout (``longest`` too); ``pairs``: two texts read together, cut together."""
+    return (f"{counts} longer than the {room} tokens of text --max-length {max_length} leaves beside the model's special "
+            f"tokens (the longest: {longest}): {'each was' if many else 'it was'} cut to {'its first ' if not pairs else ''}"
+            f"{room}{' together' if pairs else ''}; a larger --max-length reads more (up to the model's window)")
+
+
+def say_truncated(longer: int, total: int, longest: int, max_length: int, room: int, pairs: bool = False) -> None:
+    """One line on stderr: how many texts were longer than the model reads and were cut (:func:`truncation_line`)."""
+    whats = f"{'pair' if pairs else 'text'}{'s' if total > 1 else ''}{' of texts' if pairs else ''}"
+    counts = f"{longer} of {total} {whats} {'were' if longer > 1 else 'was'}"
+    log.warning("%s", truncation_line(counts, longer > 1, longest, max_length, room, pairs))
 
 
 def check_readable(tokenizer, texts: Sequence[str], first: int = 0, what: str = "text", unknown: list | None = None,

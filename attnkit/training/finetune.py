@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from transformers import DataCollatorWithPadding, set_seed
 from attnkit.analysis.explain import plot_learned_lam
+from attnkit.analysis.inference import truncation_line
 from attnkit.attention import kernels
 from attnkit.attention.learned import learned_values
 from attnkit.attention.normalisers import LEARNED
@@ -68,17 +69,43 @@ def metrics_fn(kind: str):
 
 
 def tokenize_splits(splits, tokenizer, max_length: int):
-    """Tokenise every split of a DatasetDict (text, optional text_pair) without padding."""
+    """Tokenise every split of a DatasetDict (text, optional text_pair) without padding. Returns the tokenised splits
+    and, per split, ``(texts cut, longest)``: how many texts (pairs: both together) were longer than the tokens of text
+    ``max_length`` leaves beside the special tokens, and the longest, in tokens of text."""
     has_pair = "text_pair" in next(iter(splits.values())).column_names
     extra = [c for c in ("idx",) if c in next(iter(splits.values())).column_names]
+    special = tokenizer.num_special_tokens_to_add(has_pair)
 
     def enc(batch):
-        if has_pair:
-            return tokenizer(batch["text"], batch["text_pair"], truncation=True, max_length=max_length)
-        return tokenizer(batch["text"], truncation=True, max_length=max_length)
+        sides = (batch["text"], batch["text_pair"]) if has_pair else (batch["text"],)
+        out = tokenizer(*sides, truncation=True, max_length=max_length)
+        full = [i for i, ids in enumerate(out["input_ids"]) if len(ids) >= max_length]  # only these may have been cut
+        whole = tokenizer(*[[side[i] for i in full] for side in sides], add_special_tokens=False)["input_ids"] if full else []
+        lengths = [len(ids) - special for ids in out["input_ids"]]
+        for i, ids in zip(full, whole):
+            lengths[i] = len(ids)
+        return out | {"text_tokens": lengths}
 
     drop = (["text", "text_pair"] if has_pair else ["text"]) + extra
-    return splits.map(enc, batched=True, remove_columns=drop, desc="tokenising")
+    done = splits.map(enc, batched=True, remove_columns=drop, desc="tokenising")
+    cut = {}
+    for name, ds in done.items():
+        n = ds["text_tokens"]
+        cut[name] = (sum(x > max_length - special for x in n), max(n, default=0))
+    return done.remove_columns(["text_tokens"]), cut
+
+
+def say_cut(cut: dict, splits, max_length: int, room: int, pairs: bool) -> dict:
+    """One line where texts of the run's splits were cut to ``--max-length`` (the model reads only their first tokens),
+    naming each split's count; returns ``{split: texts cut}`` for metrics.json."""
+    named = {"train": "training", "validation": "dev"}
+    parts = [(name, n, longest) for name, (n, longest) in cut.items() if n]
+    if parts:
+        counts = " and ".join(f"{n} of {len(splits[name])} {named.get(name, name)}" for name, n, _ in parts)
+        counts += f" {'pairs of texts' if pairs else 'texts'} were"
+        many = sum(n for _, n, _ in parts) > 1
+        log.warning("%s", truncation_line(counts, many, max(l for *_, l in parts), max_length, room, pairs))
+    return {name: n for name, (n, _) in cut.items()}
 
 
 def hold_out(ds, fraction: float, seed: int):
@@ -138,7 +165,10 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
     model_path = _starting_model(cfg, splits, out)
     tokenizer = load_tokenizer(model_path)
     check_length(cfg, model_path)
-    train_ds, dev_ds, heldout, others = _datasets(cfg, data, tokenize_splits(splits, tokenizer, cfg.max_length))
+    tokenised, cut = tokenize_splits(splits, tokenizer, cfg.max_length)
+    pairs = "text_pair" in splits["train"].column_names
+    texts_cut = say_cut(cut, splits, cfg.max_length, cfg.max_length - tokenizer.num_special_tokens_to_add(pairs), pairs)
+    train_ds, dev_ds, heldout, others = _datasets(cfg, data, tokenised)
     model = initial_classifier(cfg, data, model_path)
     frozen = freeze_parameters(model, cfg.freeze) if cfg.freeze else None
     trainer, teacher_path = _classification_trainer(cfg, data, out, model, tokenizer, train_ds, heldout if heldout is not None else dev_ds)
@@ -156,6 +186,7 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
         metrics[split].pop("model_preparation_time", None)
     metrics.update(best_checkpoint(trainer, cfg))
     metrics.update(_run_description(cfg, data, model, len(train_ds)))
+    metrics["texts_cut"] = texts_cut  # per split: texts longer than --max-length reads, read in part
     learned = {kind: v for kind in LEARNED if (v := learned_values(trainer.model, kind)) is not None}  # [layers][heads]
     metrics.update({f"{kind}_learned": values for kind, values in learned.items()})
     if frozen is not None:

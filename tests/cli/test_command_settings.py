@@ -74,13 +74,29 @@ def test_threads_option(tiny_bert, data, tmp_path, capsys, monkeypatch):
 
 
 
+def test_training_says_the_texts_it_cuts(tiny_bert, data, tmp_path, caplog):
+    """A run whose texts are longer than --max-length reads only their first tokens: it says so in one line naming
+    each split's count, as predict does, and metrics.json records them (it said nothing: sweep 2026-11-27i H1)."""
+    assert main(train_args(tiny_bert, data, tmp_path / "cut", "--max-steps", "1", "--max-length", "4")) == 0
+    lines = [r.getMessage() for r in caplog.records if "longer than" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("96 of 96 training and 32 of 32 dev texts were longer than the 2 tokens "
+                                                   "of text --max-length 4 leaves"), lines
+    assert json.loads((tmp_path / "cut" / "metrics.json").read_text())["texts_cut"] == {"train": 96, "validation": 32}
+    caplog.clear()
+    assert main(train_args(tiny_bert, data, tmp_path / "whole", "--max-steps", "1", "--max-length", "64")) == 0
+    assert "longer than" not in caplog.text
+    assert json.loads((tmp_path / "whole" / "metrics.json").read_text())["texts_cut"] == {"train": 0, "validation": 0}
+
+
 def test_texts_longer_than_the_window_are_cut_with_a_notice(saved_classifier, capsys, caplog):
     long = " ".join(["good"] * 30)
     assert main(["predict", "--model", str(saved_classifier), "--max-length", "8", long, "bad", long]) == 0
-    assert "2 of 3 texts were longer than --max-length 8 tokens (the longest: 30 tokens of text)" in caplog.text
+    # counted in tokens of text throughout: --max-length 8 leaves 6 beside [CLS] and [SEP], the cut keeps those 6
+    assert "2 of 3 texts were longer than the 6 tokens of text --max-length 8 leaves beside the model's special tokens " \
+        "(the longest: 30): each was cut to its first 6;" in caplog.text
     caplog.clear()
     assert main(["predict", "--model", str(saved_classifier), "--max-length", "64", long]) == 0
     assert "longer than" not in caplog.text
     assert main(["explain", "--model", str(saved_classifier), "--max-length", "8", "--output",
                  str(saved_classifier.parent / "cut.png"), long]) == 0
-    assert "1 of 1 text was longer than --max-length 8 tokens" in caplog.text
+    assert "1 of 1 text was longer than the 6 tokens of text --max-length 8 leaves" in caplog.text and "it was cut" in caplog.text
