@@ -214,7 +214,8 @@ def four_step_train_args(model, data, out, *extra) -> list[str]:
 
 def leftovers(out: Path) -> list[str]:
     """Half-written or temporary entries attnkit might leave in a run folder."""
-    return sorted(p.name for p in out.iterdir() if ".tmp" in p.name or ".old-" in p.name or p.name.startswith(".incomplete"))
+    return sorted(p.name for p in out.iterdir() if ".tmp" in p.name or ".old-" in p.name or ".del-" in p.name
+                  or p.name.startswith(".incomplete"))
 
 
 def copy_run(run: Path, where: Path) -> Path:

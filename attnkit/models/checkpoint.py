@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import uuid
 from pathlib import Path
 
@@ -47,6 +46,7 @@ from attnkit.runfiles.json_files import finite_record, read_json
 from attnkit.runfiles.names import RUN_INFO
 from attnkit.runfiles.ownership import (
     folder_is_as_written,
+    remove_written,
     set_aside,
     write_folder_manifest,
 )
@@ -181,7 +181,7 @@ def save_checkpoint(model, out_dir: str | os.PathLike, tokenizer=None, extra: di
         _write_checkpoint(model, tmp, tokenizer, extra)
         write_folder_manifest(tmp, "attnkit")
     except BaseException as e:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_written(tmp)
         if isinstance(e, (KeyboardInterrupt, SystemExit, UserError)):
             raise
         why = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[-1]
@@ -197,7 +197,7 @@ def save_checkpoint(model, out_dir: str | os.PathLike, tokenizer=None, extra: di
             logging.getLogger("attnkit").warning("%s held files attnkit did not write: moved aside whole to %s", out, aside)
     os.replace(tmp, out)
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        remove_written(old)  # manifest last: a kill part-way leaves what the next run removes
     return out
 
 

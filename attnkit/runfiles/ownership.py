@@ -4,7 +4,9 @@ manifests, and earlier files moved aside (never deleted) when they are not prova
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 from pathlib import Path
 
 from attnkit.errors import UserError
@@ -171,6 +173,31 @@ def folder_is_as_written(folder: str | os.PathLike) -> bool:
     may it be deleted or replaced; a file added or edited by hand makes it the user's."""
     m = read_folder_manifest(folder)
     return m is not None and m.get("complete") is True and m.get("files") == folder_files(folder)
+
+
+def folder_holds_only_written(folder: str | os.PathLike) -> bool:
+    """Whether every file in ``folder`` is one attnkit wrote there, unchanged (its complete manifest lists it with its
+    size and time), some perhaps gone: a folder as written, or one whose removal (:func:`remove_written`) was cut
+    short. A file added or edited by hand makes it the user's."""
+    m = read_folder_manifest(folder)
+    listed = m.get("files") if m is not None and m.get("complete") is True else None
+    return isinstance(listed, dict) and all(listed.get(k) == v for k, v in folder_files(folder).items())
+
+
+def remove_written(folder: str | os.PathLike) -> None:
+    """Delete a folder attnkit wrote, its manifest last: a removal cut short (a kill, a second Ctrl-C) leaves the
+    manifest beside what is left, so that the next run still knows the rest for attnkit's and removes it (never moves
+    it aside as the user's). Errors are ignored, as ``shutil.rmtree(ignore_errors=True)`` does."""
+    folder = Path(folder)
+    with contextlib.suppress(OSError):
+        for p in folder.iterdir():
+            if p.name == FOLDER_MANIFEST:
+                continue
+            with contextlib.suppress(OSError):
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    with contextlib.suppress(OSError):
+        (folder / FOLDER_MANIFEST).unlink()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _png_software(path: Path) -> str | None:

@@ -8,13 +8,14 @@ import logging
 import os
 import re
 import shutil
+import uuid
 from pathlib import Path
 
 import torch
 
 from attnkit.errors import DataFormatError
 from attnkit.models.checks import check_weights_file
-from attnkit.runfiles.ownership import folder_is_as_written, read_folder_manifest, set_aside
+from attnkit.runfiles.ownership import folder_holds_only_written, read_folder_manifest, remove_written, set_aside
 from attnkit.runfiles.json_files import read_json
 from attnkit.training.run_record import LOSS_FILE, read_record, write_record
 
@@ -134,33 +135,39 @@ _TRAINER_CHECKPOINT = re.compile(r"checkpoint-\d+")
 
 def remove_checkpoint(ckpt: Path) -> None:
     """Delete a checkpoint folder this run wrote, if it holds just what it wrote (its manifest says so); one with a
-    file added or changed by hand is moved aside whole into ``.replaced-<date>/`` instead."""
-    if folder_is_as_written(ckpt) or (read_folder_manifest(ckpt) is None and not any(ckpt.iterdir())):
-        shutil.rmtree(ckpt, ignore_errors=True)
+    file added or changed by hand is moved aside whole into ``.replaced-<date>/`` instead. It is first renamed
+    (``.checkpoint-N.del-<id>``), in one step, then removed manifest last: a kill part-way leaves no half checkpoint
+    under its name, and what is left is removed at the next start (:func:`tidy_killed_saves`)."""
+    if folder_holds_only_written(ckpt) or (read_folder_manifest(ckpt) is None and not any(ckpt.iterdir())):
+        doomed = ckpt.with_name(f".{ckpt.name}.del-{uuid.uuid4().hex[:8]}")
+        os.replace(ckpt, doomed)
+        remove_written(doomed)
     else:
         aside = set_aside(ckpt)
         log.warning("%s held files this run did not write: moved aside whole to %s", ckpt, aside)
 
-_KILLED_SAVE = re.compile(r"\.(.+)\.(tmp|old)-[0-9a-f]{8}")
+_KILLED_SAVE = re.compile(r"\.(.+)\.(tmp|old|del)-[0-9a-f]{8}")
 
 
 def tidy_killed_saves(out: Path) -> None:
-    """What a model save killed half-way left in ``out`` (see :func:`save_checkpoint`), where attnkit's manifest
-    inside proves it wrote it: a temporary folder is removed (the save is redone); the earlier model, renamed on its
-    way out, is put back if the new one never arrived, else removed. Anything else is left as it is."""
+    """What a save or a removal killed half-way left in ``out`` (see :func:`save_checkpoint`,
+    :func:`remove_checkpoint`), where attnkit's manifest inside proves it wrote it: a temporary folder is removed (the
+    save is redone); the earlier model, renamed on its way out, is put back if the new one never arrived, else removed;
+    a checkpoint renamed on its way out is removed. Anything else is left as it is; a folder holding files attnkit did
+    not write is moved aside whole."""
     for p in list(out.iterdir()):
         m = _KILLED_SAVE.fullmatch(p.name)
-        if m is None or not p.is_dir() or read_folder_manifest(p) is None:
+        if m is None or not p.is_dir() or (read_folder_manifest(p) is None and any(p.iterdir())):
             continue
         name, kind = m.groups()
         if kind == "tmp":
-            shutil.rmtree(p, ignore_errors=True)
+            remove_written(p)
             log.warning("removed %s, left by a save that was cut short", p)
-        elif not (out / name).exists():
+        elif kind == "old" and not (out / name).exists():
             os.replace(p, out / name)
             log.warning("put %s back (a save that was cut short had set it aside)", out / name)
-        elif folder_is_as_written(p):
-            shutil.rmtree(p, ignore_errors=True)
+        elif folder_holds_only_written(p) or not any(p.iterdir()):
+            remove_written(p)
         else:
             set_aside(p)
 

@@ -108,3 +108,56 @@ def test_a_final_save_killed_half_way_is_tidied_by_the_rerun(tiny_bert, data, tm
     assert main(four_step_train_args(tiny_bert, data, out)) == 0
     assert leftovers(out) == [] and (out / "model" / "model.safetensors").is_file()
     same_metrics(json.loads((out / "metrics.json").read_text()), reference)
+
+
+def test_a_checkpoint_removal_killed_half_way_is_finished_by_the_rerun(tiny_bert, data, tmp_path, reference):
+    """A kill (a second Ctrl-C, kill -9) while a checkpoint was being removed left half of it under its own name,
+    without the manifest that proved it the run's: the rerun moved it aside whole as "files this run did not write"
+    and kept it (87 MB for the default model) where nothing removes it (sweep 2026-11-27i H3). A checkpoint is renamed
+    before it is removed and loses its manifest last: the rerun removes what is left, and finishes as an unbroken run."""
+    out = tmp_path / "r"
+    code = (
+        "import os, signal, sys\n"
+        "real = os.unlink\n"
+        "def unlink(path, *a, **k):\n"
+        "    real(path, *a, **k)\n"
+        "    if os.path.basename(os.fsdecode(path)) == 'model.safetensors':\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "os.unlink = unlink\n"
+        "from attnkit.cli import main\n"
+        f"sys.exit(main({four_step_train_args(tiny_bert, data, out)!r}))\n"
+    )
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == -9, r.stderr[-2000:]
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
+    assert leftovers(out) == [] and not list(out.glob(".replaced-*")) and not list(out.glob("checkpoint-*"))
+    same_metrics(json.loads((out / "metrics.json").read_text()), reference)
+
+
+def test_tidy_removes_what_a_cut_removal_left_and_keeps_a_users_file(tmp_path):
+    """The rule behind the rerun above: a ``.checkpoint-N.del-<id>`` folder holding only files its manifest lists (some
+    gone) is removed; one holding a file attnkit did not write (or one edited since) is moved aside whole, never
+    deleted; a folder of that name without attnkit's manifest is left alone."""
+    from attnkit.runfiles.ownership import write_folder_manifest
+    from attnkit.training.checkpoints import tidy_killed_saves
+
+    def cut(name: str) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        for f in ("a.bin", "b.json"):
+            (d / f).write_text(f)
+        write_folder_manifest(d, "attnkit train")
+        (d / "a.bin").unlink()  # the removal got this far
+        return d
+
+    ours = cut(".checkpoint-2.del-0123abcd")
+    mine = cut(".checkpoint-4.del-89abcdef")
+    (mine / "notes.txt").write_text("mine")
+    stranger = tmp_path / ".checkpoint-6.del-00000000"
+    stranger.mkdir()
+    (stranger / "x").write_text("x")
+    tidy_killed_saves(tmp_path)
+    assert not ours.exists() and not mine.exists() and stranger.is_dir()
+    kept = list(tmp_path.glob(".replaced-*/.checkpoint-4.del-89abcdef/notes.txt"))
+    assert len(kept) == 1 and kept[0].read_text() == "mine"
