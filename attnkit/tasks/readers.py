@@ -170,7 +170,7 @@ def read_table(path: Path, fmt: str, required: list[str]) -> Iterator[tuple[int,
     for line, fields in read_delimited(path, delimiter, quoting):
         if header is None:
             header = [h.strip() for h in fields]
-            check_columns(path, line, header, required)
+            check_columns(path, line, header, required, fmt)
             continue
         if len(fields) != len(header):
             raise DataFormatError(path, line, f"expected {len(header)} fields ({', '.join(header)}), found {len(fields)}")
@@ -182,10 +182,20 @@ def read_table(path: Path, fmt: str, required: list[str]) -> Iterator[tuple[int,
         raise DataFormatError(path, 1, "expected a header row naming the columns, found an empty file")
 
 
-def check_columns(path: Path, line: int, found: list[str], required: list[str]) -> None:
+#: a one-column header that is another format's: (format read, separator seen, what to say)
+_OTHER_SEPARATOR = (("csv", "\t", "the header is tab-separated: --task tsv reads it"),
+                    ("csv", ";", "the header is ';'-separated: expected ',' between columns"),
+                    ("tsv", ",", "the header is comma-separated: --task csv reads it"))
+
+
+def check_columns(path: Path, line: int, found: list[str], required: list[str], fmt: str | None = None) -> None:
+    """The columns ``required`` named once each in the header ``found`` (of a ``fmt`` file), else DataFormatError; a
+    header of one column holding another separator is said to be of another format."""
     for column in required:
         if column not in found:
-            raise DataFormatError(path, line, f"expected column {column!r}, found columns {found}")
+            hint = [say for f, sep, say in _OTHER_SEPARATOR if f == fmt and len(found) == 1 and sep in found[0]]
+            raise DataFormatError(path, line, f"expected column {column!r}, found columns {found}"
+                                  + (f" ({hint[0]})" if hint else ""))
         if found.count(column) > 1:  # a header naming it twice: which one is meant cannot be told
             raise DataFormatError(path, line, f"column {column!r} is named {found.count(column)} times in {found}: "
                                   "expected each column once")
