@@ -87,23 +87,25 @@ def test_a_final_save_that_fails_leaves_no_temporary_folder(tiny_bert, data, tmp
     assert not list(out.glob("checkpoint-*"))
 
 
+def killed_run(patch: str, args: list[str]) -> None:
+    """``attnkit args`` in a fresh process after ``patch`` (Python run first, with os, signal and sys imported), which
+    kills it (SIGKILL) at the moment to test."""
+    code = f"import os, signal, sys\n{patch}from attnkit.cli import main\nsys.exit(main({args!r}))\n"
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == -9, r.stderr[-2000:]
+
+
 def test_a_final_save_killed_half_way_is_tidied_by_the_rerun(tiny_bert, data, tmp_path, reference):
     out = tmp_path / "r"
-    code = (
-        "import os, signal, sys\n"
+    killed_run(
         "import attnkit.models.checkpoint as build\n"
         "real = build._write_checkpoint\n"
         "def killed(model, tmp, *a, **k):\n"
         "    real(model, tmp, *a, **k)\n"
         "    if tmp.name.startswith('.model.tmp-'):\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n"
-        "build._write_checkpoint = killed\n"
-        "from attnkit.cli import main\n"
-        f"sys.exit(main({four_step_train_args(tiny_bert, data, out)!r}))\n"
-    )
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
-    assert r.returncode == -9, r.stderr[-2000:]
+        "build._write_checkpoint = killed\n", four_step_train_args(tiny_bert, data, out))
     assert [p.name.split("-")[0] for p in out.glob(".model.tmp-*")] == [".model.tmp"]  # what a kill leaves
     assert main(four_step_train_args(tiny_bert, data, out)) == 0
     assert leftovers(out) == [] and (out / "model" / "model.safetensors").is_file()
@@ -116,20 +118,13 @@ def test_a_checkpoint_removal_killed_half_way_is_finished_by_the_rerun(tiny_bert
     and kept it (87 MB for the default model) where nothing removes it (sweep 2026-11-27i H3). A checkpoint is renamed
     before it is removed and loses its manifest last: the rerun removes what is left, and finishes as an unbroken run."""
     out = tmp_path / "r"
-    code = (
-        "import os, signal, sys\n"
+    killed_run(
         "real = os.unlink\n"
         "def unlink(path, *a, **k):\n"
         "    real(path, *a, **k)\n"
         "    if os.path.basename(os.fsdecode(path)) == 'model.safetensors':\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n"
-        "os.unlink = unlink\n"
-        "from attnkit.cli import main\n"
-        f"sys.exit(main({four_step_train_args(tiny_bert, data, out)!r}))\n"
-    )
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
-    assert r.returncode == -9, r.stderr[-2000:]
+        "os.unlink = unlink\n", four_step_train_args(tiny_bert, data, out))
     assert main(four_step_train_args(tiny_bert, data, out)) == 0
     assert leftovers(out) == [] and not list(out.glob(".replaced-*")) and not list(out.glob("checkpoint-*"))
     same_metrics(json.loads((out / "metrics.json").read_text()), reference)

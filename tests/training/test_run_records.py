@@ -220,6 +220,13 @@ def test_a_corrupt_rng_state_is_named_and_the_run_resumes_from_the_one_before(ti
     assert json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["global_step"] == 6
 
 
+def stopped_after_first_save(monkeypatch, args: list[str]) -> None:
+    """``attnkit args`` stopped by Ctrl-C right after its first checkpoint is saved (exit 130)."""
+    with monkeypatch.context() as m:
+        kill_after_save(m)
+        assert main(args) == 130
+
+
 def test_a_base_model_replaced_between_a_kill_and_the_resume_is_refused(tiny_bert, data, tmp_path, capsys, monkeypatch):
     """`train --model ad_x` killed, `ad_x` adapted again (--no-resume), the train rerun: it resumed from checkpoints
     grown from the old model and recorded the new one's adapt record (sweep 2026-11-27h). The run records what its
@@ -230,9 +237,7 @@ def test_a_base_model_replaced_between_a_kill_and_the_resume_is_refused(tiny_ber
     base = tmp_path / "base"
     shutil.copytree(tiny_bert, base)
     out = tmp_path / "r"
-    with monkeypatch.context() as m:
-        kill_after_save(m)
-        assert main(four_step_train_args(base, data, out)) == 130
+    stopped_after_first_save(monkeypatch, four_step_train_args(base, data, out))
     assert json.loads((out / ".attnkit-run.json").read_text())["base"]["config.json"]
     (base / "eval_csv_validation.json").write_text("{}")  # what evaluate writes into a model folder: not the model
     moved = tmp_path / "moved"
@@ -264,9 +269,7 @@ def test_data_edited_between_a_kill_and_the_resume_is_refused(tiny_bert, data, t
     mine = tmp_path / "data"
     shutil.copytree(data, mine)
     out = tmp_path / "r"
-    with monkeypatch.context() as m:
-        kill_after_save(m)
-        assert main(four_step_train_args(tiny_bert, mine, out)) == 130
+    stopped_after_first_save(monkeypatch, four_step_train_args(tiny_bert, mine, out))
     assert len(json.loads((out / ".attnkit-run.json").read_text())["data"]) == 64
     train = mine / "train.csv"
     rows = train.read_text(encoding="utf-8")
@@ -292,9 +295,7 @@ def test_a_teacher_trained_again_between_a_kill_and_the_resume_is_refused(tiny_b
     assert main(train_args(tiny_bert, data, teacher, "--max-steps", "2")) == 0
     out = tmp_path / "r"
     student = four_step_train_args(tiny_bert, data, out, "--attention", "sparsemax", "--teacher", str(teacher))
-    with monkeypatch.context() as m:
-        kill_after_save(m)
-        assert main(student) == 130
+    stopped_after_first_save(monkeypatch, student)
     assert json.loads((out / ".attnkit-run.json").read_text())["teacher"]
     assert main(train_args(tiny_bert, data, teacher, "--max-steps", "2", "--seed", "5", "--no-resume")) == 0
     before = snapshot_without_lock(out)
