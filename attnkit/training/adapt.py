@@ -47,7 +47,7 @@ from attnkit.tasks import load_task
 from attnkit.tasks.registry import default_data_dir
 from attnkit.training.adapt_config import ADAPT_ALPHA_START, ADAPT_LAM_FACTOR, AdaptConfig
 from attnkit.training.masking import BatchSeededMasking, MaskingState
-from attnkit.training.pretrain import check_maskable, mlm_collator
+from attnkit.training.pretrain import check_maskable, mlm_collator, say_texts_cut
 from attnkit.training.trainer import check_finite, check_precision, finish_run, fit, found_complete, shared_arguments
 from attnkit.training.run_folder import check_sources, finished_metrics, prepare_output, run_folder, settings_differences
 from attnkit.training.checkpoints import recorded_checkpoints
@@ -338,6 +338,7 @@ def _adapt(cfg: AdaptConfig, out: Path) -> dict:
         batched=True, remove_columns=["text"], desc="tokenising",
     )
     check_maskable(ds, tokenizer, cfg.mlm_probability, f"the texts to adapt on ({len(texts)}, duplicates dropped)")
+    sources["texts_cut"] = say_texts_cut(ds, texts, tokenizer, cfg.max_length, "texts to adapt on")
     args = TrainingArguments(**shared_arguments(cfg, out), max_steps=cfg.max_steps, eval_strategy="no", save_strategy="steps",
                              save_steps=cfg.save_steps, save_total_limit=1, prediction_loss_only=True)
     # masks drawn per batch, their place kept in each checkpoint: a resumed run masks as the uninterrupted one did

@@ -38,6 +38,7 @@ from transformers import (
     set_seed,
 )
 
+from attnkit.analysis.inference import truncation_line
 from attnkit.attention.spec import AttentionSpec
 from attnkit.errors import UserError
 from attnkit.models.checkpoint import save_checkpoint
@@ -206,6 +207,20 @@ def mlm_collator(tokenizer, mlm_probability: float = 0.15, seed: int | None = No
     )
 
 
+def say_texts_cut(ds, texts: list[str], tokenizer, max_length: int, what: str) -> int:
+    """How many of ``texts`` (tokenised in ``ds``, cut at ``max_length``) are longer than the tokens of text it leaves
+    beside the special ones: masked-LM reads only their first tokens. Said in one line where any is; returned for
+    the run's record."""
+    full = [i for i, ids in enumerate(ds["input_ids"]) if len(ids) >= max_length]  # only these may have been cut
+    whole = [len(ids) for ids in tokenizer([texts[i] for i in full], add_special_tokens=False)["input_ids"]] if full else []
+    room = max_length - tokenizer.num_special_tokens_to_add(False)
+    cut = sum(n > room for n in whole)
+    if cut:
+        log.warning("%s", truncation_line(f"{cut} of {len(texts)} {what} {'were' if cut > 1 else 'was'}", cut > 1,
+                                          max(whole), max_length, room))
+    return cut
+
+
 def check_maskable(ds, tokenizer, mlm_probability: float, what: str) -> None:
     """Refuse (ValueError, one line) texts too small to mask: fewer tokens that can be masked (not [CLS], [SEP], ...)
     than one masked token per pass over them at ``mlm_probability``. ``ds``: the tokenised texts (``input_ids``)."""
@@ -274,6 +289,7 @@ def _pretrain(cfg: PretrainConfig, out: Path) -> dict:
         desc="tokenising",
     )
     check_maskable(ds, tok, cfg.mlm_probability, f"the training texts of task {cfg.task} ({len(texts)})")
+    cut = say_texts_cut(ds, texts, tok, cfg.max_length, "training texts")
     args = _pretraining_arguments(cfg, out)
     trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=mlm_collator(tok, cfg.mlm_probability),
                       processing_class=tok)
@@ -293,6 +309,7 @@ def _pretrain(cfg: PretrainConfig, out: Path) -> dict:
                   "score_scale": cfg.score_scale},
         "vocab_size": len(tok),
         "train_texts": len(texts),
+        "texts_cut": cut,  # longer than --max-length reads: masked-LM read their first tokens only
         "mlm_loss": float(final["mlm_loss"]),
         "train_loss": result.metrics.get("train_loss"),  # None, not NaN, where the Trainer did not give it
         "loss_history": [

@@ -68,3 +68,27 @@ def test_adapt_refuses_max_length_2(tiny_bert, tmp_path, capsys):
     assert main(["adapt", "--text-file", str(f), "--model", str(tiny_bert), "--output-dir", str(tmp_path / "run"),
                  "--max-length", "2"]) == 2
     one_line_error(capsys, "--max-length 2", "at least 3")
+
+
+def test_adapt_and_pretrain_say_the_texts_they_cut(tiny_bert, tmp_path, caplog):
+    """Texts longer than --max-length are masked and learned from their first tokens only: adapt and pretrain say how
+    many in one line, as train does, and record it (``texts_cut``)."""
+    long_text = " ".join(["the plot was dull and the film was long"] * 4)
+    f = tmp_path / "t.txt"
+    f.write_text(f"{long_text}\na great film\n{long_text} again\n")
+    out = tmp_path / "a"
+    assert main(["adapt", "--text-file", str(f), "--model", str(tiny_bert), "--output-dir", str(out), "--max-steps", "1",
+                 "--batch-size", "2", "--max-length", "12", "--attention", "sparsemax"]) == 0
+    lines = [r.getMessage() for r in caplog.records if "longer than" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("2 of 3 texts to adapt on were longer than the 10 tokens of text "
+                                                   "--max-length 12 leaves"), lines
+    assert strict_json(out / "metrics.json")["adapted"]["texts"]["texts_cut"] == 2
+    caplog.clear()
+    rows = [(long_text, "pos"), ("bad", "neg"), ("a fine film", "pos"), ("awful plot", "neg")] * 3
+    data = write_csv_task(tmp_path / "d", rows, rows[:4])
+    out = tmp_path / "p"
+    assert main(["pretrain", "--task", "csv", "--data-dir", str(data), "--output-dir", str(out), "--epochs", "1",
+                 "--max-length", "12", "--vocab-size", "100"]) == 0
+    lines = [r.getMessage() for r in caplog.records if "longer than" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("3 of 12 training texts were longer than the 10 tokens"), lines
+    assert strict_json(out / "metrics.json")["texts_cut"] == 3
