@@ -57,7 +57,7 @@ def cmd_train(a) -> int:
     if not is_main_process():
         return 0
     out = Path(cfg.output_dir)
-    if metrics.get("already_complete"):
+    if metrics.get("already_complete") and not metrics.get("tidied"):
         print(f"[attnkit] the run in {out} is already complete: nothing was changed (--no-resume trains it again)")
     v = metrics["validation"]
     qa = is_qa_task(cfg.task)
@@ -154,7 +154,7 @@ def cmd_adapt(a) -> int:
     if not is_main_process():
         return 0
     out = Path(cfg.output_dir)
-    if m.get("already_complete"):
+    if m.get("already_complete") and not m.get("tidied"):
         print(f"[attnkit] the adapt run in {out} is already complete: nothing was changed (--no-resume runs it again)")
     r = m["adapted"]
     zs = r.get("zero_share") or []

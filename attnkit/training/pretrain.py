@@ -244,7 +244,6 @@ def pretrain(cfg: PretrainConfig) -> dict:
     with run_folder(Path(cfg.output_dir)) as out:
         done = finished_metrics(cfg, out, free=("output_dir", "resume", "logging_steps"))
         if done is not None:
-            log.warning("the pre-training run in %s is complete (metrics.json, model/): nothing to do; --no-resume runs it again", out)
             return done | {"already_complete": True}
         return _pretrain(cfg, out)
 

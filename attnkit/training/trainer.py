@@ -120,12 +120,13 @@ def subsample(ds, n: int | None, seed: int):
 def found_complete(cfg, out: Path, done: dict, metric: str, title: str, what: str = "run", again: str = "trains it again") -> dict:
     """A run found complete when its command is run again: what a kill between its metrics.json and its tidy-up left
     undone is done now (:func:`finish_run`, ``missing_only``) and said; the rest is left byte for byte. Returns
-    ``done`` marked ``already_complete``."""
-    if finish_run(cfg, out, done.get("log_history", []), metric, title=title, missing_only=True):
+    ``done`` marked ``already_complete``, and ``tidied``: whether anything was left to do (else the command says that
+    nothing was changed)."""
+    tidied = finish_run(cfg, out, done.get("log_history", []), metric, title=title, missing_only=True)
+    if tidied:
         log.warning("the %s in %s was stopped after its metrics.json and before its tidy-up: its checkpoints were removed "
-                    "(unless kept) and its curves drawn now", what, out)
-    log.warning("the %s in %s is complete (metrics.json, model/): nothing to do; --no-resume %s", what, out, again)
-    return done | {"already_complete": True}
+                    "(unless kept) and its curves drawn now; it is complete (--no-resume %s)", what, out, again)
+    return done | {"already_complete": True, "tidied": tidied}
 
 
 def finish_run(cfg: TrainConfig, out: Path, history: list[dict], metric: str, title: str, *, missing_only: bool = False) -> bool:

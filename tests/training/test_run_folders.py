@@ -143,9 +143,11 @@ def test_sweeps_and_runs_keep_to_their_own_folders(tiny_bert, data, user_run, tm
     assert not (tmp_path / "s2").exists()
 
 
-def test_a_run_killed_between_its_metrics_and_its_tidy_up_is_tidied_when_run_again(tiny_bert, tiny_task, tmp_path, monkeypatch, caplog):
+def test_a_run_killed_between_its_metrics_and_its_tidy_up_is_tidied_when_run_again(tiny_bert, tiny_task, tmp_path, monkeypatch,
+                                                                                   caplog, capsys):
     """Killed after metrics.json and before the tidy-up (as if finish_run never ran): the rerun finds the run complete,
-    removes the checkpoints it wrote and draws its curves; a third run changes nothing."""
+    removes the checkpoints it wrote and draws its curves, and says so once (not also that nothing was changed:
+    sweep 2026-11-27j J4); a third run changes nothing, and says so."""
     from attnkit.training import finetune
     from helpers import snapshot_without_lock, two_step_train_args
 
@@ -156,10 +158,13 @@ def test_a_run_killed_between_its_metrics_and_its_tidy_up_is_tidied_when_run_aga
         assert main(args) == 0
     assert (out / "metrics.json").is_file() and list(out.glob("checkpoint-*")) and not (out / "curves.png").exists()
     caplog.clear()
+    capsys.readouterr()
     assert main(args) == 0
-    assert "stopped after its metrics.json and before its tidy-up" in caplog.text
+    assert caplog.text.count("stopped after its metrics.json and before its tidy-up") == 1
+    assert "nothing" not in caplog.text + capsys.readouterr().out
     assert not list(out.glob("checkpoint-*")) and (out / "curves.png").is_file() and (out / "curves.svg").is_file()
     before = snapshot_without_lock(out)
     caplog.clear()
     assert main(args) == 0
     assert "before its tidy-up" not in caplog.text and snapshot_without_lock(out) == before
+    assert capsys.readouterr().out.count("already complete: nothing was changed") == 1
