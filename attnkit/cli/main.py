@@ -9,8 +9,11 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import signal
 import sys
+import threading
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 from attnkit.cli.parser import build_parser
@@ -90,6 +93,69 @@ def expand_home(a) -> None:
             setattr(a, dest, [os.path.expanduser(v) if isinstance(v, str) and v.startswith("~") else v for v in value])
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (``timeout``, a scheduler, a closed terminal) raised where Ctrl-C raises KeyboardInterrupt: the
+    same clean stop (atomic writes finish or leave nothing; the same one line; the run resumes), exit 128 + signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def stops_as_interrupts():
+    """SIGTERM and SIGHUP raise :class:`Stopped` while the block runs (the main thread only; a signal the process
+    ignores, as SIGHUP under ``nohup``, stays ignored); the handlers before are put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Stopped(signum)
+
+    before = {}
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
+            before[sig] = signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _run_command(a) -> int:
+    """The command ``a`` names, run (its threads set, the libraries quieted, torchrun's variables checked)."""
+    if not a.verbose and a.command != "tasks":  # quieting transformers imports it (and torch): not for a listing
+        _quiet_libraries()
+    if getattr(a, "threads", None) is not None:
+        if a.threads < 1:
+            raise UserError(f"--threads {a.threads}: expected a number of threads >= 1")
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        if a.threads > MAX_THREADS_PER_CORE * cores:  # torch's pool crashes (overflow, segfault) far above the cores
+            raise UserError(f"--threads {a.threads}: expected at most {MAX_THREADS_PER_CORE * cores} ({MAX_THREADS_PER_CORE} per "
+                            f"core of the {cores} this process may use; the cores' number is the fastest)")
+        if a.threads > cores:
+            print(f"attnkit {a.command}: warning: --threads {a.threads} is more than the {cores} cores this process may use: "
+                  "the threads will contend for them (slower, not faster)", file=sys.stderr)
+        import torch
+
+        torch.set_num_threads(a.threads)
+    if a.command == "tasks":
+        return cmd_tasks(a)
+    launch_ranks()  # torchrun's variables checked before anything is made
+    from attnkit.cli.commands import (
+        COMMANDS,  # the whole stack: only when a command runs
+    )
+    from attnkit.cli.outputs import output_locks
+    from attnkit.cli.settings import prepare_model_length
+
+    if a.command not in ("train", "sweep", "pretrain", "adapt") and hasattr(a, "max_length"):
+        prepare_model_length(a)
+    with output_locks():  # a command writing into a run folder holds its lock until it is done
+        return COMMANDS[a.command](a)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
@@ -99,42 +165,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        if not a.verbose and a.command != "tasks":  # quieting transformers imports it (and torch): not for a listing
-            _quiet_libraries()
-        if getattr(a, "threads", None) is not None:
-            if a.threads < 1:
-                raise UserError(f"--threads {a.threads}: expected a number of threads >= 1")
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-            if a.threads > MAX_THREADS_PER_CORE * cores:  # torch's pool crashes (overflow, segfault) far above the cores
-                raise UserError(f"--threads {a.threads}: expected at most {MAX_THREADS_PER_CORE * cores} ({MAX_THREADS_PER_CORE} per "
-                                f"core of the {cores} this process may use; the cores' number is the fastest)")
-            if a.threads > cores:
-                print(f"attnkit {a.command}: warning: --threads {a.threads} is more than the {cores} cores this process may use: "
-                      "the threads will contend for them (slower, not faster)", file=sys.stderr)
-            import torch
-
-            torch.set_num_threads(a.threads)
-        if a.command == "tasks":
-            return cmd_tasks(a)
-        launch_ranks()  # torchrun's variables checked before anything is made
-        from attnkit.cli.commands import (
-            COMMANDS,  # the whole stack: only when a command runs
-        )
-        from attnkit.cli.outputs import output_locks
-        from attnkit.cli.settings import prepare_model_length
-
-        if a.command not in ("train", "sweep", "pretrain", "adapt") and hasattr(a, "max_length"):
-            prepare_model_length(a)
-        with output_locks():  # a command writing into a run folder holds its lock until it is done
-            return COMMANDS[a.command](a)
-    except KeyboardInterrupt:
+        with stops_as_interrupts():
+            return _run_command(a)
+    except KeyboardInterrupt as e:
         out = getattr(a, "output_dir", None)
+        how = f"stopped ({signal.Signals(e.signum).name})" if isinstance(e, Stopped) else "interrupted"
         if a.command in ("train", "sweep", "adapt") and out:
-            print(f"\nattnkit {a.command}: interrupted. Run the same command again to resume from the newest complete "
+            print(f"\nattnkit {a.command}: {how}. Run the same command again to resume from the newest complete "
                   f"checkpoint in {out} (add --no-resume to start afresh).", file=sys.stderr)
         else:
-            print(f"\nattnkit {a.command}: interrupted.", file=sys.stderr)
-        return 130
+            print(f"\nattnkit {a.command}: {how}.", file=sys.stderr)
+        return 128 + e.signum if isinstance(e, Stopped) else 130
     except BrokenPipeError:  # the reader of our output stopped (``attnkit tasks | head``): nothing more to say
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # (Python would report the failed flush at exit)

@@ -156,3 +156,28 @@ def test_tidy_removes_what_a_cut_removal_left_and_keeps_a_users_file(tmp_path):
     assert not ours.exists() and not mine.exists() and stranger.is_dir()
     kept = list(tmp_path.glob(".replaced-*/.checkpoint-4.del-89abcdef/notes.txt"))
     assert len(kept) == 1 and kept[0].read_text() == "mine"
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tiny_bert, data, tmp_path, reference, sig):
+    """What timeout, systemd, Docker and batch schedulers send (SIGTERM) and a closed terminal (SIGHUP) ended a run with
+    no word at all (sweep 2026-11-27j J6): now the same one line as Ctrl-C, naming the signal and the way on, exit
+    128 + its number; the run resumes to the metrics of an unbroken one."""
+    import signal
+    import time
+
+    out = tmp_path / "r"
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, "-m", "attnkit.cli", *four_step_train_args(tiny_bert, data, out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 300
+    while not (out / "checkpoint-2" / "trainer_state.json").is_file() and p.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    p.send_signal(getattr(signal, sig))
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 128 + getattr(signal, sig), err[-2000:]
+    lines = [l for l in err.splitlines() if l.startswith("attnkit train:")]
+    assert lines == [f"attnkit train: stopped ({sig}). Run the same command again to resume from the newest complete "
+                     f"checkpoint in {out} (add --no-resume to start afresh)."], err[-2000:]
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
+    same_metrics(json.loads((out / "metrics.json").read_text()), reference)
