@@ -250,9 +250,15 @@ def check_output_file(path: str | os.PathLike, option: str, protect: dict[str, s
     replaced by a command's output."""
     if str(path) == "-":
         raise UserError(f"{option} -: attnkit writes a file, not standard output; leave {option} out to print, or name a file")
+    if str(path).endswith(("/", os.sep)) and str(path).strip("/" + os.sep):  # "pdir/": a folder (Path drops the slash)
+        raise UserError(f"{option} {path} names a folder (it ends in '/'): expected a file name, e.g. in that folder")
     path = Path(path)
     if path.is_dir() or str(path) in ("", "."):
         raise UserError(f"{option} {path} is a folder: expected a file name")
+    broken = next((q for q in path.parents if q.is_symlink() and not q.exists()), None)
+    if broken is not None:
+        raise UserError(f"{option} {path}: {broken} is a broken symlink (it points to {os.readlink(broken)}, which does not "
+                        "exist); make the folder it points to, or name another place")
     if path.exists() and not path.is_file():
         raise UserError(f"{option} {special_file_problem(path)}")
     parent = next((p for p in path.parents if p.exists()), None)

@@ -31,6 +31,29 @@ def test_an_output_that_is_a_device_or_pipe_is_refused_not_replaced(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]  # no temporary file, no ledger
 
 
+@pytest.mark.parametrize("command", ["predict", "explain", "evaluate"])
+def test_an_output_under_a_broken_symlink_or_ending_in_a_slash_is_refused_in_one_line(saved_classifier, tiny_task, tmp_path,
+                                                                                     capsys, command):
+    """`--output ln/p.jsonl` where `ln` points to a folder since removed failed as "File exists"; `--output pdir/` wrote
+    a file named `pdir` (sweep 2026-11-27j J2, J3). Both are refused naming the path, and nothing is made."""
+    import os
+
+    from attnkit.cli import main
+    from helpers import one_line_error
+
+    os.symlink(tmp_path / "gone", tmp_path / "ln")
+    suffix = {"predict": ".jsonl", "explain": ".png", "evaluate": ".json"}[command]
+    args = {"predict": ["x"], "explain": ["x"], "evaluate": ["--data-dir", str(tiny_task)]}[command]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = tmp_path / "ln" / "sub" / f"p{suffix}"
+    assert main([command, "--model", str(saved_classifier), "--output", str(out), *args]) == 2
+    one_line_error(capsys, f"{tmp_path / 'ln'} is a broken symlink (it points to {tmp_path / 'gone'}, which does not exist)")
+    if command == "predict":
+        assert main([command, "--model", str(saved_classifier), "--output", f"{tmp_path / 'pdir'}/", *args]) == 2
+        one_line_error(capsys, f"--output {tmp_path / 'pdir'}/ names a folder (it ends in '/'): expected a file name")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and not (tmp_path / "gone").exists()
+
+
 def test_an_output_into_a_busy_run_folder_names_the_way_out_of_the_command_used(saved_classifier, tmp_path, capsys):
     """`predict --output run/preds.jsonl` while a training run holds `run/`: the refusal said "pick another
     --output-dir", an option predict does not have."""
