@@ -189,6 +189,12 @@ def run_sweep(base: TrainConfig, values: list[float], seeds: list[int], out_dir:
     if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()) and not _is_sweep_folder(out):
         raise UserError(f"--output-dir {out} is not empty and holds no attnkit sweep (sweep.json or cell folders such as "
                          f"{cells[0].name}/): pick a new or empty folder")
+    for c in cells:  # a folder of the user's where a cell goes: refused now, not after the cells before it trained
+        where = out / c.name
+        if where.exists() and not _is_cell_folder(where) and (not where.is_dir() or any(p.name != LOCK_FILE for p in where.iterdir())):
+            what = "holds files and no attnkit run" if where.is_dir() else path_problem(where, "folder")
+            raise UserError(f"{where}, where this sweep's cell {c.describe()} goes, {what}: nothing was changed; move it, "
+                            "or pick another --output-dir")
     made = first_missing(out)
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -201,10 +207,18 @@ def run_sweep(base: TrainConfig, values: list[float], seeds: list[int], out_dir:
 
 
 def _is_sweep_folder(out: Path) -> bool:
+    """Whether ``out`` holds a sweep of attnkit's: its sweep.json, or a cell's folder holding attnkit's record of it (a
+    folder merely named as a cell is not proof)."""
     if (out / "sweep.json").is_file():
         read_sweep_records(out / "sweep.json")  # a sweep.json attnkit did not write is refused, naming it
         return True
-    return any(p.is_dir() and re.fullmatch(r"(softmax|lam-?[\d.e+-]+|alpha[\d.e+-]+)_seed-?\d+", p.name) for p in out.iterdir())
+    return any(re.fullmatch(r"(softmax|lam-?[\d.e+-]+|alpha[\d.e+-]+)_seed-?\d+", p.name) and _is_cell_folder(p)
+               for p in out.iterdir())
+
+
+def _is_cell_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder holding a sweep cell's run as attnkit wrote it (its record, or its sweep_cell.json)."""
+    return path.is_dir() and (is_run_folder(path) or (path / "sweep_cell.json").is_file())
 
 
 #: what every record of a sweep cell holds (sweep.json is a list of them)

@@ -40,3 +40,37 @@ def test_a_hand_written_sweep_cell_record_is_named(tiny_bert, data, tmp_path, ca
                  "--lams", "-2", "--seeds", "1", "--batch-size", "16", "--max-length", "16", "--max-steps", "2"]) == 2
     error_line(capsys, str(cell / "sweep_cell.json"), "not")
     assert snapshot_without_lock(tmp_path / "s") == before
+
+
+@pytest.mark.parametrize("layout", ["notes", "file"])
+def test_a_users_folder_named_as_a_cell_is_not_a_sweep(tiny_bert, data, tmp_path, capsys, layout):
+    """A folder of the user's holding a folder merely named as a cell (`lam-2_seed1/` with notes in it) was taken for a
+    sweep: the softmax cell trained into it and the reports were written beside the user's files, and the clash came
+    after, naming an --output-dir the user never gave (sweep 2026-11-27j J5). Refused before anything is written; and
+    in a real sweep's folder, a folder of the user's where a new cell goes is refused before any cell trains."""
+    s = tmp_path / "s"
+    s.mkdir()
+    if layout == "notes":
+        (s / "lam-2_seed1").mkdir()
+        (s / "lam-2_seed1" / "notes.txt").write_text("mine")
+    else:
+        (s / "lam-2_seed1").write_text("mine")
+    before = snapshot_without_lock(s)
+    sweep = ["sweep", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--seeds", "1", "--batch-size",
+             "16", "--max-length", "16", "--max-steps", "2", "--lams", "-2"]
+    assert main([*sweep, "--output-dir", str(s)]) == 2
+    error_line(capsys, f"--output-dir {s} is not empty and holds no attnkit sweep")
+    assert snapshot_without_lock(s) == before and {p.name for p in s.iterdir()} == {"lam-2_seed1"}
+    real = tmp_path / "real"
+    assert main([*sweep, "--output-dir", str(real)]) == 0
+    mine = real / "lam-3_seed1"
+    if layout == "notes":
+        mine.mkdir()
+        (mine / "notes.txt").write_text("mine")
+    else:
+        mine.write_text("mine")
+    before = snapshot_without_lock(real)
+    assert main([*sweep, "-3", "--output-dir", str(real)]) == 2
+    error_line(capsys, f"{mine}, where this sweep's cell lam -3, seed 1 goes, "
+               + ("holds files and no attnkit run" if layout == "notes" else "is a file, not a folder"))
+    assert snapshot_without_lock(real) == before
