@@ -25,11 +25,13 @@ from attnkit.runfiles.names import RUN_INFO
 from attnkit.runfiles.json_files import finite_record, read_json
 from attnkit.runfiles.atomic import write_json_atomic
 from attnkit.tasks import is_qa_task, load_task
+from attnkit.tasks.squad import load_squad
 from attnkit.tasks.lemmas import lemmatize_splits, lemmatizer
 from attnkit.tasks.metrics import MAIN_METRIC, predictions_of, task_metrics
 from attnkit.training.config import METRICS_FILE, MODEL_DIR, TrainConfig
 from attnkit.training.pretrain import init_mini_checkpoint
 from attnkit.training.run_folder import (
+    changed_sources,
     check_resume,
     finished_metrics,
     prepare_output,
@@ -153,9 +155,24 @@ def train(cfg: TrainConfig) -> dict:
     with run_folder(Path(cfg.output_dir)) as out:
         done = finished_metrics(cfg, out)
         if done is not None:
+            _say_changed_inputs(cfg, out)
             return found_complete(cfg, out, done, done.get("main_metric", "f1" if qa else "accuracy"),
                                   title=f"{cfg.task}: {cfg.spec().describe()}")
         return train_qa(cfg, out, schedule_callbacks(cfg, cfg.spec())) if qa else _train_classifier(cfg, out)
+
+
+def _say_changed_inputs(cfg: TrainConfig, out: Path) -> None:
+    """One line where a finished run was made from other inputs (--model, --teacher, data) than those named now: it is
+    kept as it is (a record of those), and the line says so and the way to train on these. Data that can no longer be
+    read are not compared (the finished run is still returned)."""
+    try:
+        splits = load_squad(cfg.data_dir) if is_qa_task(cfg.task) else load_task(cfg.task, cfg.data_dir).splits
+    except (OSError, ValueError):  # (UserError is a ValueError)
+        splits = None
+    changed = changed_sources(cfg, out, splits)
+    if changed:
+        log.warning("the run in %s was made from other inputs than those named now (%s): it is kept as it is, its results "
+                    "those of the earlier inputs; --no-resume trains it afresh on these", out, "; ".join(changed))
 
 
 def _train_classifier(cfg: TrainConfig, out: Path) -> dict:

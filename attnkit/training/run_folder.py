@@ -298,15 +298,21 @@ def _changed_source(cfg, kind: str, was, now) -> str:
             "replaced since, e.g. adapted or trained again)")
 
 
-def check_sources(cfg, out: Path, splits=None) -> None:
-    """Stop before any work if ``out``'s record says its run started from another ``--model``, ``--teacher`` or data
-    (``splits``, as :func:`data_fingerprint` takes them) than those named now hold: its checkpoints grew from those.
-    Runs recorded before a source was are not compared on it. Changes nothing."""
+def changed_sources(cfg, out: Path, splits=None) -> list[str]:
+    """What ``out``'s run read when it started that differs from what ``cfg`` names now (its ``--model``, ``--teacher``,
+    and data: ``splits``, as :func:`data_fingerprint` takes them), one phrase each; runs recorded before a source was
+    are not compared on it."""
     rec = read_record(out)
     rec = rec if isinstance(rec, dict) else {}
     recorded = [k for k in ("base", "teacher", "data") if k in rec and (k != "data" or splits is not None)]
     now = run_sources(cfg, splits) if recorded else {}
-    changed = [_changed_source(cfg, k, rec[k], now.get(k)) for k in recorded if now.get(k) != rec[k]]
+    return [_changed_source(cfg, k, rec[k], now.get(k)) for k in recorded if now.get(k) != rec[k]]
+
+
+def check_sources(cfg, out: Path, splits=None) -> None:
+    """Stop before any work if ``out``'s checkpoints grew from another ``--model``, ``--teacher`` or data than those
+    named now hold (:func:`changed_sources`). Changes nothing."""
+    changed = changed_sources(cfg, out, splits)
     if changed:
         raise UserError(
             f"{out} holds checkpoints of a run that read other inputs: {'; '.join(changed)}; its checkpoints grew from "

@@ -42,8 +42,8 @@ from attnkit.runfiles.json_files import path_problem, read_json
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.training.config import TrainConfig, check_seed, is_mini_alias, option_name
 from attnkit.training.finetune import train
-from attnkit.training.run_folder import first_missing, is_run_folder, same_paths, with_defaults
-from attnkit.training.run_record import describe_run
+from attnkit.training.run_folder import changed_sources, data_fingerprint, first_missing, is_run_folder, same_paths, with_defaults
+from attnkit.training.run_record import describe_run, read_record
 from attnkit.training.sweep_record import SWEEP_RECORD_KEYS, SWEPT, not_a_number, read_sweep_records, swept  # noqa: F401  (SWEPT, read_sweep_records: the sweep's names)
 from attnkit.training.sweep_report import plot_sweep, seeds_note, sweep_table  # noqa: F401  (seeds_note: the sweep's names)
 
@@ -152,7 +152,21 @@ def run_cell(base: TrainConfig, cell: Cell, out: Path) -> dict:
         "train_seconds": m["train"].get("train_runtime"),
         "run_dir": cfg.output_dir,
         "settings": sweep_settings(base),
+        "data": (read_record(Path(cfg.output_dir)) or {}).get("data"),  # the examples' SHA-256: compared when reused
     }
+
+
+def _check_inputs(rec: dict, base: TrainConfig, cell: Cell, out: Path, splits) -> None:
+    """A reused cell must have been trained on what the sweep names now: its run's record (the --model, --teacher and
+    data it read) where its folder is there, else the data's fingerprint in its sweep record; else it is not compared."""
+    where = out / cell.name
+    if is_run_folder(where):
+        changed = changed_sources(cell_config(base, cell, out), where, splits)
+    else:
+        changed = [] if rec.get("data") in (None, data_fingerprint(splits)) else [f"other examples of task {base.task}"]
+    if changed:
+        raise UserError(f"sweep cell {cell.name} in {out} was trained on other inputs than those named now ({'; '.join(changed)}): "
+                        "its results are not of these; pick another --output-dir to sweep them as they are now, or restore them")
 
 
 def run_sweep(base: TrainConfig, values: list[float], seeds: list[int], out_dir: str | Path, *, param: str = "lam",
@@ -272,6 +286,7 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
         log(f"[sweep] {out / 'sweep.json'} keeps {len(outside)} cell(s) of an earlier sweep outside this grid: "
             + ", ".join(cell.describe() for cell in outside))
     reached: dict = {}  # key -> record of each cell of this grid reached so far, in the grid's order
+    splits = None  # the task's examples, read once a reused cell is compared with them
 
     def known() -> list[dict]:
         """What the reports hold: every cell reached so far, the earlier records of the cells not reached yet (a sweep
@@ -284,6 +299,8 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
         if done.is_file() or key in earlier:
             rec = _read_cell(done) if done.is_file() else earlier[key]
             _check_same(rec, base, f"sweep cell {cell.name} in {out}")
+            splits = splits if splits is not None else load_task(base.task, base.data_dir).splits
+            _check_inputs(rec, base, cell, out, splits)
             log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): finished before, reused")
         elif report_only:
             log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): not finished, left out (--report-only)")

@@ -74,3 +74,39 @@ def test_a_users_folder_named_as_a_cell_is_not_a_sweep(tiny_bert, data, tmp_path
     error_line(capsys, f"{mine}, where this sweep's cell lam -3, seed 1 goes, "
                + ("holds files and no attnkit run" if layout == "notes" else "is a file, not a folder"))
     assert snapshot_without_lock(real) == before
+
+
+def test_a_sweep_on_data_edited_since_its_cells_trained_is_refused(tiny_bert, data, tmp_path, capsys, caplog):
+    """A sweep run again after its training file was edited reused every finished cell, trained on the old data, with no
+    word (and trained the new cells on the new data, in one report: sweep 2026-11-27j J1). A reused cell is compared
+    with the data (and --model) named now: from its run's record, or, its folder gone, the data's fingerprint in its
+    sweep record. A train into a finished run on edited data says so in one line and keeps the run."""
+    import shutil
+
+    mine = tmp_path / "d"
+    shutil.copytree(data, mine)
+    s = tmp_path / "s"
+    sweep = ["sweep", "--task", "csv", "--data-dir", str(mine), "--model", str(tiny_bert), "--output-dir", str(s),
+             "--lams", "-2", "--seeds", "1", "--batch-size", "16", "--max-length", "16", "--max-steps", "2"]
+    assert main(sweep) == 0
+    assert main(four_step_train_args(tiny_bert, mine, tmp_path / "t")) == 0
+    train = mine / "train.csv"
+    rows = train.read_text()
+    first = rows.splitlines()[1]
+    train.write_text(rows.replace(first, first.rsplit(",", 1)[0] + ("," + ("negative" if first.endswith("positive") else "positive")), 1))
+    before = snapshot_without_lock(s)
+    assert main(sweep) == 2
+    error_line(capsys, f"sweep cell softmax_seed1 in {s} was trained on other inputs than those named now (the examples of "
+               f"task csv in --data-dir {mine} are not those the run started from")
+    assert snapshot_without_lock(s) == before
+    caplog.clear()
+    assert main(four_step_train_args(tiny_bert, mine, tmp_path / "t")) == 0
+    assert f"the run in {tmp_path / 't'} was made from other inputs than those named now" in caplog.text
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for cell in ("softmax_seed1", "lam-2_seed1"):
+        (s / cell).rename(aside / cell)  # sweep.json is all there is of them now
+    assert main(sweep) == 2
+    error_line(capsys, f"sweep cell softmax_seed1 in {s} was trained on other inputs", "other examples of task csv")
+    train.write_text(rows)  # restored
+    assert main(sweep) == 0
