@@ -105,7 +105,7 @@ class OutputBatch:
         for path in self.staged:  # a folder put at a target meanwhile: refused before any file is replaced
             if path.is_dir():
                 raise write_error(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
-        with _signals_held():  # Ctrl-C or a SIGTERM lands after the renames, never between two of them
+        with signals_held():  # Ctrl-C or a SIGTERM lands after the renames, never between two of them
             while self.staged:
                 path, tmp = next(iter(self.staged.items()))
                 try:
@@ -121,7 +121,7 @@ class OutputBatch:
 
 
 @contextmanager
-def _signals_held():
+def signals_held():
     """SIGINT, SIGTERM and SIGHUP held back (delivered when the block ends) where the process can hold them (the main
     thread on POSIX); elsewhere nothing is held. Only SIGKILL can then stop a batch between two of its renames."""
     held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP} if hasattr(signal, "pthread_sigmask") else set()

@@ -20,7 +20,7 @@ from attnkit.models.checks import TOKENIZER_SAVED, check_weights_file
 from attnkit.models.resolve import checkpoint_dir
 from attnkit.runfiles.names import FOLDER_MANIFEST, LOCK_FILE, REPLACED_PREFIX, RUN_INFO, RUN_RECORD
 from attnkit.runfiles.lock import folder_lock
-from attnkit.runfiles.atomic import is_main_process, write_json_atomic
+from attnkit.runfiles.atomic import is_main_process, signals_held, write_json_atomic
 from attnkit.runfiles.json_files import path_problem, read_json
 from attnkit.runfiles.ownership import HASHED_UP_TO, file_sha256, replaced_folder
 from attnkit.training.checkpoints import (
@@ -357,8 +357,11 @@ def move_aside(out: Path, keep: tuple = ()) -> Path | None:
     if not [p for p in entries if p.name != ".attnkit-outputs.json"]:
         return None
     aside = replaced_folder(out)
-    for p in entries:
-        os.replace(p, aside / p.name)
+    # the record last, with Ctrl-C and SIGTERM held: a move cut short (kill -9) leaves a run folder still, whose rest a
+    # rerun with --no-resume moves aside too; never files of a run without the record that makes them attnkit's
+    with signals_held():
+        for p in sorted(entries, key=lambda p: p.name == RUN_RECORD):
+            os.replace(p, aside / p.name)
     return aside
 
 

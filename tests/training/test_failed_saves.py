@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from attnkit.cli import main
-from attnkit.runfiles.names import RUN_RECORD
+from attnkit.runfiles.names import LOCK_FILE, RUN_RECORD
 from helpers import error_line, four_step_train_args, leftovers, same_metrics, the_error
 
 pytestmark = pytest.mark.slow
@@ -181,3 +181,32 @@ def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tiny_bert, data, tmp_path,
                      f"checkpoint in {out} (add --no-resume to start afresh)."], err[-2000:]
     assert main(four_step_train_args(tiny_bert, data, out)) == 0
     same_metrics(json.loads((out / "metrics.json").read_text()), reference)
+
+
+def test_a_no_resume_move_killed_half_way_leaves_a_run_a_rerun_can_move(tiny_bert, data, tmp_path, capsys, reference):
+    """`train --no-resume` killed while it moved the earlier run aside, entry by entry, left its record moved and its
+    other files in place: a folder "not empty and holding no attnkit run", refused by every rerun (sweep 2026-11-27k
+    K1). The record moves last (signals held): a kill part-way leaves a run folder, which a rerun with --no-resume
+    moves aside too; nothing of the earlier run is lost."""
+    from helpers import snapshot
+
+    out = tmp_path / "r"
+    assert main(four_step_train_args(tiny_bert, data, out)) == 0
+    earlier = {k: v for k, v in snapshot(out).items() if k != LOCK_FILE}
+    killed_run(
+        "real = os.replace\n"
+        "def replace(src, dst, *a, **k):\n"
+        "    real(src, dst, *a, **k)\n"
+        "    if '.replaced-' in os.fsdecode(dst) and os.path.basename(os.fsdecode(src)) == 'metrics.json':\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "os.replace = replace\n", four_step_train_args(tiny_bert, data, out, "--no-resume"))
+    assert (out / RUN_RECORD).is_file()  # still a run folder
+    assert main(four_step_train_args(tiny_bert, data, out)) == 2  # its metrics moved: a damaged run, with the way out
+    assert "--no-resume" in error_line(capsys, str(out))
+    assert main(four_step_train_args(tiny_bert, data, out, "--no-resume")) == 0
+    same_metrics(json.loads((out / "metrics.json").read_text()), reference)
+    moved = {}
+    for aside in sorted(out.glob(".replaced-*")):
+        moved.update({k: v for k, v in snapshot(aside).items()})
+    assert all(moved.get(k) == v for k, v in earlier.items() if not k.startswith(".replaced-")), \
+        sorted(k for k, v in earlier.items() if moved.get(k) != v)
