@@ -5,6 +5,7 @@ BERT-family checkpoint (a local folder, a hub name online, or ``"minilm"``, the 
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 
 from transformers import AutoConfig, AutoModelForSequenceClassification
@@ -38,6 +39,13 @@ from attnkit.models.resolve import DEFAULT_MODEL, resolve_model
 log = logging.getLogger("attnkit")
 
 
+def check_spec_type(spec) -> None:
+    """TypeError where ``spec`` is neither an AttentionSpec nor None (a map's name alone: ``AttentionSpec(name)``)."""
+    if spec is not None and not isinstance(spec, AttentionSpec):
+        hint = f" (for a map by name: AttentionSpec({spec!r}))" if isinstance(spec, str) else ""
+        raise TypeError(f"spec takes an AttentionSpec (or None for softmax), got {type(spec).__name__} {spec!r}{hint}")
+
+
 def build_classifier(
     model: str | os.PathLike | None = DEFAULT_MODEL,
     num_labels: int = 2,
@@ -56,11 +64,17 @@ def build_classifier(
     no SE) is the model's own classification head.
     """
     register()
+    if isinstance(num_labels, bool) or not isinstance(num_labels, numbers.Integral) or num_labels < 1:
+        raise UserError(f"num_labels {num_labels!r}: expected a whole number of at least 1 (the classes to predict; 1: a "
+                        "regression's one score)")
+    check_spec_type(spec)
+    if head is not None and not isinstance(head, HeadSpec):
+        raise TypeError(f"head takes a HeadSpec (or None for the model's own head), got {type(head).__name__} {head!r}")
     spec = spec or AttentionSpec()
     head = head or HeadSpec()
     path = resolve_model(model)
     check_model_folder(path, weights=not from_scratch)
-    kwargs = {"num_labels": num_labels}
+    kwargs = {"num_labels": int(num_labels)}
     if label_names:
         if len(label_names) != num_labels:
             raise UserError(f"{len(label_names)} label names given for {num_labels} labels")
@@ -155,6 +169,7 @@ def build_masked_lm(model: str | os.PathLike | None = DEFAULT_MODEL, spec: Atten
     adapt``); returns ``(model, names of the weights drawn new)``. A checkpoint without an MLM head (all-MiniLM-L6-v2
     ships none) gets a new one: transform + decoder tied to the input embeddings (``tie_word_embeddings``)."""
     register()
+    check_spec_type(spec)
     spec = spec or AttentionSpec()
     path = resolve_model(model)
     base = _base_config(path)
@@ -185,6 +200,7 @@ def encoder_of(masked_lm, model: str | os.PathLike | None = DEFAULT_MODEL):
 def build_qa_model(model: str | os.PathLike | None = DEFAULT_MODEL, spec: AttentionSpec | None = None, *, from_scratch: bool = False):
     """An extractive QA model (start/end logits per token) on ``model``'s encoder with ``spec``'s attention."""
     register()
+    check_spec_type(spec)
     spec = spec or AttentionSpec()
     path = resolve_model(model)
     check_model_folder(path, weights=not from_scratch)

@@ -40,12 +40,17 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> str:
     """Turn ``None``/``"minilm"`` into the bundled path; check that a local-looking path exists."""
     if name_or_path is None or str(name_or_path).lower() in _ALIASES:
         return str(bundled_minilm_path())
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise TypeError(f"a model is named by a folder (str or path) or a hub name, got {type(name_or_path).__name__} "
+                        f"{name_or_path!r}")
     s = str(name_or_path)
     p = Path(s).expanduser()
     if p.exists():
         if not p.is_dir():
             raise FileNotFoundError(f"model path {p} is a file, not a folder: give the checkpoint folder that holds its "
                                     "config.json")
+        if not (p / "config.json").is_file() and (p / MODEL_DIR / "config.json").is_file():
+            return str(p / MODEL_DIR)  # a run folder: its model, as the command line reads it
         if not (p / "config.json").is_file():
             raise FileNotFoundError(unfinished_run(p) or f"model folder {p} has no config.json: expected a Hugging Face checkpoint folder")
         return str(p)

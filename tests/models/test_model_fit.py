@@ -173,3 +173,40 @@ def test_sparsify_names_a_module_that_is_not_a_transformers_model():
 
     with pytest.raises(TypeError, match="sparsify takes a loaded transformers model .*got Linear"):
         sparsify(torch.nn.Linear(2, 2), "sparsemax")
+
+
+def test_the_api_names_a_wrong_argument_in_one_line(tiny_bert):
+    """`build_classifier(num_labels=0)` built a classifier of no outputs without a word; `num_labels='2'`, `spec='sparsemax'`
+    and `load_classifier(5)` failed deep in transformers or attnkit, or as a hub name offline (sweep 2026-11-27k K3,
+    K4). Each is refused naming the argument and what it takes; a numpy integer is a whole number."""
+    import numpy as np
+
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.build import build_classifier
+    from attnkit.models.checkpoint import load_classifier
+    from attnkit.errors import UserError
+
+    for bad in (0, -1, 2.5, "2", True):
+        with pytest.raises(UserError, match=rf"num_labels {bad!r}: expected a whole number of at least 1"):
+            build_classifier(str(tiny_bert), num_labels=bad)
+    with pytest.raises(TypeError, match=r"spec takes an AttentionSpec .*got str 'sparsemax' \(for a map by name: "
+                                        r"AttentionSpec\('sparsemax'\)\)"):
+        build_classifier(str(tiny_bert), spec="sparsemax")
+    with pytest.raises(TypeError, match="a model is named by a folder .*got int 5"):
+        load_classifier(5)
+    model = build_classifier(str(tiny_bert), num_labels=np.int64(3), spec=AttentionSpec("sparsemax"))
+    assert model.config.num_labels == 3 and model.classifier.out_features == 3
+
+
+def test_a_run_folder_loads_as_its_model(tiny_bert, tmp_path):
+    """`load_classifier('run')` and `load_tokenizer('run')` on a finished run folder said it had no config.json, while
+    every command reads it (sweep 2026-11-27k K2): the run's model/ is loaded, as the command line does."""
+    from attnkit.models.checkpoint import load_classifier
+    from attnkit.cli import main
+    from attnkit.models.checkpoint import load_tokenizer
+    from helpers import train_args, write_tiny_sentiment
+
+    data = write_tiny_sentiment(tmp_path / "d", n_train=16, n_dev=8)
+    run = tmp_path / "run"
+    assert main(train_args(tiny_bert, data, run, "--max-steps", "1")) == 0
+    assert load_classifier(run).config.num_labels == 2 and len(load_tokenizer(run)) == len(load_tokenizer(run / "model"))
