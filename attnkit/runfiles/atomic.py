@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import itertools
 import json
 import os
@@ -172,7 +173,7 @@ def atomic_path(path: str | os.PathLike):
         if path.exists() and not path.is_file():  # what the link points to (a pipe's /proc name resolves to nothing)
             raise UserError(special_file_problem(named))
         path = Path(os.path.realpath(path))
-    tmp = path.with_name(f".{path.name}.tmp-{_HOST}-{os.getpid()}-{next(_TMP_SERIAL)}")
+    tmp = path.with_name(f".{_tmp_stem(path.name)}.tmp-{_HOST}-{os.getpid()}-{next(_TMP_SERIAL)}")
     _remove_stale_temporaries(path)
     batch, staged = _BATCH.get(), False
     try:
@@ -197,10 +198,18 @@ def atomic_path(path: str | os.PathLike):
 _HOST = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname()) or "host"
 
 
+def _tmp_stem(name: str) -> str:
+    """What a temporary file beside ``name`` is named after: the name itself, or, for a name too long to take the
+    temporary suffix within the file system's 255 bytes, a short hash of it (a legal name never fails as too long)."""
+    if len(os.fsencode(f".{name}.tmp-{_HOST}-")) + 24 <= 255:  # (room for the pid and the serial)
+        return name
+    return "attnkit-" + hashlib.sha256(os.fsencode(name)).hexdigest()[:16]
+
+
 def _remove_stale_temporaries(path: Path) -> None:
     """Remove the temporary files of writes to ``path`` that a killed process left (``.name.tmp-<host>-<pid>-<n>``
     of this host whose process is gone). A live process's, another host's, or one of another shape are left alone."""
-    prefix = f".{path.name}.tmp-{_HOST}-"
+    prefix = f".{_tmp_stem(path.name)}.tmp-{_HOST}-"
     try:
         leftovers = [p for p in path.parent.iterdir() if p.name.startswith(prefix)] if path.parent.is_dir() else []
     except OSError:

@@ -183,8 +183,15 @@ def run_sweep(base: TrainConfig, values: list[float], seeds: list[int], out_dir:
         raise UserError(f"attnkit sweep needs at least one --{param}s value and one --seeds value")
     for seed in seeds:
         check_seed(seed, "--seeds")
-    for name, vs in ((f"--{param}s", [float(x) for x in values]), ("--seeds", list(seeds))):
-        twice = sorted({f"{v:g}" for v in vs if vs.count(v) > 1})
+    for name, vs, named in ((f"--{param}s", [float(x) for x in values], lambda v: f"{v:g}"), ("--seeds", list(seeds), str)):
+        keys = [named(v) for v in vs]  # as a cell's folder names it (Cell.name): 6 significant digits of a value
+        near = {k: sorted({v for v in vs if named(v) == k}) for k in keys if keys.count(k) > 1}
+        near = {k: group for k, group in near.items() if len(group) > 1}
+        if near:
+            k, group = next(iter(near.items()))
+            raise UserError(f"{name}: {' and '.join(repr(v) for v in group)} would be one cell ({name[2:-1]} {k}: a cell is "
+                            "named by 6 significant digits): give values that differ within them")
+        twice = sorted({k for k in keys if keys.count(k) > 1})
         if twice:
             raise UserError(f"{name}: {', '.join(twice)} given more than once (each cell is trained once)")
     out = Path(out_dir)

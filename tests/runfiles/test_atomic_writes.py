@@ -223,3 +223,16 @@ def test_a_dash_is_refused_as_an_output_and_as_an_input(run, capsys, tmp_path, m
     (tmp_path / "-").write_text("a text in a file named -\n")
     assert main(["predict", "--model", str(out), "--file", "-"]) == 2
     assert "--file -: attnkit reads a file, not standard input" in the_error(capsys.readouterr().err)
+
+
+def test_a_legal_name_too_long_for_the_temporary_suffix_is_written(tmp_path):
+    """`--output o/<249 b's>.jsonl` (a legal 255-byte name) failed as "File name too long" naming attnkit's hidden
+    temporary file (sweep 2026-11-27l L2): the temporary file of such a name is named after a short hash of it."""
+    from attnkit.runfiles.atomic import write_json_atomic, write_text_atomic
+
+    names = ["b" * n + ".jsonl" for n in (200, 240, 255 - len(".jsonl"))]
+    for name in names:
+        write_text_atomic(tmp_path / name, "x\n")
+        assert (tmp_path / name).read_text() == "x\n"
+        write_json_atomic(tmp_path / name, {"a": 1})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)  # no temporary file left

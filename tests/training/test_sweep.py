@@ -18,6 +18,24 @@ def test_cells_are_seed_major_with_a_softmax_baseline_per_seed():
     assert [c.name for c in sweep_cells([1.5], [3], "alpha")] == ["softmax_seed3", "alpha1.5_seed3"]
 
 
+@pytest.mark.parametrize("values,needle", [
+    (["--lams", "-1", "-1.0000001"], "--lams: -1.0000001 and -1.0 would be one cell (lam -1: a cell is named by 6 significant digits)"),
+    (["--alphas", "1.5", "1.5000001"], "--alphas: 1.5 and 1.5000001 would be one cell (alpha 1.5"),
+    (["--lams", "-1", "-1"], "--lams: -1 given more than once"),
+])
+def test_values_one_cell_would_hold_are_refused(tiny_bert, data, tmp_path, capsys, values, needle):
+    """`--lams -1 -1.0000001` trained one cell (its folder is named by 6 significant digits) and reported it twice, the
+    second value never trained, its mean and test counting one run twice (sweep 2026-11-27l L1). Refused before
+    anything is made, naming both; an exact repeat is refused as before."""
+    from helpers import error_line
+
+    out = tmp_path / "s"
+    assert main(["sweep", *values, "--seeds", "1", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert),
+                 "--output-dir", str(out)]) == 2
+    error_line(capsys, needle)
+    assert not out.exists()
+
+
 def test_sweep_trains_every_cell_writes_records_and_figures_and_reuses(tiny_bert, tmp_path, capsys):
     from helpers import write_tiny_sentiment
 
