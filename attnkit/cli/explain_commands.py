@@ -128,6 +128,7 @@ def cmd_words(a) -> int:
     figure_path(a.output, f"--output {a.output}: the chart")
     output_path(a, a.output, "--output")
     if a.json:
+        check_suffix(a.json, (".json",), f"--json {a.json}: the ranking")  # (--json chart.png wrote JSON under an image's name)
         js = output_path(a, a.json, "--json")
         if Path(a.json).expanduser().resolve() == Path(a.output).expanduser().resolve():
             raise UserError(f"--json {a.json} is also --output: name another file")

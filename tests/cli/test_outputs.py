@@ -83,6 +83,17 @@ def test_an_output_never_replaces_the_models_or_the_datas_files(user_run, data, 
     assert path.read_bytes() == before and snapshot_without_lock(user_run) == run_before
 
 
+def test_words_json_must_be_named_json(user_run, data, tmp_path, capsys):
+    """`words --json chart.png` wrote JSON under an image's name, replacing a file there (sweep 2026-11-27m M3): the
+    ranking's file must end in .json, as `evaluate --output` must."""
+    chart = tmp_path / "chart.png"
+    chart.write_bytes(b"mine")
+    assert main(["words", "--model", str(user_run), "--data-dir", str(data), "--min-count", "1", "--output",
+                 str(tmp_path / "w.png"), "--json", str(chart)]) == 2
+    only_stderr_line(capsys, f"--json {chart}: the ranking file must end in .json, got 'chart.png'")
+    assert chart.read_bytes() == b"mine" and not (tmp_path / "w.png").exists()
+
+
 def test_a_folder_where_a_file_belongs_and_a_missing_data_folder_are_named(tiny_bert, tmp_path, capsys):
     d = tmp_path / "d"
     (d / "train.csv").mkdir(parents=True)

@@ -169,7 +169,8 @@ def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tiny_bert, data, tmp_path,
     out = tmp_path / "r"
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
     p = subprocess.Popen([sys.executable, "-m", "attnkit.cli", *four_step_train_args(tiny_bert, data, out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         preexec_fn=lambda: signal.signal(getattr(signal, sig), signal.SIG_DFL))  # (the suite under nohup)
     deadline = time.time() + 300
     while not (out / "checkpoint-2" / "trainer_state.json").is_file() and p.poll() is None and time.time() < deadline:
         time.sleep(0.02)
