@@ -181,6 +181,9 @@ def run_sweep(base: TrainConfig, values: list[float], seeds: list[int], out_dir:
         raise UserError(f"a sweep sweeps one of {', '.join(SWEPT)}, not {param!r}")
     if not values or not seeds:
         raise UserError(f"attnkit sweep needs at least one --{param}s value and one --seeds value")
+    if base.learned == param:
+        log(f"[sweep] --learn-{param}: each cell learns {param} per layer and head; the swept values are where it starts "
+            f"(each cell's {param}_learned.png shows where it ended)")
     for seed in seeds:
         check_seed(seed, "--seeds")
     for name, vs, named in ((f"--{param}s", [float(x) for x in values], lambda v: f"{v:g}"), ("--seeds", list(seeds), str)):
@@ -335,6 +338,8 @@ def _write_reports(base: TrainConfig, records: list[dict], out: Path) -> None:
     """sweep.json, sweep.md and sweep.{png,svg} of the records so far: all four replaced together, or none."""
     param = swept(records[0])[0]
     title = f"{base.task}: {SWEPT[param]} against {param}"
+    if base.learned == param:  # --learn-lam/--learn-alpha: each cell learns it per layer and head from the swept value
+        title += f" (its start: {param} learned per layer and head)"
     with output_batch():
         write_json_atomic(out / "sweep.json", records)
         write_text_atomic(make_way(out / "sweep.md"), sweep_table(records, title=title))  # a sweep.md of the user's: moved aside

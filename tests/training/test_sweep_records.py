@@ -110,3 +110,14 @@ def test_a_sweep_on_data_edited_since_its_cells_trained_is_refused(tiny_bert, da
     error_line(capsys, f"sweep cell softmax_seed1 in {s} was trained on other inputs", "other examples of task csv")
     train.write_text(rows)  # restored
     assert main(sweep) == 0
+
+
+def test_a_sweep_of_learned_lam_says_the_values_are_starts(tiny_bert, data, tmp_path, capsys):
+    """`sweep --lams 0.5 --learn-lam`: each cell learns lam per layer and head, yet the report read as a sweep of fixed
+    lams, without a word (sweep 2026-11-27m M2). It says so on the console and in sweep.md's title."""
+    s = tmp_path / "s"
+    assert main(["sweep", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(s),
+                 "--lams", "0.5", "--learn-lam", "--seeds", "1", "--batch-size", "16", "--max-length", "16",
+                 "--max-steps", "1"]) == 0
+    assert "--learn-lam: each cell learns lam per layer and head; the swept values are where it starts" in capsys.readouterr().out
+    assert "(its start: lam learned per layer and head)" in (s / "sweep.md").read_text()
