@@ -44,7 +44,7 @@ from attnkit.training.config import TrainConfig, check_seed, is_mini_alias, opti
 from attnkit.training.finetune import train
 from attnkit.training.run_folder import changed_sources, data_fingerprint, first_missing, is_run_folder, same_paths, with_defaults
 from attnkit.training.run_record import describe_run, read_record
-from attnkit.training.sweep_record import SWEEP_RECORD_KEYS, SWEPT, not_a_number, read_sweep_records, swept  # noqa: F401  (SWEPT, read_sweep_records: the sweep's names)
+from attnkit.training.sweep_record import SWEEP_RECORD_KEYS, SWEPT, not_a_number, read_sweep_records, swept, value_name  # noqa: F401  (SWEPT, read_sweep_records: the sweep's names)
 from attnkit.training.sweep_report import plot_sweep, seeds_note, sweep_table  # noqa: F401  (seeds_note: the sweep's names)
 
 SUPPORT_TEXTS = 256  # dev texts the mean support is measured on
@@ -61,10 +61,10 @@ class Cell:
 
     @property
     def name(self) -> str:
-        return f"softmax_seed{self.seed}" if self.value is None else f"{self.param}{self.value:g}_seed{self.seed}"
+        return f"softmax_seed{self.seed}" if self.value is None else f"{self.param}{value_name(self.value)}_seed{self.seed}"
 
     def describe(self) -> str:
-        return f"softmax, seed {self.seed}" if self.value is None else f"{self.param} {self.value:g}, seed {self.seed}"
+        return f"softmax, seed {self.seed}" if self.value is None else f"{self.param} {value_name(self.value)}, seed {self.seed}"
 
 
 def sweep_cells(values: list[float], seeds: list[int], param: str = "lam") -> list[Cell]:
@@ -186,14 +186,14 @@ def run_sweep(base: TrainConfig, values: list[float], seeds: list[int], out_dir:
             f"(each cell's {param}_learned.png shows where it ended)")
     for seed in seeds:
         check_seed(seed, "--seeds")
-    for name, vs, named in ((f"--{param}s", [float(x) for x in values], lambda v: f"{v:g}"), ("--seeds", list(seeds), str)):
-        keys = [named(v) for v in vs]  # as a cell's folder names it (Cell.name): 6 significant digits of a value
+    for name, vs, named in ((f"--{param}s", [float(x) for x in values], value_name), ("--seeds", list(seeds), str)):
+        keys = [named(v) for v in vs]  # as a cell's folder names it (Cell.name): 12 significant digits of a value
         near = {k: sorted({v for v in vs if named(v) == k}) for k in keys if keys.count(k) > 1}
         near = {k: group for k, group in near.items() if len(group) > 1}
         if near:
             k, group = next(iter(near.items()))
             raise UserError(f"{name}: {' and '.join(repr(v) for v in group)} would be one cell ({name[2:-1]} {k}: a cell is "
-                            "named by 6 significant digits): give values that differ within them")
+                            "named by 12 significant digits): give values that differ within them")
         twice = sorted({k for k in keys if keys.count(k) > 1})
         if twice:
             raise UserError(f"{name}: {', '.join(twice)} given more than once (each cell is trained once)")
@@ -203,7 +203,7 @@ def run_sweep(base: TrainConfig, values: list[float], seeds: list[int], out_dir:
         try:
             cell_config(base, c, out).spec()
         except ValueError as e:
-            raise UserError(f"--{param}s {c.value:g}: {e}") from None
+            raise UserError(f"--{param}s {value_name(c.value)}: {e}") from None
     check_view(base, view_layer, view_head)  # and a bad figure setting before anything is written
     if path_problem(out, "folder") not in ("", "does not exist"):
         raise UserError(f"--output-dir {out} {path_problem(out, 'folder')}")
@@ -381,7 +381,7 @@ def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Pat
         ax.imshow(np.where(w > 0, w, np.nan), cmap="viridis", vmin=0, vmax=1)
         ax.set_facecolor("white")
         param, value = swept(r)
-        name = "softmax" if value == "softmax" else f"{param} {value:g}"
+        name = "softmax" if value == "softmax" else f"{param} {value_name(value)}"
         ax.set_title(f"{name}\n{(w > 0).sum(-1).mean():.1f} non-zeros/row", fontsize=8)
         ax.set_xticks(range(len(m.tokens)), m.tokens, rotation=90, fontsize=6)
         ax.set_yticks(range(len(m.tokens)), m.tokens, fontsize=6)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from attnkit.analysis.explain import figure_path, pyplot, save_figure
 from attnkit.analysis.stats import Family, rule_text
-from attnkit.training.sweep_record import SWEPT, swept
+from attnkit.training.sweep_record import SWEPT, swept, value_name
 
 
 def _by_lam(records: list[dict], field: str) -> tuple[list[float], list[float], list[float]]:
@@ -46,7 +46,7 @@ def sweep_table(records: list[dict], title: str = "") -> str:
         tests = [100 * r["test"] for r in rs if r["test"] is not None]
         paired = [100 * (r["test"] - soft[r["seed"]]["test"]) for r in rs
                   if lam != "softmax" and r["seed"] in soft and r["test"] is not None and soft[r["seed"]]["test"] is not None]
-        name = lam if lam == "softmax" else f"{lam:g}"
+        name = lam if lam == "softmax" else value_name(lam)
         lines.append(f"| {name} | {', '.join(str(r['seed']) for r in rs)} | {_ms([100 * r['dev'] for r in rs])} | {_ms(tests)} "
                      f"| {fam.add(paired, param)} | {statistics.mean(r['mean_support'] for r in rs):.1f} |")
     return "\n".join(fam.fill(lines)) + "\n"
@@ -60,7 +60,7 @@ def seeds_note(records: list[dict]) -> str:
     for lam in ["softmax"] + sorted({swept(r)[1] for r in records if swept(r)[1] != "softmax"}):
         have = sorted(r["seed"] for r in records if swept(r)[1] == lam)
         if have and len(have) < len(seeds):
-            short.setdefault(", ".join(map(str, have)), []).append(lam if lam == "softmax" else f"{param} {lam:g}")
+            short.setdefault(", ".join(map(str, have)), []).append(lam if lam == "softmax" else f"{param} {value_name(lam)}")
     fewer = "; ".join(f"{', '.join(names)}: seed{'s' * (',' in k)} {k} only" for k, names in short.items())
     return f"mean ± std over seeds {', '.join(map(str, seeds))}" + (f" ({fewer})" if fewer else "")
 

@@ -16,16 +16,18 @@ def test_cells_are_seed_major_with_a_softmax_baseline_per_seed():
     assert cells == [Cell(None, 1), Cell(-2.0, 1), Cell(0.0, 1), Cell(None, 2), Cell(-2.0, 2), Cell(0.0, 2)]
     assert [c.name for c in cells[:3]] == ["softmax_seed1", "lam-2_seed1", "lam0_seed1"]
     assert [c.name for c in sweep_cells([1.5], [3], "alpha")] == ["softmax_seed3", "alpha1.5_seed3"]
+    assert [c.describe() for c in sweep_cells([0.9999999, -1.0000001], [1])][1:] == ["lam 0.9999999, seed 1", "lam -1.0000001, seed 1"]
 
 
 @pytest.mark.parametrize("values,needle", [
-    (["--lams", "-1", "-1.0000001"], "--lams: -1.0000001 and -1.0 would be one cell (lam -1: a cell is named by 6 significant digits)"),
-    (["--alphas", "1.5", "1.5000001"], "--alphas: 1.5 and 1.5000001 would be one cell (alpha 1.5"),
+    (["--lams", "-1", "-1.0000000000001"], "--lams: -1.0000000000001 and -1.0 would be one cell (lam -1: a cell is named by 12 significant digits)"),
+    (["--alphas", "1.5", "1.50000000000001"], "--alphas: 1.5 and 1.50000000000001 would be one cell (alpha 1.5"),
     (["--lams", "-1", "-1"], "--lams: -1 given more than once"),
 ])
 def test_values_one_cell_would_hold_are_refused(tiny_bert, data, tmp_path, capsys, values, needle):
-    """`--lams -1 -1.0000001` trained one cell (its folder is named by 6 significant digits) and reported it twice, the
-    second value never trained, its mean and test counting one run twice (sweep 2026-11-27l L1). Refused before
+    """`--lams -1 -1.0000001` trained one cell (its folder was named by 6 significant digits) and reported it twice, the
+    second value never trained, its mean and test counting one run twice (sweep 2026-11-27l L1). A cell is named by 12
+    digits now (0.9999999 showed as "lam 1": sweep -27m M1), and values one cell would still hold are refused before
     anything is made, naming both; an exact repeat is refused as before."""
     from helpers import error_line
 
