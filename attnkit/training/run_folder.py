@@ -298,14 +298,14 @@ def _changed_source(cfg, kind: str, was, now) -> str:
             "replaced since, e.g. adapted or trained again)")
 
 
-def changed_sources(cfg, out: Path, splits=None) -> list[str]:
+def changed_sources(cfg, out: Path, splits=None, now: dict | None = None) -> list[str]:
     """What ``out``'s run read when it started that differs from what ``cfg`` names now (its ``--model``, ``--teacher``,
     and data: ``splits``, as :func:`data_fingerprint` takes them), one phrase each; runs recorded before a source was
-    are not compared on it."""
+    are not compared on it. ``now``: :func:`run_sources` of those, where the caller has it (a sweep's cells share it)."""
     rec = read_record(out)
     rec = rec if isinstance(rec, dict) else {}
     recorded = [k for k in ("base", "teacher", "data") if k in rec and (k != "data" or splits is not None)]
-    now = run_sources(cfg, splits) if recorded else {}
+    now = now if now is not None else run_sources(cfg, splits) if recorded else {}
     return [_changed_source(cfg, k, rec[k], now.get(k)) for k in recorded if now.get(k) != rec[k]]
 
 

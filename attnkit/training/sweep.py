@@ -42,7 +42,7 @@ from attnkit.runfiles.json_files import path_problem, read_json
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.training.config import TrainConfig, check_seed, is_mini_alias, option_name
 from attnkit.training.finetune import train
-from attnkit.training.run_folder import changed_sources, data_fingerprint, first_missing, is_run_folder, same_paths, with_defaults
+from attnkit.training.run_folder import changed_sources, first_missing, is_run_folder, run_sources, same_paths, with_defaults
 from attnkit.training.run_record import describe_run, read_record
 from attnkit.training.sweep_record import SWEEP_RECORD_KEYS, SWEPT, not_a_number, read_sweep_records, swept, value_name  # noqa: F401  (SWEPT, read_sweep_records: the sweep's names)
 from attnkit.training.sweep_report import plot_sweep, seeds_note, sweep_table  # noqa: F401  (seeds_note: the sweep's names)
@@ -156,14 +156,15 @@ def run_cell(base: TrainConfig, cell: Cell, out: Path) -> dict:
     }
 
 
-def _check_inputs(rec: dict, base: TrainConfig, cell: Cell, out: Path, splits) -> None:
-    """A reused cell must have been trained on what the sweep names now: its run's record (the --model, --teacher and
-    data it read) where its folder is there, else the data's fingerprint in its sweep record; else it is not compared."""
+def _check_inputs(rec: dict, base: TrainConfig, cell: Cell, out: Path, splits, now: dict) -> None:
+    """A reused cell must have been trained on what the sweep names now (``now``: :func:`run_sources` of the sweep's
+    --model, --teacher and data ``splits``, the same for every cell): its run's record where its folder is there, else
+    the data's fingerprint in its sweep record; else it is not compared."""
     where = out / cell.name
     if is_run_folder(where):
-        changed = changed_sources(cell_config(base, cell, out), where, splits)
+        changed = changed_sources(cell_config(base, cell, out), where, splits, now)
     else:
-        changed = [] if rec.get("data") in (None, data_fingerprint(splits)) else [f"other examples of task {base.task}"]
+        changed = [] if rec.get("data") in (None, now.get("data")) else [f"other examples of task {base.task}"]
     if changed:
         raise UserError(f"sweep cell {cell.name} in {out} was trained on other inputs than those named now ({'; '.join(changed)}): "
                         "its results are not of these; pick another --output-dir to sweep them as they are now, or restore them")
@@ -296,7 +297,7 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
         log(f"[sweep] {out / 'sweep.json'} keeps {len(outside)} cell(s) of an earlier sweep outside this grid: "
             + ", ".join(cell.describe() for cell in outside))
     reached: dict = {}  # key -> record of each cell of this grid reached so far, in the grid's order
-    splits = None  # the task's examples, read once a reused cell is compared with them
+    splits = inputs = None  # the task's examples and what the sweep reads (run_sources), once a cell is reused
 
     def known() -> list[dict]:
         """What the reports hold: every cell reached so far, the earlier records of the cells not reached yet (a sweep
@@ -309,8 +310,10 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
         if done.is_file() or key in earlier:
             rec = _read_cell(done) if done.is_file() else earlier[key]
             _check_same(rec, base, f"sweep cell {cell.name} in {out}")
-            splits = splits if splits is not None else load_task(base.task, base.data_dir).splits
-            _check_inputs(rec, base, cell, out, splits)
+            if inputs is None:  # read and fingerprinted once, for every reused cell
+                splits = load_task(base.task, base.data_dir).splits
+                inputs = run_sources(base, splits)
+            _check_inputs(rec, base, cell, out, splits, inputs)
             log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): finished before, reused")
         elif report_only:
             log(f"[sweep] cell {i}/{len(cells)} ({cell.describe()}): not finished, left out (--report-only)")
