@@ -65,6 +65,19 @@ def encoded_batches(
     say_control(control, names if pairs is None else None)
 
 
+def text_lengths(tokenizer, ids: list[list[int]], sides: tuple[list[str], ...], max_length: int) -> list[int]:
+    """Each text's length in tokens of text (a pair: both together), from its encoding ``ids`` cut at ``max_length``:
+    only those that reached it are tokenised again, whole (``sides``: the texts, and the second texts of pairs)."""
+    special = tokenizer.num_special_tokens_to_add(len(sides) > 1)
+    lengths = [len(x) - special for x in ids]
+    full = [i for i, x in enumerate(ids) if len(x) >= max_length]  # only these may have been cut
+    if full:
+        whole = tokenizer(*[[side[i] for i in full] for side in sides], add_special_tokens=False)["input_ids"]
+        for i, x in zip(full, whole):
+            lengths[i] = len(x)
+    return lengths
+
+
 def truncation_line(counts: str, many: bool, longest: int, max_length: int, room: int, pairs: bool = False) -> str:
     """The line saying texts were cut: ``counts`` says how many of which (e.g. "2 of 3 texts were"), ``many`` whether
     more than one; they were longer than the ``room`` tokens of text ``--max-length`` leaves beside the model's special

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from transformers import DataCollatorWithPadding, set_seed
 from attnkit.analysis.explain import plot_learned_lam
-from attnkit.analysis.inference import truncation_line
+from attnkit.analysis.inference import text_lengths, truncation_line
 from attnkit.attention import kernels
 from attnkit.attention.learned import learned_values
 from attnkit.attention.normalisers import LEARNED
@@ -81,12 +81,7 @@ def tokenize_splits(splits, tokenizer, max_length: int):
     def enc(batch):
         sides = (batch["text"], batch["text_pair"]) if has_pair else (batch["text"],)
         out = tokenizer(*sides, truncation=True, max_length=max_length)
-        full = [i for i, ids in enumerate(out["input_ids"]) if len(ids) >= max_length]  # only these may have been cut
-        whole = tokenizer(*[[side[i] for i in full] for side in sides], add_special_tokens=False)["input_ids"] if full else []
-        lengths = [len(ids) - special for ids in out["input_ids"]]
-        for i, ids in zip(full, whole):
-            lengths[i] = len(ids)
-        return out | {"text_tokens": lengths}
+        return out | {"text_tokens": text_lengths(tokenizer, out["input_ids"], sides, max_length)}
 
     drop = (["text", "text_pair"] if has_pair else ["text"]) + extra
     done = splits.map(enc, batched=True, remove_columns=drop, desc="tokenising")

@@ -38,7 +38,7 @@ from transformers import (
     set_seed,
 )
 
-from attnkit.analysis.inference import truncation_line
+from attnkit.analysis.inference import text_lengths, truncation_line
 from attnkit.attention.spec import AttentionSpec
 from attnkit.errors import UserError
 from attnkit.models.checkpoint import save_checkpoint
@@ -211,13 +211,12 @@ def say_texts_cut(ds, texts: list[str], tokenizer, max_length: int, what: str) -
     """How many of ``texts`` (tokenised in ``ds``, cut at ``max_length``) are longer than the tokens of text it leaves
     beside the special ones: masked-LM reads only their first tokens. Said in one line where any is; returned for
     the run's record."""
-    full = [i for i, ids in enumerate(ds["input_ids"]) if len(ids) >= max_length]  # only these may have been cut
-    whole = [len(ids) for ids in tokenizer([texts[i] for i in full], add_special_tokens=False)["input_ids"]] if full else []
+    lengths = text_lengths(tokenizer, ds["input_ids"], (texts,), max_length)
     room = max_length - tokenizer.num_special_tokens_to_add(False)
-    cut = sum(n > room for n in whole)
+    cut = sum(n > room for n in lengths)
     if cut:
         log.warning("%s", truncation_line(f"{cut} of {len(texts)} {what} {'were' if cut > 1 else 'was'}", cut > 1,
-                                          max(whole), max_length, room))
+                                          max(lengths), max_length, room))
     return cut
 
 
