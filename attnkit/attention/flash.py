@@ -201,6 +201,12 @@ def _bias(mask, B: int, H: int, Lq: int, Lk: int, device, dtype):
     return mask.to(dtype).masked_fill(neg, -math.inf)
 
 
+def fixed_alpha(attention: str) -> float | None:
+    """The one alpha of every head for the maps that fix it (sparsemax and sparsegen-lin 2.0, 1.5-entmax 1.5), known
+    without reading a tensor (the backends then compile or pick its closed forms); None for entmax-alpha."""
+    return {"sparsemax": 2.0, "sparsegen-lin": 2.0, "entmax15": 1.5}.get(attention)
+
+
 def _prepare(q, k, v, mask, attention, alpha, lam, scale):
     _check_qkv(q, k, v)
     if not isinstance(attention, str) or attention not in ATTENTIONS:
@@ -217,7 +223,7 @@ def _prepare(q, k, v, mask, attention, alpha, lam, scale):
     if attention == "entmax-alpha":
         alpha_t = _check_alpha(alpha, H, q.device, dtype)
     else:
-        alpha_t = torch.full((H,), 1.5 if attention == "entmax15" else 2.0, dtype=dtype, device=q.device)
+        alpha_t = torch.full((H,), fixed_alpha(attention), dtype=dtype, device=q.device)
     if attention == "sparsegen-lin":
         lam_f = _check_lam(lam)
         scale_f = scale_f / (1.0 - lam_f)
@@ -233,10 +239,10 @@ def _prepare(q, k, v, mask, attention, alpha, lam, scale):
 
 class _FlashSparseAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, bias, alpha, scale, backend, dropout):
+    def forward(ctx, q, k, v, bias, alpha, scale, backend, dropout, fixed):
         extra = () if dropout is None else (dropout,)
-        out, tau, aux = backend.forward(q, k, v, bias, alpha.detach(), scale, *extra)
-        ctx.backend, ctx.scale, ctx.extra = backend, scale, extra
+        out, tau, aux = backend.forward(q, k, v, bias, alpha.detach(), scale, *extra, fixed_alpha=fixed)
+        ctx.backend, ctx.scale, ctx.extra, ctx.fixed = backend, scale, extra, fixed
         ctx.save_for_backward(q, k, v, bias, alpha, out, tau, aux)
         return out
 
@@ -246,8 +252,9 @@ class _FlashSparseAttention(torch.autograd.Function):
         q, k, v, bias, alpha, out, tau, aux = ctx.saved_tensors
         need_alpha = ctx.needs_input_grad[4]
         dq, dk, dv, dalpha = ctx.backend.backward(q, k, v, bias, alpha.detach(), ctx.scale, out, tau, aux,
-                                                  grad_out.contiguous(), need_alpha, *ctx.extra)
-        return dq, dk, dv, None, (dalpha.to(alpha.dtype) if need_alpha else None), None, None, None
+                                                  grad_out.contiguous(), need_alpha, *ctx.extra,
+                                                  fixed_alpha=ctx.fixed)
+        return dq, dk, dv, None, (dalpha.to(alpha.dtype) if need_alpha else None), None, None, None, None
 
 
 def _check_dropout(dropout) -> tuple[float, int] | None:
@@ -270,7 +277,7 @@ def sparse_attention(q, k, v, mask=None, *, attention="entmax15", alpha=None, la
     q, k, v, bias, alpha_t, scale_f = _prepare(q, k, v, mask, attention, alpha, lam, scale)
     drop = _check_dropout(dropout)
     backend = backend_for(q) if drop is None else flash_cpu
-    return _FlashSparseAttention.apply(q, k, v, bias, alpha_t, scale_f, backend, drop)
+    return _FlashSparseAttention.apply(q, k, v, bias, alpha_t, scale_f, backend, drop, fixed_alpha(attention))
 
 
 def attention_weights(q, k, v, mask=None, *, attention="entmax15", alpha=None, lam=None, scale=None) -> torch.Tensor:
@@ -285,5 +292,5 @@ def output_and_weights(q, k, v, mask=None, *, attention="entmax15", alpha=None, 
     q, k, v, bias, alpha_t, scale_f = _prepare(q, k, v, mask, attention, alpha, lam, scale)
     backend = backend_for(q)
     with torch.no_grad():
-        out, tau, _ = backend.forward(q, k, v, bias, alpha_t.detach(), scale_f)
+        out, tau, _ = backend.forward(q, k, v, bias, alpha_t.detach(), scale_f, fixed_alpha=fixed_alpha(attention))
         return out, backend.weights(q, k, bias, alpha_t.detach(), scale_f, tau)

@@ -48,9 +48,12 @@ def _compute_dtype(t: torch.Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
-def _kinds(alpha: torch.Tensor) -> list[tuple[int, int, str]]:
+def _kinds(alpha: torch.Tensor, fixed_alpha: float | None = None) -> list[tuple[int, int, str]]:
     """Runs of consecutive heads with one map: (h0, h1, kind), kind "sparsemax" (alpha 2: its exact threshold),
-    "entmax15" (alpha 1.5: the exact closed form) or "alpha" (bisection / Newton)."""
+    "entmax15" (alpha 1.5: the exact closed form) or "alpha" (bisection / Newton). ``fixed_alpha``: every head's
+    alpha where the caller knows it (the tensor is then not read: no wait for a GPU)."""
+    if fixed_alpha in (2.0, 1.5):
+        return [(0, alpha.shape[0], "sparsemax" if fixed_alpha == 2.0 else "entmax15")]
     vals = alpha.detach().double().cpu().tolist()
     kinds = ["sparsemax" if a == 2.0 else "entmax15" if a == 1.5 else "alpha" for a in vals]
     runs, h0 = [], 0
@@ -99,14 +102,15 @@ def _chunks(part, H: int, Lq: int, Lk: int, budget: int, runs):
 _pool = None
 
 
-def _run_parts(B: int, H: int, Lq: int, Lk: int, D: int, alpha: torch.Tensor, device, work) -> None:
+def _run_parts(B: int, H: int, Lq: int, Lk: int, D: int, alpha: torch.Tensor, device, work,
+               fixed_alpha: float | None = None) -> None:
     """Run ``work(block)`` over every block. On the CPU with more than one torch thread the (batch, head) slices
     are split into one part per thread, each run in a worker thread with one torch thread (its GEMMs and row
     kernels inline): one parallel region per call instead of one per op (a per-op OpenMP barrier costs a scheduler
     slice whenever another process holds a core: measured 10x slower on a shared 2-core machine). Elsewhere, one
     part, each op parallel on its own."""
     budget = max(MIN_BLOCK_ENTRIES, min(BLOCK_ENTRIES, B * H * Lq * D // 4))
-    runs = _kinds(alpha)
+    runs = _kinds(alpha, fixed_alpha)
     threads = torch.get_num_threads() if device.type == "cpu" else 1
     parts = _parts(B, H, threads if WORKERS else 1)
     if len(parts) == 1:
@@ -263,10 +267,11 @@ def _bias4(bias, B, H, Lq, Lk, dtype):
 
 
 @torch.no_grad()
-def forward(q, k, v, bias, alpha, scale, dropout=None):
+def forward(q, k, v, bias, alpha, scale, dropout=None, *, fixed_alpha=None):
     """(out (B, H, Lq, D) in q's dtype, tau (B, H, Lq) float32/64, aux None). See the module's docstring.
     ``dropout``: None, or (p, seed): the weights dropped with probability p (the kept ones scaled by 1 / (1 - p))
-    before they meet v; tau is the map's, before dropout."""
+    before they meet v; tau is the map's, before dropout. ``fixed_alpha``: every head's alpha, where the caller
+    knows it (2.0 or 1.5; else None: read from ``alpha``)."""
     B, H, Lq, D = q.shape
     Lk = k.shape[2]
     dtype = _compute_dtype(q)
@@ -284,13 +289,14 @@ def forward(q, k, v, bias, alpha, scale, dropout=None):
         drop = _drop_scale(dropout, blk, H, Lq, Lk, q.device)
         torch.bmm(_dropped(p, drop), _bh(v3, H, b0, b1, h0, h1), out=_bh(out, H, b0, b1, h0, h1)[:, i0:i1])
 
-    _run_parts(B, H, Lq, Lk, D, alpha, q.device, work)
+    _run_parts(B, H, Lq, Lk, D, alpha, q.device, work, fixed_alpha)
     return out.view(B, H, Lq, -1).to(q.dtype), tau.view(B, H, Lq), None
 
 
 @torch.no_grad()
-def backward(q, k, v, bias, alpha, scale, out, tau, aux, grad_out, need_alpha_grad, dropout=None):
-    """(dq, dk, dv in their inputs' dtypes, dalpha (H,) float32/64 or None); ``dropout`` as the forward's."""
+def backward(q, k, v, bias, alpha, scale, out, tau, aux, grad_out, need_alpha_grad, dropout=None, *, fixed_alpha=None):
+    """(dq, dk, dv in their inputs' dtypes, dalpha (H,) float32/64 or None); ``dropout`` and ``fixed_alpha`` as the
+    forward's."""
     B, H, Lq, D = q.shape
     Lk = k.shape[2]
     dtype = _compute_dtype(q)
@@ -319,7 +325,7 @@ def backward(q, k, v, bias, alpha, scale, out, tau, aux, grad_out, need_alpha_gr
         if ga is not None:  # per batch entry: parts never share a (batch, head) slice
             dalpha[b0:b1, h0:h1] += ga.view(b1 - b0, h1 - h0, i1 - i0).sum(2).to(torch.float64)
 
-    _run_parts(B, H, Lq, Lk, D, alpha, q.device, work)
+    _run_parts(B, H, Lq, Lk, D, alpha, q.device, work, fixed_alpha)
     dq.mul_(scale)
     shape = lambda t, x: t.view(x.shape).to(x.dtype)  # noqa: E731
     return shape(dq, q), shape(dk, k), shape(dv, v), (dalpha.sum(0).to(alpha.dtype) if dalpha is not None else None)

@@ -94,7 +94,7 @@ def _row_max_count(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, 
 @triton.jit
 def _bisect(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, hi, bits, widx, npass,
             HAS_BIAS: tl.constexpr, IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-            NBISECT: tl.constexpr):
+            NBISECT: tl.constexpr, KR: tl.constexpr):
     """Pass 2a (alpha != 2): NBISECT bisection steps of the shifted threshold in [lo, hi]. The first pass flags the key
     blocks where a live row has x > -1 (every threshold tried is >= -1: the others never hold support)."""
     for _ in range(NBISECT):
@@ -108,7 +108,7 @@ def _bisect(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, L
                 x = z - m0[:, None]
                 if npass == 0:
                     bits = flag_tile(bits, widx, j, x, live)
-                pm, on, dd = pow_on(x, mid, r)
+                pm, on, dd = pow_on(x, mid, r, KR)
                 f += tl.sum(pm, 1)
         npass += 1
         above = f > 1.0  # the root lies above mid
@@ -120,7 +120,7 @@ def _bisect(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, L
 @triton.jit
 def _newton(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, t, sm_rows, bits, widx, npass, TOL,
             HAS_BIAS: tl.constexpr, IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-            MAXIT: tl.constexpr):
+            MAXIT: tl.constexpr, KR1: tl.constexpr):
     """Pass 2b: Newton steps from below on f(t) = sum [x - t]_+^r - 1 until the step is float32 noise, or (sparsemax)
     the support stops shrinking (Michelot: then t is exact)."""
     done = ~live
@@ -139,7 +139,7 @@ def _newton(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, L
                 x = z - m0[:, None]
                 if npass == 0:
                     bits = flag_tile(bits, widx, j, x, live)
-                p1, on, dd = pow_on(x, t, r - 1.0)  # [x - t]_+^(r - 1); its sum is -f'(t) / r
+                p1, on, dd = pow_on(x, t, r - 1.0, KR1)  # [x - t]_+^(r - 1); its sum is -f'(t) / r
                 f += tl.sum(p1 * dd, 1)
                 df += tl.sum(p1, 1)
                 ks += tl.sum(on.to(tl.float32), 1)
@@ -158,7 +158,7 @@ def _newton(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, L
 @triton.jit
 def _output(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, V, v_base, svn, svd, r, c_q, m0, t_live, bits, widx, npass,
             HAS_BIAS: tl.constexpr, NEED_AUX: tl.constexpr, IEEE: tl.constexpr, BLOCK_M: tl.constexpr,
-            BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+            BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, KR: tl.constexpr, KQ: tl.constexpr):
     """Pass 3: sum p v / sum p over the key blocks that hold support (and U = sum q v / sum q, q = p^(2 - alpha))."""
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -172,11 +172,11 @@ def _output(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, L
             if tl.max(tl.max(x - t_live[:, None], 1), 0) > 0.0:
                 v = tl.load(V + v_base + (start_n + offs_n)[:, None] * svn + offs_d[None, :] * svd,
                             mask=col_ok[:, None] & d_ok[None, :], other=0.0)
-                p, on, dd = pow_on(x, t_live, r)
+                p, on, dd = pow_on(x, t_live, r, KR)
                 l += tl.sum(p, 1)
                 acc += dot(p, v, IEEE)
                 if NEED_AUX:
-                    qq, on, dd = pow_on(x, t_live, c_q)
+                    qq, on, dd = pow_on(x, t_live, c_q, KQ)
                     lq += tl.sum(qq, 1)
                     acc_u += dot(qq, v, IEEE)
     return acc / tl.where(l > 0.0, l, 1.0)[:, None], acc_u / tl.where(lq > 0.0, lq, 1.0)[:, None]
@@ -189,7 +189,8 @@ def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX,
          H, Lq, Lk, D, scale, TOL,
          HAS_BIAS: tl.constexpr, NEED_AUX: tl.constexpr, IEEE: tl.constexpr,
          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-         NBISECT: tl.constexpr, MAXIT: tl.constexpr, NWORDS: tl.constexpr):
+         NBISECT: tl.constexpr, MAXIT: tl.constexpr, NWORDS: tl.constexpr,
+         KR: tl.constexpr, KR1: tl.constexpr, KQ: tl.constexpr):
     """One query block of one (batch, head): the row max, the threshold t = tau - max in [-1, -n^(1 - alpha)], the
     output over the key blocks that hold support. A bitmask of 64 * NWORDS key blocks (in registers) skips the blocks
     that never hold support after the first search pass."""
@@ -219,11 +220,11 @@ def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX,
     bits = tl.zeros([NWORDS], dtype=tl.int64)
     npass = pid_m * 0
     if alpha != 2.0:
-        lo, bits, npass = _bisect(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, hi, bits, widx, npass, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N, NBISECT)
-    t, bits, npass = _newton(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, sm_rows, bits, widx, npass, TOL, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N, MAXIT)
+        lo, bits, npass = _bisect(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, hi, bits, widx, npass, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N, NBISECT, KR)
+    t, bits, npass = _newton(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, sm_rows, bits, widx, npass, TOL, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N, MAXIT, KR1)
     t_live = tl.where(live, t, float("inf"))
     out, u = _output(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, V, b * svb + h * svh, svn, svd, r, (2.0 - alpha) * r, m0, t_live, bits, widx, npass,
-                     HAS_BIAS, NEED_AUX, IEEE, BLOCK_M, BLOCK_N, BLOCK_D)
+                     HAS_BIAS, NEED_AUX, IEEE, BLOCK_M, BLOCK_N, BLOCK_D, KR, KQ)
     o_mask = row_ok[:, None] & d_ok[None, :]
     tl.store(OUT + b * sob + h * soh + rows[:, None] * som + offs_d[None, :] * sod, out.to(OUT.dtype.element_ty),
              mask=o_mask)
@@ -262,10 +263,28 @@ def _blocks(D: int, block_m: int | None, block_n: int | None):
     return (block_m or BLOCK_M, block_n or BLOCK_N, max(16, triton.next_power_of_2(D)))
 
 
+def powers(fixed_alpha: float | None) -> dict[str, int]:
+    """The kernels' compile-time exponents: KR = 1 / (alpha - 1) (p), KR1 = KR - 1 (Newton's slope), KQ = (2 - alpha)
+    / (alpha - 1) (q = p^(2 - alpha)), as whole numbers where every head has one alpha known on the host (2:
+    sparsemax, 1.5: 1.5-entmax; products, no special functions), else -1 (any alpha, read per head at run time)."""
+    if fixed_alpha == 2.0:
+        return {"KR": 1, "KR1": 0, "KQ": 0}
+    if fixed_alpha == 1.5:
+        return {"KR": 2, "KR1": 1, "KQ": 1}
+    return {"KR": -1, "KR1": -1, "KQ": -1}
+
+
+def _launch(num_warps: int | None, num_stages: int | None) -> dict[str, int]:
+    """Triton's launch options where given (else its defaults)."""
+    return {k: v for k, v in (("num_warps", num_warps), ("num_stages", num_stages)) if v is not None}
+
+
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None, alpha: torch.Tensor,
-            scale: float, *, need_aux: bool = True, block_m: int | None = None, block_n: int | None = None):
+            scale: float, *, need_aux: bool = True, fixed_alpha: float | None = None, block_m: int | None = None,
+            block_n: int | None = None, num_warps: int | None = None, num_stages: int | None = None):
     """(out, tau, aux): out (B, H, Lq, D) in q's dtype, tau (B, H, Lq) float32 (+inf on fully masked rows), aux U
-    (B, H, Lq, D) float32 (None when ``need_aux`` is False)."""
+    (B, H, Lq, D) float32 (None when ``need_aux`` is False). ``fixed_alpha``: every entry of ``alpha``, where the
+    caller knows it without reading the tensor (2.0 or 1.5 compile the powers as products: see :func:`powers`)."""
     _check(q, k, v, alpha)
     B, H, Lq, D = q.shape
     Lk = k.shape[2]
@@ -289,20 +308,23 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tenso
                *q.stride(), *k.stride(), *v.stride(), *out.stride(), *bs, *a.stride(),
                H, Lq, Lk, D, float(scale), TOL,
                HAS_BIAS=has_bias, NEED_AUX=need_aux, IEEE=_ieee(q.dtype),
-               BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BD, NBISECT=NBISECT, MAXIT=MAXIT, NWORDS=NWORDS)
+               BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BD, NBISECT=NBISECT, MAXIT=MAXIT, NWORDS=NWORDS,
+               **powers(fixed_alpha), **_launch(num_warps, num_stages))
     return out, tau, aux
 
 
 def backward(q, k, v, bias, alpha, scale, out, tau, aux, grad_out, need_alpha_grad: bool, *,
-             block_m: int | None = None, block_n: int | None = None):
+             fixed_alpha: float | None = None, block_m: int | None = None, block_n: int | None = None,
+             num_warps: int | None = None, num_stages: int | None = None):
     """(dq, dk, dv, dalpha or None): dq, dk, dv in the inputs' dtype, dalpha (H,) float32 summed over batch and rows.
-    ``aux`` is the forward's U (recomputed by a forward when None)."""
+    ``aux`` is the forward's U (recomputed by a forward when None); ``fixed_alpha`` as :func:`forward`'s."""
     _check(q, k, v, alpha)
     B, H, Lq, D = q.shape
     Lk = k.shape[2]
     BM, BN, BD = _blocks(D, block_m, block_n)
     if aux is None:
-        _, tau, aux = forward(q, k, v, bias, alpha, scale, need_aux=True, block_m=block_m, block_n=block_n)
+        _, tau, aux = forward(q, k, v, bias, alpha, scale, need_aux=True, fixed_alpha=fixed_alpha, block_m=block_m,
+                              block_n=block_n, num_warps=num_warps, num_stages=num_stages)
     alpha = alpha.detach().to(device=q.device, dtype=torch.float32).contiguous()
     do = grad_out.to(q.dtype).contiguous()
     delta = (grad_out.float() * aux.float()).sum(-1).contiguous()  # dO_i . U_i
@@ -316,12 +338,13 @@ def backward(q, k, v, bias, alpha, scale, out, tau, aux, grad_out, need_alpha_gr
     bt, bs, has_bias = _bias_args(bias, q, Lk)
     strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *bs)
     ieee = _ieee(q.dtype)
+    pw, launch = powers(fixed_alpha), _launch(num_warps, num_stages)
     bwd_kv[(triton.cdiv(Lk, BN), B * H)](q, k, v, bt, alpha, tau, do, delta, dk, dv, *strides, H, Lq, Lk, D,
                                           float(scale), HAS_BIAS=has_bias, IEEE=ieee,
-                                          BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BD)
+                                          BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BD, KR=pw["KR"], KQ=pw["KQ"], **launch)
     bwd_q[(triton.cdiv(Lq, BM), B * H)](q, k, v, bt, alpha, tau, do, delta, dq, da_rows, *strides, H, Lq, Lk, D,
                                          float(scale), HAS_BIAS=has_bias, NEED_DALPHA=need_alpha_grad, IEEE=ieee,
-                                         BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BD)
+                                         BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BD, KQ=pw["KQ"], **launch)
     dalpha = da_rows.sum((0, 2)) if need_alpha_grad else None
     return dq, dk, dv, dalpha
 

@@ -14,7 +14,7 @@ def bwd_kv(Q, K, V, BIAS, ALPHA, TAU, DO, DELTA, DK, DV,
             sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdm, sdd, sbb, sbh, sbm, sbn,
             H, Lq, Lk, D, scale,
             HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
-            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, KR: tl.constexpr, KQ: tl.constexpr):
     """dK, dV of one key block (dk, dv contiguous (B, H, Lk, D)), looping over the query blocks."""
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -50,8 +50,8 @@ def bwd_kv(Q, K, V, BIAS, ALPHA, TAU, DO, DELTA, DK, DV,
         if tl.max(tl.max(z - t[:, None], 1), 0) > 0.0:
             do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdm + offs_d[None, :] * sdd, mask=qm, other=0.0)
             delta = tl.load(DELTA + pid_bh * Lq + rows, mask=row_ok, other=0.0)
-            p, on, dd = pow_on(z, t, r)
-            qq, on, dd = pow_on(z, t, c_q)
+            p, on, dd = pow_on(z, t, r, KR)
+            qq, on, dd = pow_on(z, t, c_q, KQ)
             dv += dot(tl.trans(p), do, IEEE)
             dp = dot(do, tl.trans(v), IEEE)
             ds = qq * (dp - delta[:, None])
@@ -67,7 +67,7 @@ def bwd_q(Q, K, V, BIAS, ALPHA, TAU, DO, DELTA, DQ, DA,
            sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdm, sdd, sbb, sbh, sbm, sbn,
            H, Lq, Lk, D, scale,
            HAS_BIAS: tl.constexpr, NEED_DALPHA: tl.constexpr, IEEE: tl.constexpr,
-           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, KQ: tl.constexpr):
     """dQ of one query block (dq contiguous (B, H, Lq, D)), looping over the key blocks; and alpha's gradient per row
     (DA, (B, H, Lq))."""
     pid_m = tl.program_id(0)
@@ -101,7 +101,7 @@ def bwd_q(Q, K, V, BIAS, ALPHA, TAU, DO, DELTA, DQ, DA,
         if tl.max(tl.max(z - t[:, None], 1), 0) > 0.0:
             v = tl.load(V + v_base + (start_n + offs_n)[:, None] * svn + offs_d[None, :] * svd,
                         mask=col_ok[:, None] & d_ok[None, :], other=0.0)
-            qq, on, dd = pow_on(z, t, c_q)
+            qq, on, dd = pow_on(z, t, c_q, KQ)
             dp = dot(do, tl.trans(v), IEEE)
             ds = qq * (dp - delta[:, None])
             dq += dot(ds, k, IEEE)

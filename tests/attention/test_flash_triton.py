@@ -71,15 +71,17 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item()
 
 
-def _check(B, H, Lq, Lk, D, alpha, bias, kind, scale=None, seed=0, dtype=torch.float32, out_tol=1e-5, grad_tol=1e-4):
+def _check(B, H, Lq, Lk, D, alpha, bias, kind, scale=None, seed=0, dtype=torch.float32, out_tol=1e-5, grad_tol=1e-4,
+           fixed=None):
+    """The kernels against the float64 reference; ``fixed``: the powers compiled for that one alpha (ft.powers)."""
     (q, k, v), g = _inputs(B, H, Lq, Lk, D, seed, dtype)
     alpha = torch.tensor(alpha, dtype=torch.float32, device=DEVICE)
     scale = D**-0.5 if scale is None else scale
-    out, tau, aux = ft.forward(q, k, v, bias, alpha, scale)
+    out, tau, aux = ft.forward(q, k, v, bias, alpha, scale, fixed_alpha=fixed)
     assert out.shape == q.shape and out.dtype == q.dtype
     assert tau.shape == (B, H, Lq) and tau.dtype == torch.float32
     assert aux is None or aux.shape[:3] == (B, H, Lq) and aux.numel() <= q.numel()
-    dq, dk, dv, da = ft.backward(q, k, v, bias, alpha, scale, out, tau, aux, g.to(dtype), True)
+    dq, dk, dv, da = ft.backward(q, k, v, bias, alpha, scale, out, tau, aux, g.to(dtype), True, fixed_alpha=fixed)
     assert (dq.shape, dk.shape, dv.shape, da.shape) == (q.shape, k.shape, v.shape, (H,))
     for t in (out, tau.nan_to_num(posinf=0.0), dq, dk, dv, da):
         assert not torch.isnan(t).any()
@@ -96,13 +98,14 @@ def _check(B, H, Lq, Lk, D, alpha, bias, kind, scale=None, seed=0, dtype=torch.f
     return out, tau, (dq, dk, dv, da), p_ref
 
 
-def test_sparsemax_right_padding_exact_threshold():
+@pytest.mark.parametrize("fixed", [None, 2.0], ids=["powers at run time", "powers compiled"])
+def test_sparsemax_right_padding_exact_threshold(fixed):
     """alpha = 2 (sparsemax), keys padded on the right as a (B, 1, 1, Lk) bias expanded with zero strides; the
-    threshold is the exact one of the support, (sum_S z - 1) / |S|."""
+    threshold is the exact one of the support, (sum_S z - 1) / |S|; the same with sparsemax's powers compiled in."""
     B, H, L, D = 2, 2, 19, 16
     keep = torch.arange(L)[None, :] < torch.tensor([[L], [12]])
     bias = _key_padding(keep).expand(B, H, L, L)
-    out, tau, _, p_ref = _check(B, H, L, L, D, [2.0, 2.0], bias, "sparsemax")
+    out, tau, _, p_ref = _check(B, H, L, L, D, [2.0, 2.0], bias, "sparsemax", fixed=fixed)
     (q, k, v), _ = _inputs(B, H, L, L, D, 0)
     z = (D**-0.5 * q.double().cpu() @ k.double().cpu().transpose(-1, -2)) + bias.double().cpu()
     sup = p_ref > 0
@@ -112,10 +115,28 @@ def test_sparsemax_right_padding_exact_threshold():
     assert (out[1].abs().sum() > 0) and torch.equal(ft.weights(q, k, bias, alpha, D**-0.5, tau)[1, ..., 12:].cpu(), torch.zeros(H, L, L - 12))
 
 
-def test_entmax15_left_padding_lq_ne_lk_d32():
+@pytest.mark.parametrize("fixed", [None, 1.5], ids=["powers at run time", "powers compiled"])
+def test_entmax15_left_padding_lq_ne_lk_d32(fixed):
     B, H, Lq, Lk, D = 2, 2, 13, 29, 32
     keep = torch.arange(Lk)[None, :] >= torch.tensor([[0], [9]])  # the second sequence padded on the left
-    _check(B, H, Lq, Lk, D, [1.5, 1.5], _key_padding(keep), "entmax15")
+    _check(B, H, Lq, Lk, D, [1.5, 1.5], _key_padding(keep), "entmax15", fixed=fixed)
+
+
+@pytest.mark.parametrize("fixed", [2.0, 1.5])
+def test_compiled_powers_give_the_run_time_powers_results(fixed):
+    """sparsemax's and 1.5-entmax's powers compiled as products (ft.powers) against the same kernels reading alpha at
+    run time (log2 / exp2): one map, to float32 rounding; the powers table itself."""
+    B, H, Lq, Lk, D = 1, 2, 20, 35, 16
+    (q, k, v), g = _inputs(B, H, Lq, Lk, D, 9)
+    alpha = torch.full((H,), fixed, device=DEVICE)
+    runs = []
+    for hint in (None, fixed):
+        out, tau, aux = ft.forward(q, k, v, None, alpha, 0.4, fixed_alpha=hint)
+        runs.append((out, tau, aux) + ft.backward(q, k, v, None, alpha, 0.4, out, tau, aux, g, False, fixed_alpha=hint)[:3])
+    for a, b in zip(*runs):
+        torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-6)
+    assert ft.powers(2.0) == {"KR": 1, "KR1": 0, "KQ": 0} and ft.powers(1.5) == {"KR": 2, "KR1": 1, "KQ": 1}
+    assert ft.powers(None) == ft.powers(1.7) == {"KR": -1, "KR1": -1, "KQ": -1}
 
 
 def test_per_head_alpha_scattered_padding_large_scores():
