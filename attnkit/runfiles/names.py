@@ -19,6 +19,12 @@ LOCK_FILE = ".attnkit.lock"
 RUN_FILES = frozenset({METRICS_FILE, "run_config.json", RUN_INFO, "curves.png", "curves.svg", "attention.png", "attention_grid.png",
                        "lam_learned.png", "lam_learned.svg", "alpha_learned.png", "alpha_learned.svg"})
 
+#: a sweep's record of its cells (``attnkit sweep``), in the sweep's folder
+SWEEP_RECORD = "sweep.json"
+
+#: the files a sweep writes for itself in its folder: never replaced by another command's output
+SWEEP_FILES = frozenset({SWEEP_RECORD, "sweep.md", "sweep.png", "sweep.svg", "sweep_attention.png"})
+
 #: the key by which a JSON file says attnkit wrote it (its value: "attnkit <command>")
 WRITTEN_BY = "written_by"
 

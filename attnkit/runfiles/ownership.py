@@ -24,6 +24,8 @@ from attnkit.runfiles.names import (
     REPLACED_PREFIX,
     RUN_FILES,
     RUN_RECORD,
+    SWEEP_FILES,
+    SWEEP_RECORD,
     WRITTEN_BY,
 )
 
@@ -264,6 +266,9 @@ def check_output_file(path: str | os.PathLike, option: str, protect: dict[str, s
     parent = next((p for p in path.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         raise UserError(f"{option} {path}: {parent} is a file, not a folder")
+    if path.exists() and path.name in SWEEP_FILES and is_sweep_folder(path.resolve().parent):
+        raise UserError(f"{option} {path} is one of the files the sweep {path.resolve().parent} keeps of itself "
+                        f"({path.name}): no command's output replaces it; name another file")
     if path.exists() and (path.name in RUN_FILES or path.name == RUN_RECORD or not written_by_attnkit(path)):
         real = path.resolve()
         run = next((q for q in real.parents if (q / RUN_RECORD).is_file()), None)  # any attnkit run, not only the model's
@@ -277,6 +282,16 @@ def check_output_file(path: str | os.PathLike, option: str, protect: dict[str, s
                 raise UserError(f"{option} {path} is a file of {what} {folder} that attnkit did not write as an output: "
                                 "it would be replaced; name another file")
     return path
+
+
+def is_sweep_folder(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds an attnkit sweep: a sweep.json that is a list of cell records (each naming its run
+    folder and seed; :func:`attnkit.training.sweep_record.read_sweep_records` reads them in full)."""
+    try:
+        recs = read_json(Path(folder) / SWEEP_RECORD, expect=None)
+    except (OSError, ValueError):
+        return False
+    return isinstance(recs, list) and bool(recs) and all(isinstance(r, dict) and "run_dir" in r and "seed" in r for r in recs)
 
 
 def check_not_input(output: str | os.PathLike, option: str, inputs: dict[str, str | os.PathLike | None]) -> None:

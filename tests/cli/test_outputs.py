@@ -53,6 +53,30 @@ def test_sweep_report_only_with_a_bad_view_layer_rewrites_nothing(tiny_bert, dat
     assert snapshot_without_lock(out) == before
 
 
+def test_a_sweeps_own_files_are_never_an_output(tiny_bert, data, tmp_path, capsys):
+    """evaluate/predict/explain/words aimed at a sweep folder's sweep.json, .md or .png replaced them without a word
+    (sweep 2026-11-28n D: the record of the cells and the data's fingerprint lost): refused as a run's own files are."""
+    out = tmp_path / "sw"
+    sweep = ["sweep", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(out),
+             "--lams", "-2", "--seeds", "1", "--batch-size", "16", "--max-length", "16", "--max-steps", "1",
+             "--eval-steps", "1", "--no-heatmap"]
+    assert main(sweep) == 0
+    cell = next(c for c in out.iterdir() if c.name.startswith("lam"))
+    before = snapshot_without_lock(out)
+    capsys.readouterr()
+    for argv, name in ((["evaluate", "--data-dir", str(data), "--output", "{sw}/sweep.json"], "sweep.json"),
+                       (["predict", "good film", "--output", "{sw}/sweep.md"], "sweep.md"),
+                       (["explain", "good film", "--output", "{sw}/sweep.png"], "sweep.png"),
+                       (["explain", "good film", "--output", "{tmp}/e.png", "--stats", "{sw}/sweep.json"], "sweep.json"),
+                       (["words", "--data-dir", str(data), "--min-count", "1", "--output", "{tmp}/w.png", "--json",
+                         "{sw}/sweep.json"], "sweep.json")):
+        argv = [x.format(sw=out, tmp=tmp_path) for x in argv]
+        assert main([argv[0], "--model", str(cell), *argv[1:]]) == 2, argv
+        only_stderr_line(capsys, f"is one of the files the sweep {out.resolve()} keeps of itself ({name})")
+    assert snapshot_without_lock(out) == before
+    assert main(sweep + ["--report-only"]) == 0  # the sweep still reads its record
+
+
 @pytest.fixture
 def user_run(tiny_bert, data, tmp_path):
     """A finished run of the user's, copied where commands may aim outputs at its files."""
