@@ -11,6 +11,13 @@ ANNEALED_NAMES = ("sparsemax", "sparsegen-lin", "entmax15", "entmax-alpha")
 #: MiniBERT's attention kinds (METHODS.md §3): MiniSA, MiniSSA, MiniNTA
 KINDS = ("sa", "ssa", "nta")
 
+def value_name(value: float) -> str:
+    """A lam or alpha as attnkit names it (a sweep's cells, tables and figures, a run's attention): up to 12
+    significant digits (``-2``, ``0.9999999``), so that two values named alike are the same value (6 digits named
+    0.9999999 "1", a lam attnkit refuses), and -0 named 0 (the same value)."""
+    return f"{float(value) + 0.0:.12g}"
+
+
 _names: dict[str, bool] = {n: n in ANNEALED_NAMES for n in NORMALISER_NAMES}  # name -> whether adapt anneals to it
 
 

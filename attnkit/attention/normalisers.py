@@ -20,7 +20,7 @@ import torch
 
 from .entmax import entmax15, entmax_bisect
 from .maps import sparsegen_lin, sparsemax
-from .names import add_name, remove_name  # relative: this file also runs as a checkpoint's remote code
+from .names import add_name, remove_name, value_name  # relative: this file also runs as a checkpoint's remote code
 from ..errors import UserError
 
 #: the settings a normaliser may take: the fields of :class:`~attnkit.attention.spec.AttentionSpec` it reads
@@ -95,12 +95,12 @@ def _entmax15(scores: torch.Tensor, alpha=None) -> torch.Tensor:
 
 def _describe_lam(spec: Any) -> str:
     if spec.learned == "lam":
-        return f"sparsegen-lin (lam learned per layer and head, from {spec.lam:g})"
-    return f"sparsegen-lin (lam={spec.lam:g})"
+        return f"sparsegen-lin (lam learned per layer and head, from {value_name(spec.lam)})"
+    return f"sparsegen-lin (lam={value_name(spec.lam)})"
 
 
 def _describe_alpha(spec: Any) -> str:
-    return f"alpha-entmax ({'learned per layer and head, from ' if spec.learned == 'alpha' else ''}alpha={spec.alpha:g})"
+    return f"alpha-entmax ({'learned per layer and head, from ' if spec.learned == 'alpha' else ''}alpha={value_name(spec.alpha)})"
 
 
 def _alpha_start(alpha: float) -> str | None:

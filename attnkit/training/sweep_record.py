@@ -5,15 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnkit.attention.names import value_name  # noqa: F401  (the sweep's name for a value)
 from attnkit.attention.normalisers import names_with
 from attnkit.errors import DataFormatError, UserError
 from attnkit.runfiles.json_files import read_json
 
-
-def value_name(value: float) -> str:
-    """A swept value as cells, tables and figures name it: up to 12 significant digits (``-2``, ``0.9999999``), so
-    that two values named alike are the same value (6 digits named 0.9999999 "1", a lam attnkit refuses)."""
-    return f"{value:.12g}"
 
 #: what attnkit sweep varies, and the normaliser each value belongs to
 SWEPT = {setting: names_with(setting=setting)[0] for setting in ("lam", "alpha")}

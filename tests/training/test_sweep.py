@@ -17,12 +17,23 @@ def test_cells_are_seed_major_with_a_softmax_baseline_per_seed():
     assert [c.name for c in cells[:3]] == ["softmax_seed1", "lam-2_seed1", "lam0_seed1"]
     assert [c.name for c in sweep_cells([1.5], [3], "alpha")] == ["softmax_seed3", "alpha1.5_seed3"]
     assert [c.describe() for c in sweep_cells([0.9999999, -1.0000001], [1])][1:] == ["lam 0.9999999, seed 1", "lam -1.0000001, seed 1"]
+    assert [c.name for c in sweep_cells([-0.0], [1])] == ["softmax_seed1", "lam0_seed1"]
+
+
+def test_a_runs_attention_is_described_as_the_sweep_names_its_values():
+    """A run's attention said "sparsegen-lin (lam=1)" of lam 0.9999999, a lam attnkit refuses (sweep -28n C): its
+    description names lam and alpha by the sweep's 12 digits."""
+    from attnkit.attention.spec import AttentionSpec
+
+    assert AttentionSpec("sparsegen-lin", 0.9999999).describe() == "sparsegen-lin (lam=0.9999999)"
+    assert AttentionSpec("entmax-alpha", alpha=1.0000001).describe() == "alpha-entmax (alpha=1.0000001)"
 
 
 @pytest.mark.parametrize("values,needle", [
     (["--lams", "-1", "-1.0000000000001"], "--lams: -1.0000000000001 and -1.0 would be one cell (lam -1: a cell is named by 12 significant digits)"),
     (["--alphas", "1.5", "1.50000000000001"], "--alphas: 1.5 and 1.50000000000001 would be one cell (alpha 1.5"),
     (["--lams", "-1", "-1"], "--lams: -1 given more than once"),
+    (["--lams", "0", "-0"], "--lams: 0 given more than once"),  # one value (sweep -28n B: cells lam0 and lam-0)
 ])
 def test_values_one_cell_would_hold_are_refused(tiny_bert, data, tmp_path, capsys, values, needle):
     """`--lams -1 -1.0000001` trained one cell (its folder was named by 6 significant digits) and reported it twice, the
