@@ -4,7 +4,8 @@ The query rows are taken a block at a time (together over batch and heads): the 
 (``scale * q kᵀ + bias``, a few hundred thousand entries), the row map on them by attnkit's own kernels (the compiled
 CPU kernel where it is built, else the pure-torch maps: exact thresholds either way), ``out = p v``, and the
 threshold tau of each row, read back from the block (``tau = z_max - p_max^(alpha - 1)``: the largest score holds the
-largest weight). Only tau (B, H, Lq) is kept for the backward, which recomputes each block's scores, rebuilds p from
+largest weight), kept as the pair (z_max, tau - z_max) so that its rounding never shows at a large z_max. Only tau
+(B, H, Lq, 2) is kept for the backward, which recomputes each block's scores, rebuilds p from
 tau and runs the closed-form gradient of the map on the block (the kernels again):
 
     dP = dO vᵀ,  dS = q~ * (dP - sum(dP q~) / sum(q~)),  q~ = p^(2 - alpha) on the support
@@ -171,29 +172,31 @@ def _row_map(s: torch.Tensor, kind: str, a_rows: torch.Tensor | None) -> torch.T
 
 
 def _tau_from(s: torch.Tensor, p: torch.Tensor, kind: str, a_rows) -> torch.Tensor:
-    """The threshold of each row on the scale z = (alpha - 1) s: tau = z_max - p_max^(alpha - 1) (+inf where every
-    key is masked)."""
+    """The threshold of each row on the scale z = (alpha - 1) s, as the pair (shift, t) (last dim): tau = shift + t
+    with shift = z_max and t = -p_max^(alpha - 1), kept apart so that no rounding of their sum at a large z_max (a lam
+    near 1) reaches the weights rebuilt from them; (0, +inf) where every key is masked."""
     m = s.amax(-1)
     pm = p.amax(-1)
     if kind == "sparsemax":
-        tau = m - pm
+        shift, t = m, -pm
     elif kind == "entmax15":
-        tau = 0.5 * m - pm.sqrt()
+        shift, t = 0.5 * m, -pm.sqrt()
     else:
         d = a_rows.squeeze(-1) - 1
-        tau = d * m - pm.pow(d)
-    return torch.where(m == -math.inf, torch.full_like(tau, math.inf), tau)
+        shift, t = d * m, -pm.pow(d)
+    masked = m == -math.inf
+    return torch.stack((shift.masked_fill(masked, 0.0), t.masked_fill(masked, math.inf)), -1)
 
 
 def _p_from_tau(s: torch.Tensor, tau: torch.Tensor, kind: str, a_rows) -> torch.Tensor:
-    """p = [z - tau]_+^(1 / (alpha - 1)), z = (alpha - 1) s, in place on ``s``."""
-    t = tau.unsqueeze(-1)
+    """p = [(z - shift) - t]_+^(1 / (alpha - 1)), z = (alpha - 1) s, tau = (shift, t), in place on ``s``."""
+    shift, t = tau[..., :1], tau[..., 1:]
     if kind == "sparsemax":
-        return s.sub_(t).clamp_(min=0)
+        return s.sub_(shift).sub_(t).clamp_(min=0)
     if kind == "entmax15":
-        return s.mul_(0.5).sub_(t).clamp_(min=0).square_()
+        return s.mul_(0.5).sub_(shift).sub_(t).clamp_(min=0).square_()
     d = a_rows - 1
-    return s.mul_(d).sub_(t).clamp_(min=0).pow_(1 / d)
+    return s.mul_(d).sub_(shift).sub_(t).clamp_(min=0).pow_(1 / d)
 
 
 def _map_backward(p: torch.Tensor, g: torch.Tensor, kind: str, a_rows, need_alpha: bool):
@@ -268,7 +271,7 @@ def _bias4(bias, B, H, Lq, Lk, dtype):
 
 @torch.no_grad()
 def forward(q, k, v, bias, alpha, scale, dropout=None, *, fixed_alpha=None):
-    """(out (B, H, Lq, D) in q's dtype, tau (B, H, Lq) float32/64, aux None). See the module's docstring.
+    """(out (B, H, Lq, D) in q's dtype, tau (B, H, Lq, 2) float32/64 (each row's (shift, t): see _tau_from), aux None). See the module's docstring.
     ``dropout``: None, or (p, seed): the weights dropped with probability p (the kept ones scaled by 1 / (1 - p))
     before they meet v; tau is the map's, before dropout. ``fixed_alpha``: every head's alpha, where the caller
     knows it (2.0 or 1.5; else None: read from ``alpha``)."""
@@ -278,7 +281,7 @@ def forward(q, k, v, bias, alpha, scale, dropout=None, *, fixed_alpha=None):
     q3, k3, v3 = _flat(q, dtype), _flat(k, dtype), _flat(v, dtype)
     bias = _bias4(bias, B, H, Lq, Lk, dtype)
     out = torch.empty(B * H, Lq, v.shape[-1], dtype=dtype, device=q.device)
-    tau = torch.empty(B * H, Lq, dtype=dtype, device=q.device)
+    tau = torch.empty(B * H, Lq, 2, dtype=dtype, device=q.device)
 
     def work(blk):
         b0, b1, h0, h1, kind, i0, i1 = blk
@@ -290,7 +293,7 @@ def forward(q, k, v, bias, alpha, scale, dropout=None, *, fixed_alpha=None):
         torch.bmm(_dropped(p, drop), _bh(v3, H, b0, b1, h0, h1), out=_bh(out, H, b0, b1, h0, h1)[:, i0:i1])
 
     _run_parts(B, H, Lq, Lk, D, alpha, q.device, work, fixed_alpha)
-    return out.view(B, H, Lq, -1).to(q.dtype), tau.view(B, H, Lq), None
+    return out.view(B, H, Lq, -1).to(q.dtype), tau.view(B, H, Lq, 2), None
 
 
 @torch.no_grad()
@@ -301,7 +304,7 @@ def backward(q, k, v, bias, alpha, scale, out, tau, aux, grad_out, need_alpha_gr
     Lk = k.shape[2]
     dtype = _compute_dtype(q)
     q3, k3, v3, do3 = _flat(q, dtype), _flat(k, dtype), _flat(v, dtype), _flat(grad_out, dtype)
-    tau3 = tau.to(dtype).reshape(B * H, Lq)
+    tau3 = tau.to(dtype).reshape(B * H, Lq, 2)
     bias = _bias4(bias, B, H, Lq, Lk, dtype)
     dq = torch.empty_like(q3)
     dk = torch.zeros_like(k3)
@@ -338,7 +341,7 @@ def weights(q, k, bias, alpha, scale, tau):
     Lk = k.shape[2]
     dtype = _compute_dtype(q)
     q3, k3 = _flat(q, dtype), _flat(k, dtype)
-    tau3 = tau.to(dtype).reshape(B * H, Lq)
+    tau3 = tau.to(dtype).reshape(B * H, Lq, 2)
     bias = _bias4(bias, B, H, Lq, Lk, dtype)
     p_all = torch.empty(B * H, Lq, Lk, dtype=dtype, device=q.device)
 

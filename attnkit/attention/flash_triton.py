@@ -228,7 +228,8 @@ def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX,
     o_mask = row_ok[:, None] & d_ok[None, :]
     tl.store(OUT + b * sob + h * soh + rows[:, None] * som + offs_d[None, :] * sod, out.to(OUT.dtype.element_ty),
              mask=o_mask)
-    tl.store(TAU + pid_bh * Lq + rows, t_live + m0, mask=row_ok)
+    tl.store(TAU + (pid_bh * Lq + rows) * 2, m0, mask=row_ok)  # the row's shift (its max; 0 where fully masked)
+    tl.store(TAU + (pid_bh * Lq + rows) * 2 + 1, t_live, mask=row_ok)  # the threshold past it (+inf: fully masked)
     if NEED_AUX:
         tl.store(AUX + b * sab + h * sah + rows[:, None] * sam + offs_d[None, :] * sad, u, mask=o_mask)
 
@@ -282,8 +283,10 @@ def _launch(num_warps: int | None, num_stages: int | None) -> dict[str, int]:
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None, alpha: torch.Tensor,
             scale: float, *, need_aux: bool = True, fixed_alpha: float | None = None, block_m: int | None = None,
             block_n: int | None = None, num_warps: int | None = None, num_stages: int | None = None):
-    """(out, tau, aux): out (B, H, Lq, D) in q's dtype, tau (B, H, Lq) float32 (+inf on fully masked rows), aux U
-    (B, H, Lq, D) float32 (None when ``need_aux`` is False). ``fixed_alpha``: every entry of ``alpha``, where the
+    """(out, tau, aux): out (B, H, Lq, D) in q's dtype, tau (B, H, Lq, 2) float32 (each row's threshold as the pair
+    (shift, t): tau = shift + t, the shift its max of z and t in [-1, 0); kept apart, so that no rounding of their sum
+    at a large shift (sparsegen-lin's lam near 1 scales z by 1 / (1 - lam)) reaches the weights; (0, +inf) on fully
+    masked rows), aux U (B, H, Lq, D) float32 (None when ``need_aux`` is False). ``fixed_alpha``: every entry of ``alpha``, where the
     caller knows it without reading the tensor (2.0 or 1.5 compile the powers as products: see :func:`powers`)."""
     _check(q, k, v, alpha)
     B, H, Lq, D = q.shape
@@ -291,7 +294,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tenso
     BM, BN, BD = _blocks(D, block_m, block_n)
     alpha = alpha.detach().to(device=q.device, dtype=torch.float32).contiguous()
     out = torch.empty_like(q)
-    tau = torch.empty((B, H, Lq), device=q.device, dtype=torch.float32)
+    tau = torch.empty((B, H, Lq, 2), device=q.device, dtype=torch.float32)
     aux = torch.empty((B, H, Lq, D), device=q.device, dtype=torch.float32) if need_aux else None
     bt, bs, has_bias = _bias_args(bias, q, Lk)
     a = aux if need_aux else out
@@ -300,7 +303,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tenso
         return out, tau, aux
     if Lk == 0:
         out.zero_()
-        tau.fill_(float("inf"))
+        tau[..., 0], tau[..., 1] = 0.0, float("inf")
         if aux is not None:
             aux.zero_()
         return out, tau, aux
@@ -357,7 +360,11 @@ def weights(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None, alpha: 
     if bias is not None:
         s = s + bias.float()
     am1 = (alpha.float().to(q.device) - 1).view(1, -1, 1, 1)
-    x = am1 * s - tau.float().unsqueeze(-1)
+    z = am1 * s
+    # each row shifted by its max as recomputed here (the kernel's own z may differ in its last bits, which at a large
+    # z, a lam near 1, are whole units); the stored shift only where every key is masked
+    m = z.amax(-1, keepdim=True)
+    x = (z - torch.where(torch.isfinite(m), m, tau[..., :1].float())) - tau[..., 1:].float()
     on = x > 0
     p = torch.where(on, torch.where(on, x, torch.ones_like(x)) ** (1 / am1), torch.zeros_like(x))
     tot = p.sum(-1, keepdim=True)

@@ -39,14 +39,15 @@ def bwd_kv(Q, K, V, BIAS, ALPHA, TAU, DO, DELTA, DK, DV,
         row_ok = rows < Lq
         qm = row_ok[:, None] & d_ok[None, :]
         q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd, mask=qm, other=0.0)
-        t = tl.load(TAU + pid_bh * Lq + rows, mask=row_ok, other=float("inf"))
+        m = tl.load(TAU + (pid_bh * Lq + rows) * 2, mask=row_ok, other=0.0)  # the row's shift and threshold
+        t = tl.load(TAU + (pid_bh * Lq + rows) * 2 + 1, mask=row_ok, other=float("inf"))
         qk = dot(q, tl.trans(k), IEEE)
         s = qk * scale
         if HAS_BIAS:
             bias = tl.load(BIAS + b * sbb + h * sbh + rows[:, None] * sbm + cols[None, :] * sbn,
                            mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
             s = s + bias
-        z = tl.where(col_ok[None, :], s * am1, float("-inf"))
+        z = tl.where(col_ok[None, :], s * am1, float("-inf")) - m[:, None]
         if tl.max(tl.max(z - t[:, None], 1), 0) > 0.0:
             do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdm + offs_d[None, :] * sdd, mask=qm, other=0.0)
             delta = tl.load(DELTA + pid_bh * Lq + rows, mask=row_ok, other=0.0)
@@ -82,7 +83,8 @@ def bwd_q(Q, K, V, BIAS, ALPHA, TAU, DO, DELTA, DQ, DA,
     qm = row_ok[:, None] & d_ok[None, :]
     q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :] * sqd, mask=qm, other=0.0)
     do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdm + offs_d[None, :] * sdd, mask=qm, other=0.0)
-    t = tl.load(TAU + pid_bh * Lq + rows, mask=row_ok, other=float("inf"))
+    m = tl.load(TAU + (pid_bh * Lq + rows) * 2, mask=row_ok, other=0.0)  # the row's shift and threshold
+    t = tl.load(TAU + (pid_bh * Lq + rows) * 2 + 1, mask=row_ok, other=float("inf"))
     delta = tl.load(DELTA + pid_bh * Lq + rows, mask=row_ok, other=0.0)
     alpha = tl.load(ALPHA + h).to(tl.float32)
     am1 = alpha - 1.0
@@ -98,6 +100,7 @@ def bwd_q(Q, K, V, BIAS, ALPHA, TAU, DO, DELTA, DQ, DA,
     for start_n in range(0, Lk, BLOCK_N):
         z, k, col_ok = z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn,
                                skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
+        z = z - m[:, None]
         if tl.max(tl.max(z - t[:, None], 1), 0) > 0.0:
             v = tl.load(V + v_base + (start_n + offs_n)[:, None] * svn + offs_d[None, :] * svd,
                         mask=col_ok[:, None] & d_ok[None, :], other=0.0)

@@ -102,8 +102,11 @@ def keeps_softmax(module: nn.Module, spec: AttentionSpec) -> bool:
 
 #: ATTNKIT_ATTENTION: "auto" (the default) runs flash sparse attention wherever it computes what the materialised
 #: path would at no more time: everywhere but training with attention dropout (drawing the mask again in the backward
-#: costs about 1.2x the materialised step at L = 128 on the CPU); "flash" also there, on the CPU (the memory of long
-#: inputs); "materialised" always writes the [B, H, Lq, Lk] matrix (the path of earlier attnkit versions)
+#: costs about 1.2x the materialised step at L = 128 on the CPU) and float32 on a GPU (the flash kernels' float32
+#: products are IEEE ones, without tensor cores, in every pass: a BERT-base forward at L = 512 took 17x softmax's on
+#: the H200 of 2026-11-28, against 1.2x on the materialised path; bf16/fp16 take flash); "flash" also there (dropout
+#: on the CPU only: the memory of long inputs); "materialised" always writes the [B, H, Lq, Lk] matrix (the path of
+#: earlier attnkit versions)
 ATTENTION_PATHS = ("auto", "flash", "materialised")
 
 
@@ -113,6 +116,14 @@ def attention_path() -> str:
     if value not in ATTENTION_PATHS:
         raise UserError(f"ATTNKIT_ATTENTION={value!r}: expected auto, flash or materialised")
     return value
+
+
+def flash_pays(path: str, device_type: str, dtype: torch.dtype) -> bool:
+    """Whether ``ATTNKIT_ATTENTION=path`` takes flash attention for inputs of this device and dtype (see
+    :data:`ATTENTION_PATHS`; dropout and what the model asks for are :func:`_fast_call`'s)."""
+    if path == "materialised":
+        return False
+    return path == "flash" or not (device_type == "cuda" and dtype == torch.float32)
 
 
 def _weights_requested() -> bool:
@@ -135,7 +146,7 @@ def _fast_call(spec: AttentionSpec, module, query, attention_mask, dropout, soft
     if softcap is not None or s_aux is not None or query.device.type == "meta" or torch.compiler.is_compiling():
         return None
     path = attention_path()
-    if path == "materialised":
+    if not flash_pays(path, query.device.type, query.dtype):
         return None
     dropout = dropout if module.training else 0.0
     want = _weights_requested()  # (after the tracing check: dynamo cannot trace the collector's ContextVar)

@@ -315,6 +315,24 @@ def test_float32_inputs(backend, gen):
     assert out.dtype == torch.float32 and (out.double() - ref).abs().max().item() < 1e-5
 
 
+@pytest.mark.parametrize("lam", [0.999999, 0.9999999])
+def test_lam_near_one_keeps_the_weights_a_distribution(lam, backend, gen):
+    """sparsegen-lin at a lam near 1 scales z by 1 / (1 - lam) (1e7 at 0.9999999): the threshold kept as one float32
+    z_max + t was rounded at that scale, so the rows of the weights rebuilt from it summed to 0 or 2 and dv was off by
+    1 (sweep 2026-11-28n A). Kept as the pair (z_max, t): the weights are the materialised map's, dv is pᵀ g."""
+    q, k, v = (torch.randn(1, 2, 9, 16, generator=gen) * 3 for _ in range(3))
+    scale = 16**-0.5
+    w = attention_weights(q, k, v, attention="sparsegen-lin", lam=lam, scale=scale)
+    ref = sparsegen_lin((q @ k.transpose(-1, -2)) * scale, lam=lam)  # float32, materialised
+    assert (w.sum(-1) - 1).abs().max().item() < 1e-5
+    assert (w - ref).abs().max().item() < 1e-4
+    v.requires_grad_()
+    out = sparse_attention(q, k, v, attention="sparsegen-lin", lam=lam, scale=scale)
+    g = torch.randn(out.shape, generator=gen)
+    (dv,) = torch.autograd.grad(out, (v,), g)
+    assert (dv - ref.transpose(-1, -2) @ g).abs().max().item() < 1e-4
+
+
 def test_noncontiguous_inputs_as_models_make_them(gen):
     B, L, H, D = 2, 23, 3, 16
     x = torch.randn(B, L, 3 * H * D, generator=gen, dtype=F64)

@@ -79,7 +79,7 @@ def _check(B, H, Lq, Lk, D, alpha, bias, kind, scale=None, seed=0, dtype=torch.f
     scale = D**-0.5 if scale is None else scale
     out, tau, aux = ft.forward(q, k, v, bias, alpha, scale, fixed_alpha=fixed)
     assert out.shape == q.shape and out.dtype == q.dtype
-    assert tau.shape == (B, H, Lq) and tau.dtype == torch.float32
+    assert tau.shape == (B, H, Lq, 2) and tau.dtype == torch.float32
     assert aux is None or aux.shape[:3] == (B, H, Lq) and aux.numel() <= q.numel()
     dq, dk, dv, da = ft.backward(q, k, v, bias, alpha, scale, out, tau, aux, g.to(dtype), True, fixed_alpha=fixed)
     assert (dq.shape, dk.shape, dv.shape, da.shape) == (q.shape, k.shape, v.shape, (H,))
@@ -110,7 +110,7 @@ def test_sparsemax_right_padding_exact_threshold(fixed):
     z = (D**-0.5 * q.double().cpu() @ k.double().cpu().transpose(-1, -2)) + bias.double().cpu()
     sup = p_ref > 0
     tau_exact = (torch.where(sup, z, 0.0).sum(-1) - 1) / sup.sum(-1)
-    assert (tau.double().cpu() - tau_exact).abs().max().item() <= 2e-6
+    assert (tau.double().cpu().sum(-1) - tau_exact).abs().max().item() <= 2e-6
     alpha = torch.tensor([2.0, 2.0], device=DEVICE)
     assert (out[1].abs().sum() > 0) and torch.equal(ft.weights(q, k, bias, alpha, D**-0.5, tau)[1, ..., 12:].cpu(), torch.zeros(H, L, L - 12))
 
@@ -159,7 +159,8 @@ def test_sliding_window_bias_and_fully_masked_row():
     bias = bias.to(DEVICE)
     out, tau, (dq, dk, dv, da), p_ref = _check(B, H, L, L, D, [1.2, 1.7, 2.0], bias, "bisect", seed=2)
     assert torch.equal(out[:, :, 7].cpu(), torch.zeros(B, H, D))
-    assert torch.isinf(tau[:, :, 7]).all() and torch.isfinite(tau[:, :, [i for i in range(L) if i != 7]]).all()
+    assert torch.isinf(tau[:, :, 7, 1]).all() and torch.equal(tau[:, :, 7, 0].cpu(), torch.zeros(B, H))
+    assert torch.isfinite(tau[:, :, [i for i in range(L) if i != 7]]).all()
     assert torch.equal(dq[:, :, 7].cpu(), torch.zeros(B, H, D))
 
 
@@ -172,7 +173,7 @@ def test_all_keys_masked_in_one_sequence():
     out, tau, (dq, dk, dv, da), _ = _check(B, H, Lq, Lk, D, [1.5], bias, "bisect", seed=4)
     for t in (out, dq, dk, dv):
         assert torch.equal(t[1].cpu(), torch.zeros_like(t[1].cpu()))
-    assert torch.isinf(tau[1]).all()
+    assert torch.isinf(tau[1, ..., 1]).all()
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
