@@ -12,7 +12,8 @@ computes ``map(scale * q kᵀ + bias) v`` row by row, where ``map`` is one of th
   learned alpha per head).
 
 Every map is ``p = [z - tau]_+^(1 / (alpha - 1))``, ``z = (alpha - 1) s``, ``sum_j p_j = 1`` (sparsemax: alpha = 2),
-so the forward keeps only the threshold ``tau`` of each row (B, H, Lq) and the backward recomputes the scores a
+so the forward keeps only the threshold ``tau`` of each row (B, H, Lq, 2: as the row's max of z and tau past it,
+never their rounded sum) and the backward recomputes the scores a
 block of rows at a time: no (B, H, Lq, Lk) tensor is allocated, forward or backward.
 
 Inputs: q (B, H, Lq, D), k and v (B, H, Lk, D), one dtype among float32, bfloat16, float16 (float64 too, on the
