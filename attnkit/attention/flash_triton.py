@@ -15,14 +15,17 @@ analogue of FlashAttention's ``rowsum(dO o O)``).
 Forward, one kernel (:func:`_fwd`), per query block, on each row shifted by its max (``x = z - max z``, so the
 threshold ``t = tau - max z`` lies in ``[-1, -n^(1 - alpha)]``, n = the row's unmasked keys):
 
-1. one pass over the key blocks: the row max and n;
+1. one pass over the key blocks: the row's two largest z and n. The root of the map's equation over those two alone
+   is a lower bound of t (the full sum is no smaller; :func:`_start`, closed-form for sparsemax and 1.5-entmax):
+   the search starts there instead of at -1, at the threshold itself for rows whose support is 1 or 2 keys;
 2. for alpha != 2, ``NBISECT`` bisection passes on f(t) = sum_j [x_j - t]_+^r - 1 (r = 1 / (alpha - 1)) narrow the
    bracket; then Newton passes from its lower end. f is convex and decreasing for alpha <= 2, so Newton's steps from
    below rise to the root without passing it; they stop when the step falls to float32 noise (``TOL``), when
    f <= 0 (at the root to rounding) or after ``MAXIT`` passes. For alpha = 2 Newton's step from below *is*
-   Michelot's ``t <- (sum_{x > t} x - 1) / #{x > t}`` (f is piecewise linear), run from t = -1 until the support
+   Michelot's ``t <- (sum_{x > t} x - 1) / #{x > t}`` (f is piecewise linear), run from the start until the support
    stops shrinking: the threshold is then exact (that of the found support, to float32 rounding of the sum);
-   Every threshold tried is >= -1, so a key block where no row of the query block has x > -1 never holds support:
+   Every threshold tried is >= the start, so a key block where no row of the query block has x above its row's start
+   never holds support:
    the first search pass flags the key blocks that may (a bitmask of 64 * NWORDS blocks kept in registers; blocks
    past it always run) and every later pass, the output's included, skips the others without loading K (exact:
    their terms are 0). This pays off for structured scores (windows, padding, peaked heads); on i.i.d. random
@@ -75,24 +78,47 @@ MAXIT = 40
 TOL = 2.0**-21
 #: the forward's bitmask of key blocks that may hold support: 64 * NWORDS blocks (longer rows: the rest always run)
 NWORDS = 8
+#: the search starts at the root over each row's two largest entries (_start) rather than at -1 (benchmarks/
+#: flash_passes.py compares the two)
+TOP2_START = True
 
 
 @triton.jit
 def _row_max_count(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Pass 1: each row's max of z and its count of unmasked keys."""
+    """Pass 1: each row's largest and second largest z (a tie counts twice) and its count of unmasked keys."""
     m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    m2 = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     n = tl.zeros([BLOCK_M], dtype=tl.float32)
     for start_n in range(0, Lk, BLOCK_N):
         z, k, col_ok = z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn,
                                skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
-        m = tl.maximum(m, tl.max(z, 1))
+        t1 = tl.max(z, 1)
+        ties = tl.sum((z == t1[:, None]).to(tl.float32), 1)
+        t2 = tl.where(ties > 1.0, t1, tl.max(tl.where(z < t1[:, None], z, float("-inf")), 1))
+        m2 = tl.maximum(tl.minimum(m, t1), tl.maximum(m2, t2))  # the second of the union of (m, m2) and (t1, t2)
+        m = tl.maximum(m, t1)
         n += tl.sum((z > float("-inf")).to(tl.float32), 1)
-    return m, n
+    return m, m2, n
 
 
 @triton.jit
-def _bisect(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, hi, bits, widx, npass,
+def _start(d, alpha):
+    """A lower bound of the shifted threshold t in [-1, 0): the root of the map's equation over the row's two largest
+    entries alone (x1 = 0 and x2 = d <= 0; the full sum is no smaller, so its root lies no lower), closed-form for
+    sparsemax, (d - 1) / 2, and 1.5-entmax, d / 2 - sqrt(2 - d^2) / 2 (where x2 is in the partial support, d > -1);
+    -1 for other alphas and single keys. Peaked rows (support of 1 or 2) start at their threshold."""
+    if alpha == 2.0:
+        t = tl.maximum(-1.0, 0.5 * (d - 1.0))
+    elif alpha == 1.5:
+        t = tl.where(d > -1.0, 0.5 * d - 0.5 * tl.sqrt(tl.maximum(2.0 - d * d, 0.0)), -1.0)
+    else:
+        t = tl.full(d.shape, -1.0, dtype=tl.float32)
+    return t
+
+
+@triton.jit
+def _bisect(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, hi, bits, widx, npass, ntile,
             HAS_BIAS: tl.constexpr, IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
             NBISECT: tl.constexpr, KR: tl.constexpr):
     """Pass 2a (alpha != 2): NBISECT bisection steps of the shifted threshold in [lo, hi]. The first pass flags the key
@@ -107,18 +133,19 @@ def _bisect(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, L
                                        Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
                 x = z - m0[:, None]
                 if npass == 0:
-                    bits = flag_tile(bits, widx, j, x, live)
+                    bits = flag_tile(bits, widx, j, x, live, lo)
                 pm, on, dd = pow_on(x, mid, r, KR)
                 f += tl.sum(pm, 1)
+                ntile += 1
         npass += 1
         above = f > 1.0  # the root lies above mid
         lo = tl.where(above, mid, lo)
         hi = tl.where(above, hi, mid)
-    return lo, bits, npass
+    return lo, bits, npass, ntile
 
 
 @triton.jit
-def _newton(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, t, sm_rows, bits, widx, npass, TOL,
+def _newton(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, t, sm_rows, bits, widx, npass, ntile, TOL,
             HAS_BIAS: tl.constexpr, IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
             MAXIT: tl.constexpr, KR1: tl.constexpr):
     """Pass 2b: Newton steps from below on f(t) = sum [x - t]_+^r - 1 until the step is float32 noise, or (sparsemax)
@@ -138,11 +165,12 @@ def _newton(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, L
                                        skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
                 x = z - m0[:, None]
                 if npass == 0:
-                    bits = flag_tile(bits, widx, j, x, live)
+                    bits = flag_tile(bits, widx, j, x, live, t)
                 p1, on, dd = pow_on(x, t, r - 1.0, KR1)  # [x - t]_+^(r - 1); its sum is -f'(t) / r
                 f += tl.sum(p1 * dd, 1)
                 df += tl.sum(p1, 1)
                 ks += tl.sum(on.to(tl.float32), 1)
+                ntile += 1
         npass += 1
         f = f - 1.0
         stop = done | (f <= 0.0) | (sm_rows & (ks == k_prev))
@@ -152,11 +180,11 @@ def _newton(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, L
         k_prev = ks
         it += 1
         active = tl.where(it < MAXIT, tl.max((~done).to(tl.int32), 0), 0)
-    return t, bits, npass
+    return t, bits, npass, ntile
 
 
 @triton.jit
-def _output(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, V, v_base, svn, svd, r, c_q, m0, t_live, bits, widx, npass,
+def _output(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, V, v_base, svn, svd, r, c_q, m0, t_live, bits, widx, npass, ntile,
             HAS_BIAS: tl.constexpr, NEED_AUX: tl.constexpr, IEEE: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, KR: tl.constexpr, KQ: tl.constexpr):
     """Pass 3: sum p v / sum p over the key blocks that hold support (and U = sum q v / sum q, q = p^(2 - alpha))."""
@@ -169,6 +197,7 @@ def _output(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, L
             z, k, col_ok = z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn,
                                    skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
             x = z - m0[:, None]
+            ntile += 1
             if tl.max(tl.max(x - t_live[:, None], 1), 0) > 0.0:
                 v = tl.load(V + v_base + (start_n + offs_n)[:, None] * svn + offs_d[None, :] * svd,
                             mask=col_ok[:, None] & d_ok[None, :], other=0.0)
@@ -179,18 +208,18 @@ def _output(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, L
                     qq, on, dd = pow_on(x, t_live, c_q, KQ)
                     lq += tl.sum(qq, 1)
                     acc_u += dot(qq, v, IEEE)
-    return acc / tl.where(l > 0.0, l, 1.0)[:, None], acc_u / tl.where(lq > 0.0, lq, 1.0)[:, None]
+    return acc / tl.where(l > 0.0, l, 1.0)[:, None], acc_u / tl.where(lq > 0.0, lq, 1.0)[:, None], ntile
 
 
 @triton.jit
-def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX,
+def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX, COUNTS,
          sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
          sob, soh, som, sod, sbb, sbh, sbm, sbn, sab, sah, sam, sad,
          H, Lq, Lk, D, scale, TOL,
          HAS_BIAS: tl.constexpr, NEED_AUX: tl.constexpr, IEEE: tl.constexpr,
          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
          NBISECT: tl.constexpr, MAXIT: tl.constexpr, NWORDS: tl.constexpr,
-         KR: tl.constexpr, KR1: tl.constexpr, KQ: tl.constexpr):
+         KR: tl.constexpr, KR1: tl.constexpr, KQ: tl.constexpr, TOP2: tl.constexpr, COUNT: tl.constexpr):
     """One query block of one (batch, head): the row max, the threshold t = tau - max in [-1, -n^(1 - alpha)], the
     output over the key blocks that hold support. A bitmask of 64 * NWORDS key blocks (in registers) skips the blocks
     that never hold support after the first search pass."""
@@ -211,25 +240,32 @@ def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX,
     am1 = alpha - 1.0
     r = 1.0 / am1
     sm_rows = (tl.zeros([BLOCK_M], dtype=tl.float32) + alpha) == 2.0  # sparsemax, row-wise
-    m, n = _row_max_count(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N)
+    m, m2, n = _row_max_count(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N)
     live = row_ok & (m > float("-inf"))
     m0 = tl.where(live, m, 0.0)
-    lo = tl.full([BLOCK_M], -1.0, dtype=tl.float32)
+    if TOP2:
+        lo = tl.where(live, _start(tl.where(live, m2 - m0, float("-inf")), alpha), -1.0)
+    else:
+        lo = tl.full([BLOCK_M], -1.0, dtype=tl.float32)
     hi = -tl.exp2((1.0 - alpha) * tl.log2(tl.maximum(n, 1.0)))
     widx = tl.arange(0, NWORDS)
     bits = tl.zeros([NWORDS], dtype=tl.int64)
     npass = pid_m * 0
+    ntile = pid_m * 0 + tl.cdiv(Lk, BLOCK_N)  # pass 1's
     if alpha != 2.0:
-        lo, bits, npass = _bisect(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, hi, bits, widx, npass, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N, NBISECT, KR)
-    t, bits, npass = _newton(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, sm_rows, bits, widx, npass, TOL, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N, MAXIT, KR1)
+        lo, bits, npass, ntile = _bisect(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, hi, bits, widx, npass, ntile, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N, NBISECT, KR)
+    t, bits, npass, ntile = _newton(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, sm_rows, bits, widx, npass, ntile, TOL, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N, MAXIT, KR1)
     t_live = tl.where(live, t, float("inf"))
-    out, u = _output(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, V, b * svb + h * svh, svn, svd, r, (2.0 - alpha) * r, m0, t_live, bits, widx, npass,
+    out, u, ntile = _output(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, V, b * svb + h * svh, svn, svd, r, (2.0 - alpha) * r, m0, t_live, bits, widx, npass, ntile,
                      HAS_BIAS, NEED_AUX, IEEE, BLOCK_M, BLOCK_N, BLOCK_D, KR, KQ)
     o_mask = row_ok[:, None] & d_ok[None, :]
     tl.store(OUT + b * sob + h * soh + rows[:, None] * som + offs_d[None, :] * sod, out.to(OUT.dtype.element_ty),
              mask=o_mask)
     tl.store(TAU + (pid_bh * Lq + rows) * 2, m0, mask=row_ok)  # the row's shift (its max; 0 where fully masked)
     tl.store(TAU + (pid_bh * Lq + rows) * 2 + 1, t_live, mask=row_ok)  # the threshold past it (+inf: fully masked)
+    if COUNT:  # (passes over the key blocks, key tiles computed) of this program: pass 1, the search, the output
+        tl.store(COUNTS + (pid_bh * tl.num_programs(0) + pid_m) * 2, npass + 2)
+        tl.store(COUNTS + (pid_bh * tl.num_programs(0) + pid_m) * 2 + 1, ntile)
     if NEED_AUX:
         tl.store(AUX + b * sab + h * sah + rows[:, None] * sam + offs_d[None, :] * sad, u, mask=o_mask)
 
@@ -282,12 +318,15 @@ def _launch(num_warps: int | None, num_stages: int | None) -> dict[str, int]:
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None, alpha: torch.Tensor,
             scale: float, *, need_aux: bool = True, fixed_alpha: float | None = None, block_m: int | None = None,
-            block_n: int | None = None, num_warps: int | None = None, num_stages: int | None = None):
+            block_n: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
+            counts: torch.Tensor | None = None):
     """(out, tau, aux): out (B, H, Lq, D) in q's dtype, tau (B, H, Lq, 2) float32 (each row's threshold as the pair
     (shift, t): tau = shift + t, the shift its max of z and t in [-1, 0); kept apart, so that no rounding of their sum
     at a large shift (sparsegen-lin's lam near 1 scales z by 1 / (1 - lam)) reaches the weights; (0, +inf) on fully
     masked rows), aux U (B, H, Lq, D) float32 (None when ``need_aux`` is False). ``fixed_alpha``: every entry of ``alpha``, where the
-    caller knows it without reading the tensor (2.0 or 1.5 compile the powers as products: see :func:`powers`)."""
+    caller knows it without reading the tensor (2.0 or 1.5 compile the powers as products: see :func:`powers`).
+    ``counts``: an int32 tensor (B * H, number of query blocks, 2) that receives each program's passes over the key
+    blocks and key tiles computed (the search's cost, for benchmarks/flash_passes.py)."""
     _check(q, k, v, alpha)
     B, H, Lq, D = q.shape
     Lk = k.shape[2]
@@ -307,12 +346,14 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tenso
         if aux is not None:
             aux.zero_()
         return out, tau, aux
-    _fwd[grid](q, k, v, bt, alpha, out, tau, a,
+    if counts is not None and (counts.dtype != torch.int32 or counts.shape != (B * H, grid[0], 2) or not counts.is_contiguous()):
+        raise ValueError(f"counts must be a contiguous int32 tensor of shape {(B * H, grid[0], 2)}")
+    _fwd[grid](q, k, v, bt, alpha, out, tau, a, tau if counts is None else counts,
                *q.stride(), *k.stride(), *v.stride(), *out.stride(), *bs, *a.stride(),
                H, Lq, Lk, D, float(scale), TOL,
                HAS_BIAS=has_bias, NEED_AUX=need_aux, IEEE=_ieee(q.dtype),
                BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BD, NBISECT=NBISECT, MAXIT=MAXIT, NWORDS=NWORDS,
-               **powers(fixed_alpha), **_launch(num_warps, num_stages))
+               **powers(fixed_alpha), TOP2=TOP2_START, COUNT=counts is not None, **_launch(num_warps, num_stages))
     return out, tau, aux
 
 

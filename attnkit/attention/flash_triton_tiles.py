@@ -44,9 +44,10 @@ def tile_bit(bits, widx, j):
 
 
 @triton.jit
-def flag_tile(bits, widx, j, x, live):
-    """bits with key block j's flag set where some live row has x > -1 there (x = z - row max)."""
-    hit = tl.max(tl.max(tl.where(live[:, None], x, float("-inf")), 1), 0) > -1.0
+def flag_tile(bits, widx, j, x, live, floor):
+    """bits with key block j's flag set where some live row has x > its floor there (x = z - row max; floor: a lower
+    bound of the row's threshold, below every threshold the search will try)."""
+    hit = tl.max(tl.max(tl.where(live[:, None], x - floor[:, None], float("-inf")), 1), 0) > 0.0
     return bits | tl.where(widx == j // 64, hit.to(tl.int64) << (j % 64), 0)
 
 

@@ -210,3 +210,39 @@ def test_rejects_bad_arguments():
         ft.forward(q, k, v, None, torch.tensor([1.5]), 1.0)
     with pytest.raises(ValueError, match="share one dtype"):
         ft.forward(q, k.double(), v, None, torch.tensor([1.5, 1.5]), 1.0)
+
+
+def test_the_search_starts_at_the_root_over_the_two_largest_entries():
+    """Rows whose two largest scores hold the whole support, with more keys within 1 of the max: started at the root
+    over each row's two largest entries (a lower bound of the threshold), sparsemax's search finds the threshold in
+    fewer passes than from -1 (the kernel's own counts); the same map either way, 1.5-entmax's too. The scores are
+    exact: q = the scores, k = the identity."""
+    L = 32
+    i = torch.arange(L)
+    S = torch.zeros(L, L)
+    S[i, i] = 5.0
+    S[i, (i + 1) % L] = 4.5
+    for j, val in enumerate((4.1, 4.12, 4.15, 4.18, 4.2, 4.16)):  # x = -0.9 ... -0.8: above -1, out of the support
+        S[i, (i + 2 + j) % L] = val
+    q = S.expand(1, 2, L, L).contiguous().to(DEVICE)
+    k = torch.eye(L).expand(1, 2, L, L).contiguous().to(DEVICE)
+    v = torch.randn(1, 2, L, L, generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    for a in (2.0, 1.5):
+        alpha = torch.full((2,), a, device=DEVICE)
+        runs = {}
+        for top2 in (False, True):
+            c = torch.zeros(2, 2, 2, dtype=torch.int32, device=DEVICE)
+            old, ft.TOP2_START = ft.TOP2_START, top2
+            try:
+                out, tau, _ = ft.forward(q, k, v, None, alpha, 1.0, fixed_alpha=a, block_m=16, block_n=16, counts=c)
+            finally:
+                ft.TOP2_START = old
+            runs[top2] = (out, tau.sum(-1), c.cpu())
+        torch.testing.assert_close(runs[True][0], runs[False][0], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(runs[True][1], runs[False][1], rtol=1e-5, atol=1e-5)
+        passes = {top2: r[2][..., 0] for top2, r in runs.items()}
+        if a == 2.0:
+            assert (passes[True] < passes[False]).all(), passes
+            assert torch.allclose(runs[True][1], torch.full((1, 2, L), 5.0 - 0.75, device=DEVICE))  # (5 + 4.5 - 1) / 2
+    with pytest.raises(ValueError, match="counts must be a contiguous int32 tensor of shape"):
+        ft.forward(q, k, v, None, alpha, 1.0, counts=torch.zeros(2, 2, dtype=torch.int32, device=DEVICE))

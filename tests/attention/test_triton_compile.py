@@ -125,12 +125,13 @@ out = {"triton": triton.__version__, "results": {}}
 for fixed in json.loads(sys.argv[1]):
     pw = ft.powers(fixed)
     base = dict(HAS_BIAS=True, IEEE=False, BLOCK_M=64, BLOCK_N=64, BLOCK_D=64)
-    for fn, consts in ((ft._fwd, dict(base, NEED_AUX=True, NBISECT=ft.NBISECT, MAXIT=ft.MAXIT, NWORDS=ft.NWORDS, **pw)),
+    for fn, consts in ((ft._fwd, dict(base, NEED_AUX=True, NBISECT=ft.NBISECT, MAXIT=ft.MAXIT, NWORDS=ft.NWORDS, **pw,
+                                      TOP2=fixed is not None, COUNT=fixed == 2.0)),
                        (fb.bwd_kv, dict(base, KR=pw["KR"], KQ=pw["KQ"])),
                        (fb.bwd_q, dict(base, NEED_DALPHA=True, KQ=pw["KQ"]))):
         params = list(inspect.signature(fn.fn).parameters)
-        sig = {p: "constexpr" if p in consts else "*bf16" if p in INPUT else "*fp32" if p in F32P else "fp32" if p in F32 else "i32"
-               for p in params}
+        sig = {p: "constexpr" if p in consts else "*bf16" if p in INPUT else "*fp32" if p in F32P else "fp32" if p in F32
+               else "*i32" if p == "COUNTS" else "i32" for p in params}
         try:
             k = triton.compile(ASTSource(fn, sig, {(params.index(p),): v for p, v in consts.items()}),
                                target=GPUTarget("cuda", 90, 32))
