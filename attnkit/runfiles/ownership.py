@@ -234,10 +234,33 @@ def check_suffix(path: str | os.PathLike, suffixes: tuple[str, ...], what: str) 
     return path
 
 
+def own_file_of(path: str | os.PathLike) -> tuple[str, Path] | None:
+    """("run" or "sweep", its folder) where the existing file at ``path`` (links followed) is one of the files a run or
+    a sweep keeps of itself (RUN_FILES and the run's record; SWEEP_FILES), which no command's output replaces; else None."""
+    real = Path(path).resolve()
+    if real.name in SWEEP_FILES and is_sweep_folder(real.parent):
+        return "sweep", real.parent
+    if (real.name in RUN_FILES or real.name == RUN_RECORD) and (real.parent / RUN_RECORD).is_file():
+        return "run", real.parent
+    return None
+
+
+def _own_file_line(path: Path, what: str) -> str:
+    """The refusal of ``what`` (an option and its path, or a side file's description) at an own file of a run or sweep."""
+    kind, folder = own_file_of(path)
+    real = path.resolve()
+    via = f" (a link to {real})" if path.is_symlink() else ""
+    return (f"{what}{via} is one of the files the {kind} {folder} keeps of itself ({real.name}): no command's output "
+            "replaces it; name another file")
+
+
 def check_side_file(path: str | os.PathLike, made_by: str) -> Path:
     """A file a command writes beside the one the user named (``made_by`` says which, e.g. "the JSON beside --output
-    x.png"): refused if it exists and attnkit did not write it, so that no file of the user's is replaced."""
+    x.png"): refused if it exists and attnkit did not write it, so that no file of the user's is replaced, and if it is
+    one of the files a run or a sweep keeps of itself (its metrics, settings, figures: :func:`own_file_of`)."""
     path = Path(path)
+    if path.exists() and own_file_of(path) is not None:
+        raise UserError(_own_file_line(path, f"{made_by} would replace {path}, which"))
     if path.exists() and not written_by_attnkit(path):
         raise UserError(f"{path} exists and was not written by attnkit: {made_by} would replace it; move it, or name "
                         "other files")
@@ -266,19 +289,14 @@ def check_output_file(path: str | os.PathLike, option: str, protect: dict[str, s
     parent = next((p for p in path.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         raise UserError(f"{option} {path}: {parent} is a file, not a folder")
-    if path.exists() and path.name in SWEEP_FILES and is_sweep_folder(path.resolve().parent):
-        raise UserError(f"{option} {path} is one of the files the sweep {path.resolve().parent} keeps of itself "
-                        f"({path.name}): no command's output replaces it; name another file")
+    if path.exists() and own_file_of(path) is not None:  # a run's or a sweep's own file, links followed
+        raise UserError(_own_file_line(path, f"{option} {path}"))
     if path.exists() and (path.name in RUN_FILES or path.name == RUN_RECORD or not written_by_attnkit(path)):
         real = path.resolve()
         run = next((q for q in real.parents if (q / RUN_RECORD).is_file()), None)  # any attnkit run, not only the model's
         places = {**(protect or {}), "the attnkit run": run}
-        own = path.name in RUN_FILES or path.name == RUN_RECORD
         for what, folder in places.items():
             if folder is not None and Path(folder).exists() and real.is_relative_to(Path(folder).resolve()):
-                if own and run is not None and real.parent == run:  # curves.png, metrics.json, ...: the run's record
-                    raise UserError(f"{option} {path} is one of the files the run {run} keeps of itself ({path.name}): "
-                                    "no command's output replaces it; name another file")
                 raise UserError(f"{option} {path} is a file of {what} {folder} that attnkit did not write as an output: "
                                 "it would be replaced; name another file")
     return path

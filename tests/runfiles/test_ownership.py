@@ -149,3 +149,37 @@ def test_a_command_writing_into_a_run_folder_holds_its_lock_or_refuses(finished,
         commands.write_json_atomic = saved
     assert seen == [2] and "another attnkit process is writing" in capsys.readouterr().err
     assert (out / "model" / "eval_csv_validation.json").is_file() and not list(out.glob(".replaced-*"))
+
+
+def test_a_runs_or_sweeps_own_file_is_never_replaced_through_a_link_or_beside_another_output(tmp_path):
+    """A symlink to a sweep's sweep.json named as an output replaced the sweep's record (sweep 2026-11-28o E);
+    faithfulness's curves beside --output swe/sweep_attention.json or r1/curves.json replaced the sweep's or run's
+    figure (G); a side file that is a run's own metrics.json was called "not written by attnkit" (F). Every such
+    path is refused, naming the run or sweep it belongs to."""
+    from attnkit.runfiles.names import RUN_RECORD
+    from attnkit.runfiles.ownership import check_output_file, check_side_file, own_file_of
+
+    run, sweep = tmp_path / "r1", tmp_path / "sw"
+    run.mkdir()
+    (run / RUN_RECORD).write_text(json.dumps({"written_by": "attnkit train"}))
+    (run / "metrics.json").write_text(json.dumps({"written_by": "attnkit train", "accuracy": 0.5}))
+    (run / "curves.png").write_bytes(b"png")
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text(json.dumps([{"seed": 1, "run_dir": str(run), "lam": 0.5}]))
+    (sweep / "sweep_attention.png").write_bytes(b"png")
+    link = tmp_path / "lg.json"
+    link.symlink_to(sweep / "sweep.json")
+    assert own_file_of(link) == ("sweep", sweep.resolve()) and own_file_of(run / "curves.png") == ("run", run.resolve())
+    assert own_file_of(tmp_path / "lg.json") is not None and own_file_of(run / RUN_RECORD) == ("run", run.resolve())
+    with pytest.raises(UserError, match=rf"^--output {link} \(a link to {sweep.resolve() / 'sweep.json'}\) is one of the "
+                                        rf"files the sweep {sweep.resolve()} keeps of itself \(sweep.json\)"):
+        check_output_file(link, "--output")
+    for side, owner in ((sweep / "sweep_attention.png", f"sweep {sweep.resolve()}"), (run / "curves.png", f"run {run.resolve()}"),
+                        (run / "metrics.json", f"run {run.resolve()}")):
+        with pytest.raises(UserError, match=rf"^the curves beside --output x would replace {side}, which is one of the "
+                                            rf"files the {owner} keeps of itself \({side.name}\): no command's output"):
+            check_side_file(side, "the curves beside --output x")
+    assert (sweep / "sweep.json").read_text().startswith("[") and (run / "curves.png").read_bytes() == b"png"
+    # a file of the same name elsewhere, or attnkit's own earlier output, is still an output's to replace
+    (tmp_path / "curves.png").write_bytes(b"x")
+    assert own_file_of(tmp_path / "curves.png") is None
