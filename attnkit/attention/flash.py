@@ -144,6 +144,18 @@ def _check_lam(lam) -> float:
     return lam_f
 
 
+#: the least alpha flash attention takes (but 1, softmax, which it does not): p = [z - tau]_+^(1 / (alpha - 1)) with
+#: z - tau near 1 magnifies float32's rounding (6e-8) by 1 / (alpha - 1), 6e-5 here (at 1.000001 the rebuilt rows
+#: summed to 1 +- 0.03: sweep 2026-11-28o A2); models take the materialised map below it
+ALPHA_MIN = 1.001
+
+
+def _near_one(a: float) -> str:
+    return (f"alpha={a!r}: flash attention takes alpha from {ALPHA_MIN} (its float32 thresholds cannot hold the map so "
+            f"near softmax: the power 1 / (alpha - 1) magnifies their rounding past 1e-4); use alpha 1 (softmax, "
+            f"torch's scaled_dot_product_attention) or attnkit.entmax_bisect on the materialised scores")
+
+
 def _check_alpha(alpha, H: int, device, dtype) -> torch.Tensor:
     """alpha as a tensor (H,) in the compute dtype (float64 for float64 inputs, else float32); a tensor keeps its
     graph (its gradient flows back)."""
@@ -163,12 +175,16 @@ def _check_alpha(alpha, H: int, device, dtype) -> torch.Tensor:
             if not bool(((a > 1) & (a <= 2)).all()):
                 raise _err(f"alpha must lie in (1, 2] for every head (1 is softmax, which is not sparse; above 2 the "
                            f"threshold's Newton steps are not guaranteed), got {a.tolist()}")
+            if bool((a < ALPHA_MIN).any()):
+                raise _err(_near_one(a.min().item()))
         return alpha.to(dtype)
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
         raise _err(f"alpha must be a float in (1, 2] or a tensor (H,) of one per head, got {alpha!r}")
     a = float(alpha)
     if not (math.isfinite(a) and 1 < a <= 2):
         raise _err(f"alpha must be a float in (1, 2] (1.5: 1.5-entmax, 2: sparsemax; 1 is softmax, not sparse), got alpha={alpha!r}")
+    if a < ALPHA_MIN:
+        raise _err(_near_one(a))
     return torch.full((H,), a, dtype=dtype, device=device)
 
 

@@ -199,6 +199,12 @@ def _p_from_tau(s: torch.Tensor, tau: torch.Tensor, kind: str, a_rows) -> torch.
     return s.mul_(d).sub_(shift).sub_(t).clamp_(min=0).pow_(1 / d)
 
 
+def _normalised(p: torch.Tensor) -> torch.Tensor:
+    """p with each row divided by its sum, in place (rows of zeros, fully masked ones, stay zeros)."""
+    tot = p.sum(-1, keepdim=True)
+    return p.div_(torch.where(tot > 0, tot, torch.ones_like(tot)))
+
+
 def _map_backward(p: torch.Tensor, g: torch.Tensor, kind: str, a_rows, need_alpha: bool):
     """(dS, dalpha per row or None) of the block: the closed-form backward of the map (kernels where built)."""
     if need_alpha:
@@ -316,6 +322,8 @@ def backward(q, k, v, bias, alpha, scale, out, tau, aux, grad_out, need_alpha_gr
         s = _scores(q3, k3, bias, H, blk, scale, dtype)
         a_rows = _alpha_rows(alpha, blk, s.shape, dtype) if (kind == "alpha" or need_alpha_grad) else None
         p = _p_from_tau(s, _bh(tau3, H, b0, b1, h0, h1)[:, i0:i1], kind, a_rows)
+        if kind == "alpha":  # the forward's p (by bisection, normalised); rebuilt from tau its sum drifts near alpha 1
+            p = _normalised(p)
         kb, vb = _bh(k3, H, b0, b1, h0, h1), _bh(v3, H, b0, b1, h0, h1)
         qb, dob = _bh(q3, H, b0, b1, h0, h1)[:, i0:i1], _bh(do3, H, b0, b1, h0, h1)[:, i0:i1]
         drop = _drop_scale(dropout, blk, H, Lq, Lk, q.device)  # the forward's mask, drawn again
@@ -349,7 +357,8 @@ def weights(q, k, bias, alpha, scale, tau):
         b0, b1, h0, h1, kind, i0, i1 = blk
         s = _scores(q3, k3, bias, H, blk, scale, dtype)
         a_rows = _alpha_rows(alpha, blk, s.shape, dtype) if kind == "alpha" else None
-        _bh(p_all, H, b0, b1, h0, h1)[:, i0:i1] = _p_from_tau(s, _bh(tau3, H, b0, b1, h0, h1)[:, i0:i1], kind, a_rows)
+        p = _p_from_tau(s, _bh(tau3, H, b0, b1, h0, h1)[:, i0:i1], kind, a_rows)
+        _bh(p_all, H, b0, b1, h0, h1)[:, i0:i1] = _normalised(p)  # each row sums to 1, as the forward's output's
 
     _run_parts(B, H, Lq, Lk, D, alpha, q.device, work)
     return p_all.view(B, H, Lq, Lk).to(q.dtype)

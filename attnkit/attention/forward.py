@@ -164,6 +164,8 @@ def _fast_call(spec: AttentionSpec, module, query, attention_mask, dropout, soft
         if spec.alpha_mix != 1.0 and spec.alpha_mix <= 0:
             return None  # a warm-up at its start: softmax
         name, options = "entmax-alpha", {"alpha": value.reshape(-1) if isinstance(value, torch.Tensor) else float(value)}
+        if _near_softmax_alpha(options["alpha"]):  # flash's float32 thresholds cannot hold alpha so near 1 (1.001)
+            return None  # (a warm-up's first steps): the materialised map, normalised by its row sums
         if _softmax_alpha(options["alpha"]):  # alpha 1 is softmax (a sweep's or a warm-up's end point): not flash's
             # map. One alpha: torch's SDPA; a head at 1 among per-head alphas: the materialised map (each head its own)
             per_head = isinstance(options["alpha"], torch.Tensor)
@@ -178,6 +180,14 @@ def _fast_call(spec: AttentionSpec, module, query, attention_mask, dropout, soft
         return _context_blur(spec, out, v, mask), None
 
     return call
+
+
+def _near_softmax_alpha(alpha) -> bool:
+    """Whether some head's alpha lies in (1, flash.ALPHA_MIN) (a tensor is read on the CPU only)."""
+    if isinstance(alpha, torch.Tensor):
+        a = alpha.detach()
+        return alpha.device.type == "cpu" and bool(((a > 1) & (a < flash.ALPHA_MIN)).any())
+    return 1 < alpha < flash.ALPHA_MIN
 
 
 def _softmax_alpha(alpha) -> bool:

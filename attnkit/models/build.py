@@ -46,6 +46,10 @@ def check_spec_type(spec) -> None:
         raise TypeError(f"spec takes an AttentionSpec (or None for softmax), got {type(spec).__name__} {spec!r}{hint}")
 
 
+#: the problem types transformers' sequence classifiers compute a loss for
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+
+
 def build_classifier(
     model: str | os.PathLike | None = DEFAULT_MODEL,
     num_labels: int = 2,
@@ -78,9 +82,14 @@ def build_classifier(
     if label_names:
         if len(label_names) != num_labels:
             raise UserError(f"{len(label_names)} label names given for {num_labels} labels")
+        twice = next((n for i, n in enumerate(label_names) if n in label_names[:i]), None)
+        if twice is not None:
+            raise UserError(f"label_names holds {twice!r} twice: each class needs its own name")
         kwargs["id2label"] = dict(enumerate(label_names))
         kwargs["label2id"] = {n: i for i, n in enumerate(label_names)}
     if problem_type:
+        if problem_type not in PROBLEM_TYPES:
+            raise UserError(f"problem_type {problem_type!r}: expected one of {', '.join(PROBLEM_TYPES)}")
         kwargs["problem_type"] = problem_type
     base = _base_config(path, **kwargs)
     if base.model_type == MINI_MODEL_TYPE:  # MiniBERT: a model type of its own already (unknown to plain transformers)

@@ -44,6 +44,9 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> str:
         raise TypeError(f"a model is named by a folder (str or path) or a hub name, got {type(name_or_path).__name__} "
                         f"{name_or_path!r}")
     s = str(name_or_path)
+    if not s.strip():
+        raise FileNotFoundError("an empty model name: give a checkpoint folder, a hub name like 'bert-base-uncased', or "
+                                "'minilm' for the bundled model")
     p = Path(s).expanduser()
     if p.exists():
         if not p.is_dir():
@@ -69,7 +72,9 @@ def _check_hub_name(name: str) -> None:
     except Exception:  # not a valid repo id: let transformers say so
         return
     if constants.HF_HUB_OFFLINE:
-        return  # transformers fails fast offline, with a message we wrap naming the model
+        raise FileNotFoundError(f"model {name!r} is not a local folder and is not in the Hugging Face cache, and "
+                                "HF_HUB_OFFLINE is set (no download): pass a checkpoint folder, or 'minilm' for the "
+                                "bundled model")
     url = urlparse(constants.ENDPOINT)
     try:
         socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=5).close()

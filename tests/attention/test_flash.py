@@ -333,6 +333,17 @@ def test_lam_near_one_keeps_the_weights_a_distribution(lam, backend, gen):
     assert (dv - ref.transpose(-1, -2) @ g).abs().max().item() < 1e-4
 
 
+@pytest.mark.parametrize("alpha", [1.001, 1.01])
+def test_alpha_near_one_weights_are_a_distribution(alpha, gen):
+    """entmax-alpha near softmax: the weights rebuilt from the thresholds are divided by their row sums (at alpha
+    1.000001, now refused, they summed to 1 +- 0.03: sweep 2026-11-28o A2), and match the float64 map."""
+    q, k, v = (torch.randn(1, 2, 7, 8, generator=gen) for _ in range(3))
+    w = attention_weights(q, k, v, attention="entmax-alpha", alpha=alpha, scale=1.0)
+    ref = entmax_bisect((q.double() @ k.double().transpose(-1, -2)), alpha=alpha, dim=-1, n_iter=200)
+    assert (w.sum(-1) - 1).abs().max().item() < 1e-6
+    assert (w.double() - ref).abs().max().item() < 1e-4
+
+
 def test_noncontiguous_inputs_as_models_make_them(gen):
     B, L, H, D = 2, 23, 3, 16
     x = torch.randn(B, L, 3 * H * D, generator=gen, dtype=F64)
@@ -440,6 +451,9 @@ def _one_line(excinfo, *needles):
     (lambda q, k, v: sparse_attention(q, k, v, attention="entmax-alpha", alpha=0.5), ("alpha", "(1, 2]")),
     (lambda q, k, v: sparse_attention(q, k, v, attention="entmax-alpha", alpha=2.5), ("alpha", "(1, 2]")),
     (lambda q, k, v: sparse_attention(q, k, v, attention="entmax-alpha"), ("alpha", "required")),
+    (lambda q, k, v: sparse_attention(q, k, v, attention="entmax-alpha", alpha=1.000001), ("alpha=1.000001", "from 1.001")),
+    (lambda q, k, v: sparse_attention(q, k, v, attention="entmax-alpha", alpha=torch.tensor([1.5, 1.0005, 1.5], dtype=F64)),
+     ("alpha=1.0005", "from 1.001", "entmax_bisect")),
     (lambda q, k, v: sparse_attention(q, k, v, attention="entmax-alpha", alpha=torch.ones(3, dtype=F64)), ("alpha", "(1, 2]")),
     (lambda q, k, v: sparse_attention(q, k, v, attention="entmax-alpha", alpha=torch.full((5,), 1.5)), ("alpha", "(H,)", "(5,)")),
     (lambda q, k, v: sparse_attention(q, k, v, attention="sparsemax", alpha=1.5), ("alpha", "only for")),

@@ -142,3 +142,15 @@ def test_auto_leaves_float32_on_a_gpu_to_the_materialised_path():
     assert flash_pays("auto", "cuda", torch.float16) and not flash_pays("auto", "cuda", torch.float32)
     assert flash_pays("flash", "cuda", torch.float32)
     assert not any(flash_pays("materialised", d, t) for d in ("cpu", "cuda") for t in (torch.float32, torch.bfloat16))
+
+
+def test_alpha_near_one_takes_the_materialised_map(flash_calls, monkeypatch):
+    """alpha in (1, 1.001) (a warm-up's first steps, or --alpha 1.0005) is past what flash's float32 thresholds hold:
+    the model takes the materialised map (entmax by bisection, rows summing to 1), never a refusal mid-training."""
+    model = tiny(AttentionSpec("entmax-alpha", alpha=1.0005))
+    logits, _ = run(model, "auto", monkeypatch)
+    assert flash_calls == [] and torch.isfinite(logits).all()
+    ids, mask = batch()
+    with torch.no_grad():
+        att = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+    assert all((a.sum(-1)[mask.bool()[:, None, :].expand(-1, a.shape[1], -1)] - 1).abs().max() < 1e-6 for a in att)

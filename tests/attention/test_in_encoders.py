@@ -226,11 +226,21 @@ def test_exact_on_real_minilm_scores(lam):
 
 
 def test_hub_names_go_to_transformers(monkeypatch):
-    """A hub name is passed to transformers untouched; offline it fails with transformers' own message."""
+    """A hub name is passed to transformers untouched; offline, one not in the cache fails at once, naming it."""
+    import socket
+
+    from huggingface_hub import constants
+
     from attnkit.models.resolve import resolve_model
 
+    class Reachable:  # the hub answers (this machine has no network)
+        def close(self):
+            pass
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: Reachable())
     assert resolve_model("bert-base-uncased") == "bert-base-uncased"
     assert resolve_model("FacebookAI/roberta-base") == "FacebookAI/roberta-base"
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(OSError, match="attnkit-test/does-not-exist"):
         build_classifier("attnkit-test/does-not-exist", 2)

@@ -198,6 +198,32 @@ def test_the_api_names_a_wrong_argument_in_one_line(tiny_bert):
     assert model.config.num_labels == 3 and model.classifier.out_features == 3
 
 
+def test_label_names_problem_type_and_model_names_the_api_cannot_use(tiny_bert, tmp_path, monkeypatch):
+    """`build_classifier(label_names=["pos", "pos"])` kept {'pos': 1} and `problem_type="foo"` gave a loss of None
+    without a word; `load_classifier("")` read the current folder; a missing name offline showed transformers'
+    two-line hub text (sweep 2026-11-28o I, J): each refused in one line naming what it takes."""
+    from huggingface_hub import constants
+
+    from attnkit.errors import UserError
+    from attnkit.models.build import build_classifier
+    from attnkit.models.checkpoint import load_classifier
+
+    with pytest.raises(UserError, match=r"^label_names holds 'pos' twice: each class needs its own name$"):
+        build_classifier(str(tiny_bert), num_labels=2, label_names=["pos", "pos"])
+    with pytest.raises(UserError, match=r"^problem_type 'foo': expected one of regression, single_label_classification, "
+                                        r"multi_label_classification$"):
+        build_classifier(str(tiny_bert), num_labels=2, problem_type="foo")
+    model = build_classifier(str(tiny_bert), num_labels=2, label_names=["neg", "pos"], problem_type="single_label_classification")
+    assert model.config.label2id == {"neg": 0, "pos": 1}
+    with pytest.raises(FileNotFoundError, match="^an empty model name"):
+        load_classifier("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(FileNotFoundError, match=r"^model 'nosuchdir' is not a local folder and is not in the Hugging Face "
+                                                r"cache, and HF_HUB_OFFLINE is set"):
+        build_classifier("nosuchdir", num_labels=2)
+
+
 def test_a_run_folder_loads_as_its_model(tiny_bert, tmp_path):
     """`load_classifier('run')` and `load_tokenizer('run')` on a finished run folder said it had no config.json, while
     every command reads it (sweep 2026-11-27k K2): the run's model/ is loaded, as the command line does."""
