@@ -282,6 +282,13 @@ def environment(gpu: bool) -> dict:
     return env
 
 
+def write_result(out: Path, body: str, record: dict) -> None:
+    """A benchmark's markdown at ``out`` and its record (environment, command, rows) as JSON beside it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(body)
+    out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpu", action="store_true", help="the GPU section (CUDA only) instead of the CPU one")
@@ -314,9 +321,7 @@ def main(argv=None) -> int:
                 f"Environment: `{json.dumps(env)}`\n\nfloat32, {args.threads} torch threads; median of {args.rounds} rounds "
                 f"(at least 3, halved at L >= 2048), variants interleaved; peak extra resident memory of one fwd+bwd in a "
                 f"fresh process per cell.\n\n## Targets\n\n" + cpu_verdict(rows) + "\n## Table\n\n" + cpu_table(rows))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(body)
-    out.with_suffix(".json").write_text(json.dumps({"environment": env, "command": command, "rows": rows}, indent=2) + "\n")
+    write_result(out, body, {"environment": env, "command": command, "rows": rows})
     print(body)
     return 0
 

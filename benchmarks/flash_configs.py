@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.flash import environment, inputs
+from benchmarks.flash import environment, inputs, write_result
 
 #: (block_m, block_n, num_warps, num_stages); None: flash_triton's default
 FWD_CONFIGS = ((None, None, None, None), (64, 64, 8, None), (128, 64, 4, None), (128, 64, 8, None), (64, 32, 4, None),
@@ -121,16 +121,14 @@ def main(argv=None) -> int:
     command = "python -m benchmarks.flash_configs " + " ".join(sys.argv[1:] if argv is None else argv)
     env = environment(True)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for L in args.lengths:  # the files rewritten after each length: a run cut short keeps what it measured
         rows += bench(L, args.rounds)
         body = (f"# Flash Triton kernels: launch settings and compiled powers\n\nCommand: `{command}`\n\nEnvironment: "
                 f"`{json.dumps(env)}`\n\nbf16, H 16, D 64, B x L = 16384 tokens; median of {args.rounds} CUDA-event "
                 f"rounds. SDPA's backward is its fwd+bwd minus its forward.\n\n" + table(rows))
-        out.write_text(body)
         date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        out.with_suffix(".json").write_text(json.dumps({"environment": env, "command": command, "date": date, "rows": rows}, indent=2) + "\n")
+        write_result(out, body, {"environment": env, "command": command, "date": date, "rows": rows})
     print(body)
     return 0
 

@@ -27,6 +27,7 @@ import torch  # noqa: E402
 
 from attnkit.attention import flash_triton as ft  # noqa: E402
 from attnkit.runfiles.provenance import provenance  # noqa: E402
+from benchmarks.flash import write_result  # noqa: E402
 from benchmarks.support import record_scores  # noqa: E402
 
 MAPS = {"sparsemax": 2.0, "1.5-entmax": 1.5}
@@ -100,10 +101,7 @@ def main(argv=None) -> int:
     body = (f"# Flash forward: passes and tiles of the threshold search\n\nCommand: `{command}`\n\nEnvironment: "
             f"`{json.dumps(env)}`\n\nCounts from the kernel itself (Triton's interpreter, tiles {BLOCK} x {BLOCK}): the "
             "same on a GPU. A pass reads every key block still flagged; the output pass is counted.\n\n" + table(rows))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(body)
-    out.with_suffix(".json").write_text(json.dumps({"environment": env, "command": command, "rows": rows}, indent=2) + "\n")
+    write_result(Path(args.out), body, {"environment": env, "command": command, "rows": rows})
     print(body)
     return 0
 
