@@ -111,8 +111,10 @@ class AttentionSpec:
         if self.alpha_mix != 1.0 and norm.anneal != "alpha":
             raise UserError(f"alpha_mix={self.alpha_mix:g}: only the entmax maps have a softmax-to-sparse mix (the attention is {name})")
         if self.blur == "none" and (self.blur_size, self.blur_sigma) != (AttentionSpec.blur_size, AttentionSpec.blur_sigma):
-            raise UserError(f"blur_size={self.blur_size}, blur_sigma={self.blur_sigma:g}: they shape a blur, and there is none "
-                            "(add blur='context' or blur='value')")
+            given = [f"{k}={v:g}" for k, v in (("blur_size", self.blur_size), ("blur_sigma", self.blur_sigma))
+                     if v != getattr(AttentionSpec, k)]  # the ones given (their defaults are no choice)
+            raise UserError(f"{', '.join(given)}: {'they shape' if len(given) > 1 else 'it shapes'} a blur, and there is "
+                            "none (add blur='context' or blur='value')")
 
     @property
     def normaliser(self) -> Normaliser:

@@ -81,6 +81,22 @@ def say_single_texts(d: Path, done: str) -> None:
               file=sys.stderr)
 
 
+#: a task file's first line, as attnkit's csv/tsv tasks and GLUE's files write it (tabs read as commas)
+DATA_HEADERS = ("text,label", "label,text", "sentence,label", "sentence1,sentence2,label", "index,sentence,label")
+
+
+def say_if_data_file(path: str, first_line: str) -> None:
+    """One line on stderr where ``predict --file`` (one text per line, whole) is given what looks like a task's data
+    file (a .csv/.tsv/.jsonl name, or a header line): its header and its labels are read as texts."""
+    head = first_line.strip().lower().replace("\t", ",")
+    suffix = Path(path).suffix.lower()
+    if head in DATA_HEADERS or suffix in (".csv", ".tsv", ".jsonl"):
+        why = f"its first line {first_line.strip()!r} is a data file's header" if head in DATA_HEADERS else f"it is a {suffix} file"
+        print(f"attnkit: warning: --file {path} is read one text per line, each line whole, and {why}: a header or a "
+              f"label column is labelled as text; to label a split of a task: --task {'tsv' if suffix == '.tsv' else 'csv'} "
+              f"--data-dir {Path(path).parent} --split validation", file=sys.stderr)
+
+
 def cmd_evaluate(a) -> int:
     if a.plot:
         figure_path(a.plot, f"--plot {a.plot}: the HANS chart")  # before the model loads
@@ -289,7 +305,9 @@ def cmd_predict(a) -> int:
         raise UserError("--question/--context are for question-answering models; this one is a classifier")
     texts = list(a.texts)
     if a.file:
-        texts += read_text_file(a.file)
+        lines = read_text_file(a.file)
+        say_if_data_file(a.file, lines[0] if lines else "")
+        texts += lines
     if not texts:
         raise UserError(f"nothing to predict: --file {a.file} holds no text (it is empty, or only blank lines); give it one "
                         "text per line" if a.file else "nothing to predict: give texts as arguments or --file with one text per line")

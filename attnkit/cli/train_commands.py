@@ -72,7 +72,7 @@ def cmd_train(a) -> int:
         if name.startswith(("test", "validation_")) and isinstance(metrics[name], dict):
             print(f"[attnkit] {name} {main_metric} {metrics[name][main_metric]:.4f}")
     print(f"[attnkit] model {'in' if metrics.get('already_complete') else 'written to'} {out / MODEL_DIR}")
-    print(f"[attnkit] metrics written to {out / METRICS_FILE}")
+    print(f"[attnkit] metrics {'in' if metrics.get('already_complete') else 'written to'} {out / METRICS_FILE}")
     if (out / "curves.png").is_file():
         print(f"[attnkit] training curves (loss, dev metric per epoch) in {out / 'curves.png'}")
     if not a.no_heatmap and not qa:  # a QA window is ~max-length tokens: too long to read as a heatmap

@@ -79,6 +79,11 @@ def build_classifier(
     path = resolve_model(model)
     check_model_folder(path, weights=not from_scratch)
     kwargs = {"num_labels": int(num_labels)}
+    if label_names is not None and (not isinstance(label_names, (list, tuple))
+                                    or not all(isinstance(n, str) for n in label_names)):
+        got = (f"a {type(label_names).__name__}" if not isinstance(label_names, (list, tuple))
+               else ", ".join(f"{n!r} ({type(n).__name__})" for n in label_names if not isinstance(n, str)))
+        raise UserError(f"label_names must be a list of strings, one per class in class order; got {got}")
     if label_names:
         if len(label_names) != num_labels:
             raise UserError(f"{len(label_names)} label names given for {num_labels} labels")

@@ -19,6 +19,7 @@ from attnkit.runfiles.json_files import read_json
 from attnkit.runfiles.names import (
     FIGURE_CREATOR,
     FOLDER_MANIFEST,
+    LOCK_FILE,
     MODEL_DIR,
     OUTPUT_LEDGER,
     REPLACED_PREFIX,
@@ -234,6 +235,19 @@ def check_suffix(path: str | os.PathLike, suffixes: tuple[str, ...], what: str) 
     return path
 
 
+#: attnkit's bookkeeping files in a folder, by name: never a command's output, wherever it is aimed
+BOOKKEEPING = {OUTPUT_LEDGER: "ledger of the outputs in a folder", RUN_RECORD: "record of a run",
+               FOLDER_MANIFEST: "list of a model folder's files", LOCK_FILE: "lock on a run folder"}
+
+
+def check_not_bookkeeping(path: Path, what: str) -> None:
+    """Refuse ``what`` (an option and its path, or a side file's description) named as one of attnkit's bookkeeping
+    files (:data:`BOOKKEEPING`): it would replace the folder's record, or be replaced by it without a word."""
+    hit = next((n for n in BOOKKEEPING if n.lower() == path.name.lower()), None)
+    if hit is not None:
+        raise UserError(f"{what}: {path.name} is the name of attnkit's {BOOKKEEPING[hit]}; name another file")
+
+
 def own_file_of(path: str | os.PathLike) -> tuple[str, Path] | None:
     """("run" or "sweep", its folder) where the existing file at ``path`` (links followed) is one of the files a run or
     a sweep keeps of itself (RUN_FILES and the run's record; SWEEP_FILES), which no command's output replaces; else None."""
@@ -259,6 +273,7 @@ def check_side_file(path: str | os.PathLike, made_by: str) -> Path:
     x.png"): refused if it exists and attnkit did not write it, so that no file of the user's is replaced, and if it is
     one of the files a run or a sweep keeps of itself (its metrics, settings, figures: :func:`own_file_of`)."""
     path = Path(path)
+    check_not_bookkeeping(path, f"{made_by} would be {path}")
     if path.exists() and own_file_of(path) is not None:
         raise UserError(_own_file_line(path, f"{made_by} would replace {path}, which"))
     if path.exists() and not written_by_attnkit(path):
@@ -289,6 +304,7 @@ def check_output_file(path: str | os.PathLike, option: str, protect: dict[str, s
     parent = next((p for p in path.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         raise UserError(f"{option} {path}: {parent} is a file, not a folder")
+    check_not_bookkeeping(path, f"{option} {path}")
     if path.exists() and own_file_of(path) is not None:  # a run's or a sweep's own file, links followed
         raise UserError(_own_file_line(path, f"{option} {path}"))
     if path.exists() and (path.name in RUN_FILES or path.name == RUN_RECORD or not written_by_attnkit(path)):

@@ -65,9 +65,10 @@ def check_kind(cfg, out: Path) -> None:
     made_by, now = (str(rec.get(WRITTEN_BY)) if rec is not None else None), command_of(cfg)
     if made_by not in _KINDS or made_by == now:
         return
+    build_on = "" if now == "attnkit pretrain" else f" (to build on its model, name it with --model {out})"  # pretrain has no --model
     raise UserError(
         f"--output-dir {out} holds {describe_run(out)}, not a run of `{now}`: nothing was changed; pick another "
-        f"--output-dir (to build on its model, name it with --model {out}), or add --no-resume to move that run aside "
+        f"--output-dir{build_on}, or add --no-resume to move that run aside "
         f"(into {out}/{REPLACED_PREFIX}<date>/) and start afresh there"
     )
 

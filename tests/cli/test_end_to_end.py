@@ -102,6 +102,17 @@ def test_predict_arguments_and_file(trained, capsys, tmp_path):
         assert set(r["probabilities"]) == {"negative", "positive"}
         assert sum(r["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
         assert r["label"] == max(r["probabilities"], key=r["probabilities"].get)
+    assert "warning" not in capsys.readouterr().err
+    # a task's data file given as --file: each line is still one text, and one line on stderr says what was read
+    # (its header and labels were labelled as texts without a word: sweep 2026-11-28p M)
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "dev.csv").write_text("text,label\na great fun movie,1\n")
+    assert main(["predict", "--model", str(out), "--file", str(d / "dev.csv")]) == 0
+    captured = capsys.readouterr()
+    assert [json.loads(l)["text"] for l in captured.out.splitlines()] == ["text,label", "a great fun movie,1"]
+    assert captured.err.count("\n") == 1 and "its first line 'text,label' is a data file's header" in captured.err
+    assert f"--task csv --data-dir {d} --split validation" in captured.err
 
 
 @pytest.mark.parametrize("ext", ["png", "svg"])

@@ -351,3 +351,22 @@ def test_an_output_never_replaces_the_files_of_another_run(run, finished, data, 
         own = "/" not in target  # the other run's own record at its top, or a file of its model
         only_stderr_line(capsys, str(other / target), "keeps of itself" if own else "is a file of the attnkit run")
         assert (other / target).read_bytes() == before
+
+
+def test_attnkits_bookkeeping_files_are_never_an_output(user_run, data, tmp_path, capsys):
+    """`predict --output po/.attnkit-outputs.json` wrote the predictions where the folder's ledger lives, and the ledger
+    then replaced them (its other entries lost); `evaluate --output r/.attnkit-run.json` wrote metrics under a run
+    record's name (sweep 2026-11-28p K): attnkit's bookkeeping names are refused as any output, in one line."""
+    po = tmp_path / "po"
+    po.mkdir()
+    assert main(["predict", "--model", str(user_run), "--output", str(po / "a.jsonl"), "good film"]) == 0
+    ledger = (po / ".attnkit-outputs.json").read_text()
+    for argv, name, what in (
+            (["predict", "good film", "--output", f"{po}/.attnkit-outputs.json"], ".attnkit-outputs.json", "ledger of the outputs in a folder"),
+            (["evaluate", "--data-dir", str(data), "--output", f"{tmp_path}/fr/.attnkit-run.json"], ".attnkit-run.json", "record of a run"),
+            (["predict", "good film", "--output", f"{tmp_path}/.attnkit.lock"], ".attnkit.lock", "lock on a run folder"),
+            (["layer-weights", "--data-dir", str(data), "--output", f"{tmp_path}/.attnkit-files.png"], ".attnkit-files.json",
+             "list of a model folder's files")):
+        assert main([argv[0], "--model", str(user_run), *argv[1:]]) == 2, argv
+        only_stderr_line(capsys, f"{name} is the name of attnkit's {what}; name another file")
+    assert (po / ".attnkit-outputs.json").read_text() == ledger and not (tmp_path / "fr").exists()

@@ -208,6 +208,9 @@ def test_label_names_problem_type_and_model_names_the_api_cannot_use(tiny_bert, 
     from attnkit.models.build import build_classifier
     from attnkit.models.checkpoint import load_classifier
 
+    for bad, got in (([1, "1"], r"1 \(int\)"), ({"a", "b"}, "a set")):  # (sweep -28p O: a bare TypeError)
+        with pytest.raises(UserError, match=rf"^label_names must be a list of strings, one per class in class order; got {got}$"):
+            build_classifier(str(tiny_bert), num_labels=2, label_names=bad)
     with pytest.raises(UserError, match=r"^label_names holds 'pos' twice: each class needs its own name$"):
         build_classifier(str(tiny_bert), num_labels=2, label_names=["pos", "pos"])
     with pytest.raises(UserError, match=r"^problem_type 'foo': expected one of regression, single_label_classification, "

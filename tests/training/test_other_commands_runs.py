@@ -63,7 +63,8 @@ def test_adapt_pretrain_and_sweep_into_another_commands_run(adapt_run, train_run
     assert main(adapt_args(tiny_bert, data, train_run)) == 2
     one_line_error_without(capsys, "holds a train run", "made by `attnkit train`", "not a run of `attnkit adapt`", absent=("other settings",))
     assert main(["pretrain", "--task", "csv", "--data-dir", str(data), "--output-dir", str(adapt_run), "--max-length", "16"]) == 2
-    one_line_error_without(capsys, "holds an adapt run", "not a run of `attnkit pretrain`", absent=("other settings",))
+    one_line_error_without(capsys, "holds an adapt run", "not a run of `attnkit pretrain`",
+                           absent=("other settings", "--model"))  # pretrain takes no --model (sweep -28p N)
     assert main(["sweep", *batch_8_args(tiny_bert, data), "--output-dir", str(adapt_run), "--lams", "0", "--seeds", "0"]) == 2
     one_line_error_without(capsys, "holds an adapt run", "made by `attnkit adapt`", "not a sweep")
     assert snapshot_without_lock(train_run) == before

@@ -25,7 +25,8 @@ def test_a_finished_run_with_other_settings_is_refused_and_kept(tiny_bert, data,
     assert snapshot_without_lock(out) == before
     # the same settings: nothing changes
     assert main(two_step_train_args(tiny_bert, data, out, "--attention", "sparsegen-lin", "--lam", "-2")) == 0
-    assert "already complete" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "already complete" in printed and f"metrics in {out}" in printed and "metrics written" not in printed  # (sweep -28p L)
     assert snapshot_without_lock(out) == before
 
 
