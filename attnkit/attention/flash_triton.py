@@ -15,17 +15,14 @@ analogue of FlashAttention's ``rowsum(dO o O)``).
 Forward, one kernel (:func:`_fwd`), per query block, on each row shifted by its max (``x = z - max z``, so the
 threshold ``t = tau - max z`` lies in ``[-1, -n^(1 - alpha)]``, n = the row's unmasked keys):
 
-1. one pass over the key blocks: the row's two largest z and n. The root of the map's equation over those two alone
-   is a lower bound of t (the full sum is no smaller; :func:`_start`, closed-form for sparsemax and 1.5-entmax):
-   the search starts there instead of at -1, at the threshold itself for rows whose support is 1 or 2 keys;
+1. one pass over the key blocks: the row max and n;
 2. for alpha != 2, ``NBISECT`` bisection passes on f(t) = sum_j [x_j - t]_+^r - 1 (r = 1 / (alpha - 1)) narrow the
    bracket; then Newton passes from its lower end. f is convex and decreasing for alpha <= 2, so Newton's steps from
    below rise to the root without passing it; they stop when the step falls to float32 noise (``TOL``), when
    f <= 0 (at the root to rounding) or after ``MAXIT`` passes. For alpha = 2 Newton's step from below *is*
-   Michelot's ``t <- (sum_{x > t} x - 1) / #{x > t}`` (f is piecewise linear), run from the start until the support
+   Michelot's ``t <- (sum_{x > t} x - 1) / #{x > t}`` (f is piecewise linear), run from t = -1 until the support
    stops shrinking: the threshold is then exact (that of the found support, to float32 rounding of the sum);
-   Every threshold tried is >= the start, so a key block where no row of the query block has x above its row's start
-   never holds support:
+   Every threshold tried is >= -1, so a key block where no row of the query block has x > -1 never holds support:
    the first search pass flags the key blocks that may (a bitmask of 64 * NWORDS blocks kept in registers; blocks
    past it always run) and every later pass, the output's included, skips the others without loading K (exact:
    their terms are 0). This pays off for structured scores (windows, padding, peaked heads); on i.i.d. random
@@ -78,43 +75,20 @@ MAXIT = 40
 TOL = 2.0**-21
 #: the forward's bitmask of key blocks that may hold support: 64 * NWORDS blocks (longer rows: the rest always run)
 NWORDS = 8
-#: the search starts at the root over each row's two largest entries (_start) rather than at -1 (benchmarks/
-#: flash_passes.py compares the two)
-TOP2_START = True
 
 
 @triton.jit
 def _row_max_count(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Pass 1: each row's largest and second largest z (a tie counts twice) and its count of unmasked keys."""
+    """Pass 1: each row's max of z and its count of unmasked keys."""
     m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    m2 = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     n = tl.zeros([BLOCK_M], dtype=tl.float32)
     for start_n in range(0, Lk, BLOCK_N):
         z, k, col_ok = z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn,
                                skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
-        t1 = tl.max(z, 1)
-        ties = tl.sum((z == t1[:, None]).to(tl.float32), 1)
-        t2 = tl.where(ties > 1.0, t1, tl.max(tl.where(z < t1[:, None], z, float("-inf")), 1))
-        m2 = tl.maximum(tl.minimum(m, t1), tl.maximum(m2, t2))  # the second of the union of (m, m2) and (t1, t2)
-        m = tl.maximum(m, t1)
+        m = tl.maximum(m, tl.max(z, 1))
         n += tl.sum((z > float("-inf")).to(tl.float32), 1)
-    return m, m2, n
-
-
-@triton.jit
-def _start(d, alpha):
-    """A lower bound of the shifted threshold t in [-1, 0): the root of the map's equation over the row's two largest
-    entries alone (x1 = 0 and x2 = d <= 0; the full sum is no smaller, so its root lies no lower), closed-form for
-    sparsemax, (d - 1) / 2, and 1.5-entmax, d / 2 - sqrt(2 - d^2) / 2 (where x2 is in the partial support, d > -1);
-    -1 for other alphas and single keys. Peaked rows (support of 1 or 2) start at their threshold."""
-    if alpha == 2.0:
-        t = tl.maximum(-1.0, 0.5 * (d - 1.0))
-    elif alpha == 1.5:
-        t = tl.where(d > -1.0, 0.5 * d - 0.5 * tl.sqrt(tl.maximum(2.0 - d * d, 0.0)), -1.0)
-    else:
-        t = tl.full(d.shape, -1.0, dtype=tl.float32)
-    return t
+    return m, n
 
 
 @triton.jit
@@ -219,7 +193,7 @@ def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX, COUNTS,
          HAS_BIAS: tl.constexpr, NEED_AUX: tl.constexpr, IEEE: tl.constexpr,
          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
          NBISECT: tl.constexpr, MAXIT: tl.constexpr, NWORDS: tl.constexpr,
-         KR: tl.constexpr, KR1: tl.constexpr, KQ: tl.constexpr, TOP2: tl.constexpr, COUNT: tl.constexpr):
+         KR: tl.constexpr, KR1: tl.constexpr, KQ: tl.constexpr, COUNT: tl.constexpr):
     """One query block of one (batch, head): the row max, the threshold t = tau - max in [-1, -n^(1 - alpha)], the
     output over the key blocks that hold support. A bitmask of 64 * NWORDS key blocks (in registers) skips the blocks
     that never hold support after the first search pass."""
@@ -240,13 +214,10 @@ def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX, COUNTS,
     am1 = alpha - 1.0
     r = 1.0 / am1
     sm_rows = (tl.zeros([BLOCK_M], dtype=tl.float32) + alpha) == 2.0  # sparsemax, row-wise
-    m, m2, n = _row_max_count(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N)
+    m, n = _row_max_count(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N)
     live = row_ok & (m > float("-inf"))
     m0 = tl.where(live, m, 0.0)
-    if TOP2:
-        lo = tl.where(live, _start(tl.where(live, m2 - m0, float("-inf")), alpha), -1.0)
-    else:
-        lo = tl.full([BLOCK_M], -1.0, dtype=tl.float32)
+    lo = tl.full([BLOCK_M], -1.0, dtype=tl.float32)
     hi = -tl.exp2((1.0 - alpha) * tl.log2(tl.maximum(n, 1.0)))
     widx = tl.arange(0, NWORDS)
     bits = tl.zeros([NWORDS], dtype=tl.int64)
@@ -353,7 +324,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tenso
                H, Lq, Lk, D, float(scale), TOL,
                HAS_BIAS=has_bias, NEED_AUX=need_aux, IEEE=_ieee(q.dtype),
                BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BD, NBISECT=NBISECT, MAXIT=MAXIT, NWORDS=NWORDS,
-               **powers(fixed_alpha), TOP2=TOP2_START, COUNT=counts is not None, **_launch(num_warps, num_stages))
+               **powers(fixed_alpha), COUNT=counts is not None, **_launch(num_warps, num_stages))
     return out, tau, aux
 
 

@@ -126,7 +126,7 @@ for fixed in json.loads(sys.argv[1]):
     pw = ft.powers(fixed)
     base = dict(HAS_BIAS=True, IEEE=False, BLOCK_M=64, BLOCK_N=64, BLOCK_D=64)
     for fn, consts in ((ft._fwd, dict(base, NEED_AUX=True, NBISECT=ft.NBISECT, MAXIT=ft.MAXIT, NWORDS=ft.NWORDS, **pw,
-                                      TOP2=fixed is not None, COUNT=fixed == 2.0)),
+                                      COUNT=fixed == 2.0)),
                        (fb.bwd_kv, dict(base, KR=pw["KR"], KQ=pw["KQ"])),
                        (fb.bwd_q, dict(base, NEED_DALPHA=True, KQ=pw["KQ"]))):
         params = list(inspect.signature(fn.fn).parameters)
