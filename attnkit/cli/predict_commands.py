@@ -236,6 +236,12 @@ def _predict_qa(a, d: Path, model, tok) -> int:
         raise UserError("this is a question-answering model: give --question and --context (or --file with JSON lines), not texts")
     if not qs:
         raise UserError("nothing to answer: give --question and --context, or --file with JSON lines {\"question\", \"context\"}")
+    from_file = len(qs) - (1 if a.context else 0)
+    for n, own in enumerate(tok(cs, add_special_tokens=False)["input_ids"]):  # "" was the answer, without a word
+        if not own:
+            where = "--context" if n >= from_file else f"{a.file}, entry {n + 1}: its context"
+            raise UserError(f"{where} ({cs[n][:40]!r}) holds no token the model can read (only spaces, control characters "
+                            "or combining marks): there is no answer to find in it")
     rows = predict_answers(model, tok, qs, cs, max_length=a.max_length, doc_stride=_qa_stride(d, a.max_length), batch_size=a.batch_size)
     write_jsonl(rows, a.output, "answers")
     return 0
@@ -250,6 +256,9 @@ def _predict_split(a) -> int:
         raise UserError(f"task {task} has labels {list(data.label_names)} but {d} predicts {label_names_of(model)}: "
                         "give the --task it was trained on")
     submission = (data.submission or {}).get(a.split)
+    if submission and a.output:  # it was dropped without a word (sweep 2026-11-28q Q)
+        raise UserError(f"--output {a.output}: task {task} {a.split} writes GLUE's submission file {submission} (into "
+                        f"{d / 'glue_submission'}, or the folder --output-dir names), not JSON lines; drop --output")
     if submission:  # the GLUE file: a file of that name attnkit did not write is the user's, never replaced
         folder = Path(a.output_dir) if a.output_dir else d / "glue_submission"
         if folder.exists() and not folder.is_dir():

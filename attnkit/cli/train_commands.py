@@ -131,8 +131,9 @@ def cmd_pretrain(a) -> int:
     print(f"\n[attnkit] MiniBERT {cfg.kind} {cfg.layers}x{cfg.heads}, d={cfg.dim}, {cfg.spec().describe()}; "
           f"{m['parameters']:,} parameters ({m['attention_parameters']:,} in attention), vocabulary {m['vocab_size']}")
     print(f"[attnkit] MLM loss on the training text {m['mlm_loss']:.4f} ({m['train_texts']} texts, {m['seconds']:.1f}s)")
-    print(f"[attnkit] model + tokenizer written to {m['model_dir']}")
-    print(f"[attnkit] metrics written to {Path(cfg.output_dir) / 'metrics.json'}")
+    wrote = "in" if m.get("already_complete") else "written to"  # a finished run run again changes nothing (sweep -28q L2)
+    print(f"[attnkit] model + tokenizer {wrote} {m['model_dir']}")
+    print(f"[attnkit] metrics {wrote} {Path(cfg.output_dir) / 'metrics.json'}")
     print(f"[attnkit] fine-tune with: attnkit train --task {cfg.task} --model {m['model_dir']}")
     return 0
 
@@ -165,6 +166,6 @@ def cmd_adapt(a) -> int:
           + (f"; {r['texts']['texts_used']:,} of them used (--max-train-samples)" if "texts_used" in r["texts"] else ""))
     if zs:
         print("[attnkit] attention weights exactly 0, per layer: " + " ".join(f"L{i}={z:.0%}" for i, z in enumerate(zs)))
-    print(f"[attnkit] encoder written to {out / MODEL_DIR}")
+    print(f"[attnkit] encoder {'in' if m.get('already_complete') else 'written to'} {out / MODEL_DIR}")
     print(f"[attnkit] fine-tune with: attnkit train --model {out} --attention {cfg.attention} --task ...")
     return 0

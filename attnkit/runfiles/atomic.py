@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -45,7 +46,39 @@ def launch_ranks() -> tuple[int, int]:
         raise UserError(f"environment variables RANK={rank} and WORLD_SIZE={world}: expected 0 <= RANK < WORLD_SIZE")
     if local is not None and world is not None and local >= world:
         raise UserError(f"environment variable LOCAL_RANK={local}: expected less than WORLD_SIZE={world}")
+    if world is not None and world > 1:  # the processes meet at rank 0's address: without it accelerate raised a traceback
+        for name in ("MASTER_ADDR", "MASTER_PORT"):
+            if not os.environ.get(name, "").strip():
+                raise UserError(f"environment variables WORLD_SIZE={world} and RANK={rank} are set but {name} is not: "
+                                "torchrun and accelerate launch set it (where the processes meet); unset WORLD_SIZE and "
+                                "RANK to run alone")
+        port = os.environ["MASTER_PORT"].strip()
+        if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            raise UserError(f"environment variable MASTER_PORT={port!r}: expected a port number from 1 to 65535")
     return (rank or 0), (world or 1)
+
+
+@contextmanager
+def rendezvous():
+    """Around the first step that makes the processes of a ``torchrun`` run meet (transformers' TrainingArguments):
+    one line naming where they meet, and Ctrl-C / SIGTERM left to the system, which ends the process at once (torch's
+    wait for a missing process runs in C++ for up to 30 minutes, where no Python handler runs: the command hung, deaf to
+    both). Alone: nothing."""
+    rank, world = launch_ranks()
+    if world == 1 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    print(f"[attnkit] process {rank} of {world}: meeting the others at {os.environ['MASTER_ADDR']}:"
+          f"{os.environ['MASTER_PORT']} (a missing process makes the others wait; Ctrl-C stops)", file=sys.stderr, flush=True)
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    kept = {s: h for s, h in before.items() if h is not signal.SIG_IGN}  # (an ignored signal stays ignored)
+    for s in kept:
+        signal.signal(s, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for s, h in kept.items():
+            signal.signal(s, h)
 
 
 def is_main_process() -> bool:

@@ -42,7 +42,7 @@ from attnkit.models.resolve import checkpoint_dir
 from attnkit.models.checkpoint import load_tokenizer, save_checkpoint, set_attention
 from attnkit.runfiles.names import METRICS_FILE, MODEL_DIR
 from attnkit.runfiles.json_files import finite_record, path_problem, read_json
-from attnkit.runfiles.atomic import write_json_atomic
+from attnkit.runfiles.atomic import rendezvous, write_json_atomic
 from attnkit.tasks import load_task
 from attnkit.tasks.registry import default_data_dir
 from attnkit.training.adapt_config import ADAPT_ALPHA_START, ADAPT_LAM_FACTOR, AdaptConfig
@@ -339,8 +339,10 @@ def _adapt(cfg: AdaptConfig, out: Path) -> dict:
     )
     check_maskable(ds, tokenizer, cfg.mlm_probability, f"the texts to adapt on ({len(texts)}, duplicates dropped)")
     sources["texts_cut"] = say_texts_cut(ds, texts, tokenizer, cfg.max_length, "texts to adapt on")
-    args = TrainingArguments(**shared_arguments(cfg, out), max_steps=cfg.max_steps, eval_strategy="no", save_strategy="steps",
-                             save_steps=cfg.save_steps, save_total_limit=1, prediction_loss_only=True)
+    with rendezvous():  # torchrun's processes meet here
+        args = TrainingArguments(**shared_arguments(cfg, out), max_steps=cfg.max_steps, eval_strategy="no",
+                                 save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1,
+                                 prediction_loss_only=True)
     # masks drawn per batch, their place kept in each checkpoint: a resumed run masks as the uninterrupted one did
     masking = BatchSeededMasking(mlm_collator(tokenizer, cfg.mlm_probability), cfg.seed, args.process_index)
     masking_state = MaskingState(masking)

@@ -44,7 +44,7 @@ from attnkit.errors import UserError
 from attnkit.models.checkpoint import save_checkpoint
 from attnkit.models.mini import MiniBertForMaskedLM, MiniBertModel, attention_parameter_count
 from attnkit.models.mini_config import MiniShape, make_config
-from attnkit.runfiles.atomic import write_json_atomic
+from attnkit.runfiles.atomic import rendezvous, write_json_atomic
 from attnkit.runfiles.json_files import finite_record
 from attnkit.tasks import load_task
 from attnkit.tasks.lemmas import lemmatizer
@@ -266,14 +266,15 @@ def _training_texts(cfg: PretrainConfig) -> list[str]:
 
 
 def _pretraining_arguments(cfg: PretrainConfig, out: Path) -> TrainingArguments:
-    return TrainingArguments(
-        output_dir=str(out / "trainer"), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
-        per_device_eval_batch_size=max(64, cfg.batch_size), learning_rate=cfg.lr, seed=cfg.seed, data_seed=cfg.seed,
-        eval_strategy="no", save_strategy="no", logging_steps=cfg.logging_steps, report_to="none", disable_tqdm=False,
-        dataloader_num_workers=0,
-        prediction_loss_only=True,  # the MLM evaluation needs the loss, never V-sized logits
-        use_cpu=not torch.cuda.is_available(),
-    )
+    with rendezvous():  # torchrun's processes meet here
+        return TrainingArguments(
+            output_dir=str(out / "trainer"), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
+            per_device_eval_batch_size=max(64, cfg.batch_size), learning_rate=cfg.lr, seed=cfg.seed, data_seed=cfg.seed,
+            eval_strategy="no", save_strategy="no", logging_steps=cfg.logging_steps, report_to="none", disable_tqdm=False,
+            dataloader_num_workers=0,
+            prediction_loss_only=True,  # the MLM evaluation needs the loss, never V-sized logits
+            use_cpu=not torch.cuda.is_available(),
+        )
 
 
 def _pretrain(cfg: PretrainConfig, out: Path) -> dict:

@@ -19,7 +19,7 @@ from attnkit.attention.normalisers import LEARNED
 from attnkit.errors import UserError
 from attnkit.models.pooling import layer_weight_parameters
 from attnkit.models.resolve import check_max_length, resolve_model
-from attnkit.runfiles.atomic import is_main_process, launch_ranks, write_json_atomic
+from attnkit.runfiles.atomic import is_main_process, launch_ranks, rendezvous, write_json_atomic
 from attnkit.runfiles.names import WRITTEN_BY
 from attnkit.runfiles.ownership import make_way, write_folder_manifest
 from attnkit.training.checkpoints import (
@@ -238,22 +238,23 @@ def training_arguments(cfg: TrainConfig, out: Path, best_metric: str, **extra):
     :func:`check_precision`.)"""
     per_steps = cfg.max_steps > 0 or cfg.eval_steps is not None
     every = cfg.eval_steps or (cfg.max_steps if cfg.max_steps > 0 else None)
-    return TrainingArguments(
-        **shared_arguments(cfg, out),
-        num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
-        per_device_eval_batch_size=cfg.eval_batch_size,
-        eval_strategy="steps" if per_steps else "epoch",
-        save_strategy="steps" if per_steps else "epoch",
-        eval_steps=every,
-        save_steps=every,
-        save_total_limit=2,  # kept by fit()'s RunRecorder among this run's checkpoints (the Trainer's rotation is turned off)
-        load_best_model_at_end=True,
-        metric_for_best_model=best_metric,
-        greater_is_better=True,
-        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
-        **extra,
-    )
+    with rendezvous():  # torchrun's processes meet here
+        return TrainingArguments(
+            **shared_arguments(cfg, out),
+            num_train_epochs=cfg.epochs,
+            max_steps=cfg.max_steps,
+            per_device_eval_batch_size=cfg.eval_batch_size,
+            eval_strategy="steps" if per_steps else "epoch",
+            save_strategy="steps" if per_steps else "epoch",
+            eval_steps=every,
+            save_steps=every,
+            save_total_limit=2,  # kept by fit()'s RunRecorder among this run's checkpoints (the Trainer's rotation is turned off)
+            load_best_model_at_end=True,
+            metric_for_best_model=best_metric,
+            greater_is_better=True,
+            train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
+            **extra,
+        )
 
 
 class AttnkitTrainer(Trainer):

@@ -186,6 +186,10 @@ def test_a_glue_submission_file_of_the_users_is_refused(rte_run, tmp_path, capsy
     assert main(predict + ["--output-dir", str(s)]) == 2
     error_line(capsys, str(s / "RTE.tsv"), "was not written by attnkit")
     assert snapshot_without_lock(s) == before
+    # --output names JSON lines, which a test split does not write: refused, not dropped (sweep 2026-11-28q Q)
+    assert main(predict + ["--output", str(tmp_path / "p.jsonl")]) == 2
+    error_line(capsys, f"--output {tmp_path / 'p.jsonl'}: task rte test writes GLUE's submission file RTE.tsv", "drop --output")
+    assert not (tmp_path / "p.jsonl").exists()
     # into a new folder: written; the same command again replaces attnkit's own file
     assert main(predict + ["--output-dir", str(tmp_path / "t")]) == 0
     first = (tmp_path / "t" / "RTE.tsv").read_bytes()
@@ -349,7 +353,9 @@ def test_an_output_never_replaces_the_files_of_another_run(run, finished, data, 
         capsys.readouterr()
         assert main(argv) == 2
         own = "/" not in target  # the other run's own record at its top, or a file of its model
-        only_stderr_line(capsys, str(other / target), "keeps of itself" if own else "is a file of the attnkit run")
+        said = ("is the name of attnkit's record of a run" if target == ".attnkit-run.json"  # (any folder's: K)
+                else "keeps of itself" if own else "is a file of the attnkit run")
+        only_stderr_line(capsys, str(other / target), said)
         assert (other / target).read_bytes() == before
 
 

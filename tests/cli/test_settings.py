@@ -174,8 +174,10 @@ def test_a_warmup_counts_the_steps_of_every_process(monkeypatch):
     from attnkit.training.trainer import check_warmups
 
     cfg = TrainConfig(batch_size=10, epochs=1, warmup_ratio=5)
-    monkeypatch.setenv("RANK", "0")  # torchrun sets both
+    monkeypatch.setenv("RANK", "0")  # torchrun sets both, and where the processes meet
     monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
     check_warmups(cfg, 100)
     monkeypatch.setenv("WORLD_SIZE", "4")
     with pytest.raises(ValueError, match="--warmup 5: the run has 3 steps"):
@@ -188,6 +190,10 @@ def test_a_warmup_counts_the_steps_of_every_process(monkeypatch):
     ({"RANK": "²", "WORLD_SIZE": "2"}, "environment variable RANK='²': expected a whole number"),  # a digit int() refuses
     ({"RANK": "1"}, "RANK is set but WORLD_SIZE is not"),
     ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2 and WORLD_SIZE=2: expected 0 <= RANK < WORLD_SIZE"),
+    # accelerate's traceback, called a bug in attnkit (sweep 2026-11-28q X)
+    ({"RANK": "0", "WORLD_SIZE": "2"}, "WORLD_SIZE=2 and RANK=0 are set but MASTER_ADDR is not"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "99999"},
+     "MASTER_PORT='99999': expected a port number from 1 to 65535"),
 ])
 def test_torchruns_variables_are_checked_before_anything_is_made(tiny_bert, data, tmp_path, capsys, monkeypatch, env, needle):
     """A rank that is not a number crashed in int(); a rank alone (no world) trained silently, wrote nothing of the
@@ -203,3 +209,36 @@ def test_a_warmup_longer_than_the_run_is_refused(tiny_bert, data, tmp_path, caps
     assert main(four_step_train_args(tiny_bert, data, tmp_path / "o", "--warmup", "100")) == 2
     error_line(capsys, "--warmup 100: the run has 4 steps")
     assert not (tmp_path / "o" / "run_config.json").exists()
+
+
+@pytest.mark.slow
+def test_a_process_waiting_for_the_others_says_so_and_stops_on_ctrl_c(tiny_bert, data, tmp_path):
+    """torchrun's variables without the other process: train waited silently in torch's rendezvous, deaf to Ctrl-C and
+    SIGTERM (sweep 2026-11-28q Y). It says where it waits, and Ctrl-C ends it at once."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as sk:  # a free port
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    env = dict(os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    proc = subprocess.Popen([sys.executable, "-m", "attnkit.cli", *four_step_train_args(tiny_bert, data, tmp_path / "o")],
+                            env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        seen = ""
+        deadline = time.time() + 240
+        while "meeting the others" not in seen and time.time() < deadline and proc.poll() is None:
+            seen += proc.stderr.readline()
+        assert f"[attnkit] process 0 of 2: meeting the others at 127.0.0.1:{port}" in seen, seen[-2000:]
+        time.sleep(2)  # inside the wait
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+        assert proc.returncode != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -190,9 +190,15 @@ def test_cli_train_evaluate_predict_squad(tiny_bert, tiny_squad, tmp_path, capsy
     assert main(["explain", "--model", str(out), "which word ?", "--output", str(tmp_path / "qa.svg"), "--max-length", "40"]) == 0
     assert (tmp_path / "qa.svg").stat().st_size > 0 and "span head" in capsys.readouterr().out
 
-    # an empty context has no span: "" and a null score (valid JSON), not -Infinity
-    assert main(["predict", "--model", str(out), "--question", "what ?", "--context", "   "]) == 0
-    row = json.loads(capsys.readouterr().out.strip())
+    # a context of no token: the command refuses it (it answered "" as if the model had: sweep 2026-11-28q T); the
+    # library's answer for it is "" with a null score (valid JSON), not -Infinity
+    assert main(["predict", "--model", str(out), "--question", "what ?", "--context", "   "]) == 2
+    assert "--context ('   ') holds no token the model can read" in capsys.readouterr().err
+    from attnkit.analysis.inference import load_for_inference
+    from attnkit.tasks.squad import predict_answers
+
+    _, qa_model, qa_tok = load_for_inference(str(out), qa_ok=True)
+    row = predict_answers(qa_model, qa_tok, ["what ?"], ["   "], max_length=40, doc_stride=8)[0]
     assert row["answer"] == "" and row["score"] is None and row["start"] == -1
 
     # classifier-only commands refuse a QA model with a clear message, not a traceback
