@@ -82,7 +82,8 @@ def say_single_texts(d: Path, done: str) -> None:
 
 
 #: a task file's first line, as attnkit's csv/tsv tasks and GLUE's files write it (tabs read as commas)
-DATA_HEADERS = ("text,label", "label,text", "sentence,label", "sentence1,sentence2,label", "index,sentence,label")
+DATA_HEADERS = ("text,label", "label,text", "sentence,label", "sentence1,sentence2,label", "index,sentence,label",
+                "index,sentence", "index,sentence1,sentence2")
 
 
 def say_if_data_file(path: str, first_line: str) -> None:
@@ -93,7 +94,8 @@ def say_if_data_file(path: str, first_line: str) -> None:
     if head in DATA_HEADERS or suffix in (".csv", ".tsv", ".jsonl"):
         why = f"its first line {first_line.strip()!r} is a data file's header" if head in DATA_HEADERS else f"it is a {suffix} file"
         print(f"attnkit: warning: --file {path} is read one text per line, each line whole, and {why}: a header or a "
-              f"label column is labelled as text; to label a split of a task: --task {'tsv' if suffix == '.tsv' else 'csv'} "
+              f"label column is labelled as text; to label a split of a task: --task "
+              f"{'tsv' if suffix == '.tsv' or chr(9) in first_line else 'csv'} "
               f"--data-dir {Path(path).parent} --split validation", file=sys.stderr)
 
 
@@ -225,9 +227,12 @@ def _read_qa_file(path: str) -> tuple[list[str], list[str]]:
 
 def _predict_qa(a, d: Path, model, tok) -> int:
     qs, cs = _read_qa_file(a.file) if a.file else ([], [])
-    if a.question or a.context:
-        if not (a.question and a.context):
+    if a.question is not None or a.context is not None:
+        if a.question is None or a.context is None:
             raise UserError("a question-answering model needs both --question and --context")
+        for option, value in (("--question", a.question), ("--context", a.context)):
+            if not value.strip():
+                raise UserError(f"{option} is empty: a question-answering model needs a question and a context to read")
         check_argument_text(a.question, "--question")
         check_argument_text(a.context, "--context")
         qs.append(a.question)

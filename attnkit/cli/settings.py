@@ -55,7 +55,8 @@ def train_config(a) -> TrainConfig:
     cfg = _train_config(a)
     ignored = map_options_ignored(a, cfg.attention, lam=getattr(a, "command", "train") == "train")
     if cfg.blur == "none" and (a.blur_size is not None or a.blur_sigma is not None):
-        ignored.append("--blur-size/--blur-sigma (they shape the blur: add --blur context or --blur value)")
+        given = "/".join(o for o, v in (("--blur-size", a.blur_size), ("--blur-sigma", a.blur_sigma)) if v is not None)
+        ignored.append(f"{given} ({'they shape' if '/' in given else 'it shapes'} the blur: add --blur context or --blur value)")
     if not cfg.se and a.se_ratio is not None:
         ignored.append(f"--se-ratio {cfg.se_ratio} (add --se)")
     if cfg.doc_stride is not None and not is_qa_task(cfg.task):

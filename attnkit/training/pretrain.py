@@ -229,7 +229,7 @@ def check_maskable(ds, tokenizer, mlm_probability: float, what: str) -> None:
             n += sum(1 for i in ids if i not in special)
             if n >= need:
                 return
-    raise UserError(f"{what} hold only {n} token(s) that can be masked: at --mlm-probability "
+    raise UserError(f"{what} hold only {n} token(s) that can be masked: at a masking share of "
                      f"{mlm_probability:g} a pass over them masks {n * mlm_probability:.2g} on average, less than one, so "
                      f"there is nothing to learn or to measure the MLM loss on: give more text (at least {need} tokens)")
 

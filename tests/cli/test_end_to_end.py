@@ -113,6 +113,9 @@ def test_predict_arguments_and_file(trained, capsys, tmp_path):
     assert [json.loads(l)["text"] for l in captured.out.splitlines()] == ["text,label", "a great fun movie,1"]
     assert captured.err.count("\n") == 1 and "its first line 'text,label' is a data file's header" in captured.err
     assert f"--task csv --data-dir {d} --split validation" in captured.err
+    (d / "texts.txt").write_text("text\tlabel\na great fun movie\t1\n")  # a tab-separated header: tsv (sweep -28q W)
+    assert main(["predict", "--model", str(out), "--file", str(d / "texts.txt")]) == 0
+    assert f"--task tsv --data-dir {d}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("ext", ["png", "svg"])

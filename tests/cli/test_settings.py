@@ -68,7 +68,8 @@ def test_sweep_refuses_duplicates_and_options_it_would_ignore(tiny_bert, data, t
 
 @pytest.mark.parametrize("extra,needle", [
     (["--attention", "softmax", "--lam", "-2"], "--lam -2 (only sparsegen-lin has a lam"),
-    (["--blur-sigma", "0.5"], "--blur-size/--blur-sigma"),
+    (["--blur-sigma", "0.5"], "--blur-sigma (it shapes the blur"),  # only what was given (sweep -28q P2)
+    (["--blur-size", "5", "--blur-sigma", "0.5"], "--blur-size/--blur-sigma (they shape the blur"),
     (["--se-ratio", "4"], "--se-ratio 4"),
     (["--doc-stride", "8"], "--doc-stride 8"),
 ])
@@ -139,7 +140,7 @@ def test_inference_options_that_would_be_ignored_or_misread(user_run, data, tmp_
 
 @pytest.mark.parametrize("argv,needle", [
     (["train", "--attention", "softmax", "--alpha", "1.5"], "--alpha 1.5 (only entmax-alpha"),
-    (["train", "--blur-sigma", "0.3"], "--blur-size/--blur-sigma"),
+    (["train", "--blur-sigma", "0.3"], "--blur-sigma (it shapes the blur"),
     (["train", "--se-ratio", "3"], "--se-ratio 3"),
     (["sweep", "--lams", "-2", "--no-resume"], "--no-resume: a sweep reuses"),
     (["sweep", "--alphas", "2.5"], "--alphas 2.5"),

@@ -192,8 +192,11 @@ def test_cli_train_evaluate_predict_squad(tiny_bert, tiny_squad, tmp_path, capsy
 
     # a context of no token: the command refuses it (it answered "" as if the model had: sweep 2026-11-28q T); the
     # library's answer for it is "" with a null score (valid JSON), not -Infinity
-    assert main(["predict", "--model", str(out), "--question", "what ?", "--context", "   "]) == 2
-    assert "--context ('   ') holds no token the model can read" in capsys.readouterr().err
+    assert main(["predict", "--model", str(out), "--question", "what ?", "--context", "\u0301\u0301"]) == 2
+    assert "--context ('\u0301\u0301') holds no token the model can read" in capsys.readouterr().err
+    for blank in ("", "   "):  # not "needs both" (sweep -28q S)
+        assert main(["predict", "--model", str(out), "--question", "what ?", "--context", blank]) == 2
+        assert "--context is empty" in capsys.readouterr().err
     from attnkit.analysis.inference import load_for_inference
     from attnkit.tasks.squad import predict_answers
 
