@@ -197,6 +197,9 @@ def _evaluate_qa(a, d: Path, model, tok, task: str) -> int:
         raise UserError(f"task {task} has no {a.split} split (it has {', '.join(splits)})")
     out = output_path(a, a.output, "--output") if a.output else default_output(d / f"eval_{task}_{a.split}.json")
     answers = check_side_file(out.with_name(out.stem + "_predictions.json"), f"the answers beside --output {out}")
+    if not any(ans["text"] for ans in splits[a.split]["answers"]):  # EM 0 and F1 0 "(0 questions)" were reported (sweep -28q R)
+        raise UserError(f"the {a.split} split of task {task} in {a.data_dir or default_data_dir()} has no gold answers to "
+                        f"score against: use attnkit predict for its answers")
     metrics, preds = evaluate_qa(model, tok, splits[a.split], max_length=a.max_length, doc_stride=_qa_stride(d, a.max_length),
                                  batch_size=a.batch_size)
     metrics = {"task": task, "split": a.split, "model": str(d), "max_length": a.max_length, **metrics, WRITTEN_BY: "attnkit evaluate"}

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from attnkit.errors import UserError
 from attnkit.models.checkpoint import load_model, load_tokenizer
-from attnkit.models.resolve import checkpoint_dir
+from attnkit.models.resolve import checkpoint_dir, is_qa_model
 from attnkit.runfiles.json_files import path_problem
 from attnkit.training.config import TrainConfig
 from attnkit.training.trainer import (
@@ -52,7 +52,13 @@ def load_teacher(cfg: TrainConfig, data, tokenizer):
     path = str(checkpoint_dir(cfg.teacher) or cfg.teacher)
     if not Path(path).expanduser().exists():
         raise FileNotFoundError(f"--teacher {cfg.teacher} {path_problem(path, 'folder')} (expected a run folder or model folder of a fine-tuned classifier)")
-    teacher = load_model(path)
+    try:
+        teacher = load_model(path)
+    except (OSError, ValueError) as e:  # (a folder of no model, a model of no head): named as --teacher's
+        raise UserError(f"--teacher {cfg.teacher}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    if is_qa_model(teacher.config):
+        raise UserError(f"--teacher {cfg.teacher} is a question-answering model, not a classifier: distil from a model "
+                        f"fine-tuned on task {cfg.task}")
     names = [teacher.config.id2label[i] for i in range(teacher.config.num_labels)] if teacher.config.id2label else []
     if data.metric == "regression" or list(map(str, names)) != list(map(str, data.label_names)):
         raise UserError(f"--teacher {cfg.teacher}: its labels {names} are not task {cfg.task}'s {data.label_names}: "

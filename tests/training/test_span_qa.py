@@ -162,6 +162,30 @@ def test_cli_train_evaluate_predict_squad(tiny_bert, tiny_squad, tmp_path, capsy
     preds = json.loads((out / "model" / "eval_squad_validation_predictions.json").read_text())
     assert preds.pop("written_by") == "attnkit evaluate"  # the marker that lets a rerun replace attnkit's own file
     assert set(preds) == {f"dv{i}" for i in range(12)}
+    # a dev split with no gold answer: refused, not scored 0.00 over "0 questions" (sweep 2026-11-28q R)
+    bare = tmp_path / "bare" / "squad_v1.1"
+    bare.mkdir(parents=True)
+    dev_json = json.loads((tiny_squad / "squad_v1.1" / "dev-v1.1.json").read_text())
+    for art in dev_json["data"]:
+        for para in art["paragraphs"]:
+            for qa in para["qas"]:
+                qa["answers"] = []
+    (bare / "dev-v1.1.json").write_text(json.dumps(dev_json))
+    (bare / "train-v1.1.json").write_text((tiny_squad / "squad_v1.1" / "train-v1.1.json").read_text())
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out), "--data-dir", str(bare.parent), "--output", str(tmp_path / "b.json")]) == 2
+    assert "has no gold answers to score against: use attnkit predict" in capsys.readouterr().err
+    assert not (tmp_path / "b.json").exists()
+    # a span-QA model as a classifier's --teacher: named as such (its span head's LABEL_0/1 were called labels: q V)
+    from helpers import write_tiny_sentiment
+
+    sent = write_tiny_sentiment(tmp_path / "sent")
+    assert main(["train", "--task", "csv", "--data-dir", str(sent), "--model", str(tiny_bert), "--teacher", str(out),
+                 "--max-steps", "1", "--max-length", "32", "--output-dir", str(tmp_path / "student")]) == 2
+    assert f"--teacher {out} is a question-answering model, not a classifier" in capsys.readouterr().err
+    assert main(["train", "--task", "csv", "--data-dir", str(sent), "--model", str(tiny_bert), "--teacher", str(sent),
+                 "--max-steps", "1", "--max-length", "32", "--output-dir", str(tmp_path / "student")]) == 2
+    assert f"--teacher {sent}: " in capsys.readouterr().err
 
     capsys.readouterr()
     ctx = "the movie was good and the actor was bad"
