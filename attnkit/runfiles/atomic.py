@@ -76,6 +76,13 @@ def rendezvous():
         signal.signal(s, signal.SIG_DFL)
     try:
         yield
+    except Exception as e:  # torch's DistNetworkError / DistStoreError: a port in use, an address that does not answer
+        if not type(e).__name__.startswith("Dist"):
+            raise
+        lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+        raise UserError(f"the processes could not meet at {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} "
+                        f"(MASTER_ADDR, MASTER_PORT): {lines[-1] if lines else type(e).__name__}; another run on that port? "
+                        "pick another MASTER_PORT") from None
     finally:
         for s, h in kept.items():
             signal.signal(s, h)

@@ -243,3 +243,25 @@ def test_a_process_waiting_for_the_others_says_so_and_stops_on_ctrl_c(tiny_bert,
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.slow
+def test_a_port_in_use_where_the_processes_meet_is_one_line(tiny_bert, data, tmp_path):
+    """MASTER_PORT taken by another program: torch's 40-line DistNetworkError was called a bug in attnkit (sweep
+    2026-11-28q X); one line names the address and the reason."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        sk.listen()
+        port = sk.getsockname()[1]
+        env = dict(os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+        r = subprocess.run([sys.executable, "-m", "attnkit.cli", *four_step_train_args(tiny_bert, data, tmp_path / "o")],
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    errors = [l for l in r.stderr.splitlines() if "error" in l]
+    assert len(errors) == 1 and f"the processes could not meet at 127.0.0.1:{port}" in errors[0], r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and "EADDRINUSE" in errors[0]
