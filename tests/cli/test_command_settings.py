@@ -62,14 +62,17 @@ def test_threads_option(tiny_bert, data, tmp_path, capsys, monkeypatch):
     seen = []
     monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(n))
     assert main(train_args(tiny_bert, data, tmp_path / "o", "--max-steps", "1", "--threads", "1")) == 0
-    assert seen == [1]
+    # the command's own call first (flash attention's CPU workers then set one thread each where torch had more when
+    # this test began, which depends on the tests before it)
+    assert seen[0] == 1 and set(seen[1:]) <= {1, torch.get_num_threads()}, seen
+    seen.clear()
     with pytest.raises(SystemExit) as e:
         main(["predict", "--model", str(tmp_path / "o"), "--threads", "0", "x"])
     assert e.value.code == 2
     assert "argument --threads: expected a whole number >= 1, got '0'" in capsys.readouterr().err
     # far above the cores torch's pool crashes (an overflow, a segfault): refused before torch is asked
     assert main(["predict", "--model", str(tmp_path / "o"), "--threads", "99999999999", "x"]) == 2
-    assert "--threads 99999999999: expected at most" in capsys.readouterr().err and seen == [1]
+    assert "--threads 99999999999: expected at most" in capsys.readouterr().err and seen == []  # refused before torch
 
 
 
