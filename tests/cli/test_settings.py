@@ -227,8 +227,11 @@ def test_a_process_waiting_for_the_others_says_so_and_stops_on_ctrl_c(tiny_bert,
         port = sk.getsockname()[1]
     env = dict(os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    # (SIGINT as at a terminal: a shell's background job, as a test run may be, starts with it ignored, and an ignored
+    # signal stays ignored)
     proc = subprocess.Popen([sys.executable, "-m", "attnkit.cli", *four_step_train_args(tiny_bert, data, tmp_path / "o")],
-                            env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+                            env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         seen = ""
         deadline = time.time() + 240
