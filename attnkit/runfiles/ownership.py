@@ -259,13 +259,17 @@ def own_file_of(path: str | os.PathLike) -> tuple[str, Path] | None:
     return None
 
 
-def _own_file_line(path: Path, what: str) -> str:
-    """The refusal of ``what`` (an option and its path, or a side file's description) at an own file of a run or sweep."""
-    kind, folder = own_file_of(path)
+def _refuse_own_file(path: Path, what: str) -> None:
+    """Refuse ``what`` (an option and its path, or a side file's description) where ``path`` is an existing own file of
+    a run or sweep (:func:`own_file_of`, read once)."""
+    owner = own_file_of(path) if path.exists() else None
+    if owner is None:
+        return
+    kind, folder = owner
     real = path.resolve()
     via = f" (a link to {real})" if path.is_symlink() else ""
-    return (f"{what}{via} is one of the files the {kind} {folder} keeps of itself ({real.name}): no command's output "
-            "replaces it; name another file")
+    raise UserError(f"{what}{via} is one of the files the {kind} {folder} keeps of itself ({real.name}): no command's "
+                    "output replaces it; name another file")
 
 
 def check_side_file(path: str | os.PathLike, made_by: str) -> Path:
@@ -274,8 +278,7 @@ def check_side_file(path: str | os.PathLike, made_by: str) -> Path:
     one of the files a run or a sweep keeps of itself (its metrics, settings, figures: :func:`own_file_of`)."""
     path = Path(path)
     check_not_bookkeeping(path, f"{made_by} would be {path}")
-    if path.exists() and own_file_of(path) is not None:
-        raise UserError(_own_file_line(path, f"{made_by} would replace {path}, which"))
+    _refuse_own_file(path, f"{made_by} would replace {path}, which")
     if path.exists() and not written_by_attnkit(path):
         raise UserError(f"{path} exists and was not written by attnkit: {made_by} would replace it; move it, or name "
                         "other files")
@@ -305,8 +308,7 @@ def check_output_file(path: str | os.PathLike, option: str, protect: dict[str, s
     if parent is not None and not parent.is_dir():
         raise UserError(f"{option} {path}: {parent} is a file, not a folder")
     check_not_bookkeeping(path, f"{option} {path}")
-    if path.exists() and own_file_of(path) is not None:  # a run's or a sweep's own file, links followed
-        raise UserError(_own_file_line(path, f"{option} {path}"))
+    _refuse_own_file(path, f"{option} {path}")  # a run's or a sweep's own file, links followed
     if path.exists() and (path.name in RUN_FILES or path.name == RUN_RECORD or not written_by_attnkit(path)):
         real = path.resolve()
         run = next((q for q in real.parents if (q / RUN_RECORD).is_file()), None)  # any attnkit run, not only the model's
