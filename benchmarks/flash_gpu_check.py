@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import torch
@@ -19,7 +20,9 @@ CASES = {"sparsemax": ({}, lambda s: sparsemax(s, dim=-1)), "entmax15": ({}, lam
          "sparsegen-lin": ({"lam": 0.9999999}, lambda s: sparsegen_lin(s, lam=0.9999999))}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     if not torch.cuda.is_available():
         print("flash_gpu_check: needs CUDA", file=sys.stderr)
         return 2
