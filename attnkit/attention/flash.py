@@ -150,8 +150,9 @@ def _check_lam(lam) -> float:
 ALPHA_MIN = 1.001
 
 
-def _near_one(a: float) -> str:
-    return (f"alpha={a!r}: flash attention takes alpha from {ALPHA_MIN} (its float32 thresholds cannot hold the map so "
+def _near_one(a: float, head: int | None = None) -> str:
+    where = "" if head is None else f" (head {head})"
+    return (f"alpha={a!r}{where}: flash attention takes alpha from {ALPHA_MIN} (its float32 thresholds cannot hold the map so "
             f"near softmax: the power 1 / (alpha - 1) magnifies their rounding past 1e-4); use alpha 1 (softmax, "
             f"torch's scaled_dot_product_attention) or attnkit.entmax_bisect on the materialised scores")
 
@@ -176,7 +177,9 @@ def _check_alpha(alpha, H: int, device, dtype) -> torch.Tensor:
                 raise _err(f"alpha must lie in (1, 2] for every head (1 is softmax, which is not sparse; above 2 the "
                            f"threshold's Newton steps are not guaranteed), got {a.tolist()}")
             if bool((a < ALPHA_MIN).any()):
-                raise _err(_near_one(a.min().item()))
+                head = int(a.argmin())
+                value = a[head].item()  # float32's rendering (1.000100017) to the digits it holds (1.0001)
+                raise _err(_near_one(float(f"{value:.7g}") if a.dtype != torch.float64 else value, head))
         return alpha.to(dtype)
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
         raise _err(f"alpha must be a float in (1, 2] or a tensor (H,) of one per head, got {alpha!r}")

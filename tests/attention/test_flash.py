@@ -344,6 +344,16 @@ def test_alpha_near_one_weights_are_a_distribution(alpha, gen):
     assert (w.double() - ref).abs().max().item() < 1e-4
 
 
+def test_alpha_below_the_least_is_refused_naming_the_head(gen):
+    """A per-head alpha under flash.ALPHA_MIN is refused in one line naming that head and its value as given (not
+    float32's rendering of it), a float likewise without a head."""
+    q, k, v = (torch.randn(1, 3, 5, 8, generator=gen) for _ in range(3))
+    with pytest.raises(ValueError, match=r"alpha=1\.0001 \(head 1\): flash attention takes alpha from 1\.001"):
+        sparse_attention(q, k, v, attention="entmax-alpha", alpha=torch.tensor([1.5, 1.0001, 1.2]))
+    with pytest.raises(ValueError, match=r"alpha=1\.0001: flash attention takes alpha from"):
+        sparse_attention(q, k, v, attention="entmax-alpha", alpha=1.0001)
+
+
 def test_noncontiguous_inputs_as_models_make_them(gen):
     B, L, H, D = 2, 23, 3, 16
     x = torch.randn(B, L, 3 * H * D, generator=gen, dtype=F64)
