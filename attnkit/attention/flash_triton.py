@@ -15,7 +15,12 @@ analogue of FlashAttention's ``rowsum(dO o O)``).
 Forward, one kernel (:func:`_fwd`), per query block, on each row shifted by its max (``x = z - max z``, so the
 threshold ``t = tau - max z`` lies in ``[-1, -n^(1 - alpha)]``, n = the row's unmasked keys):
 
-1. one pass over the key blocks: the row max and n;
+1. one pass over the key blocks: the row max, n, and the row's ``TOPK`` (16) largest entries (each tile's own merged
+   in, ``tl.topk``). Newton's steps on them alone (in registers, no key block read) give the threshold of the map
+   restricted to them: a lower bound of the row's (dropping entries only lowers f), and the row's own where the
+   smallest of the 16 is not above it (no entry beyond them is then in the support). A query block whose rows all
+   settle so skips step 2 (2 passes in all: peaked rows, MiniLM's every block under sparsemax); the others start
+   step 2 from it;
 2. for alpha != 2, ``NBISECT`` bisection passes on f(t) = sum_j [x_j - t]_+^r - 1 (r = 1 / (alpha - 1)) narrow the
    bracket; then Newton passes from its lower end. f is convex and decreasing for alpha <= 2, so Newton's steps from
    below rise to the root without passing it; they stop when the step falls to float32 noise (``TOL``), when
