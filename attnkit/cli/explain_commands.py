@@ -54,6 +54,8 @@ def cmd_explain(a) -> int:
     for option, path in outputs.items():  # every output checked before the first is written: a failure writes nothing
         if path:
             output_path(a, path, option)
+    if a.stats:
+        check_suffix(a.stats, (".json",), f"--stats {a.stats}: the sparsity statistics (JSON)")
     given = {k: str(Path(v).expanduser().resolve()) for k, v in outputs.items() if v}
     if len(set(given.values())) < len(given):
         raise UserError(f"{', '.join(f'{k} {outputs[k]}' for k in given)}: each output needs a file of its own")
@@ -95,6 +97,8 @@ def cmd_explain(a) -> int:
         sizes = maps.support_sizes()[a.layer, a.head]
         print("support size per row: " + ", ".join(f"{t}={int(s)}" for t, s in zip(maps.tokens, sizes)))
     print(f"[attnkit] heatmap written to {path}")
+    if a.stats:
+        print(f"[attnkit] sparsity statistics written to {a.stats}")
     if page is not None:
         print(f"[attnkit] interactive view written to {page}")
     say_single_texts(d, "explained")

@@ -39,6 +39,11 @@ def test_a_failing_command_writes_nothing(run, tmp_path, capsys):
     # a missing folder is made for every output alike
     assert main(["explain", "--model", str(run), "good film", "--output", str(heat), "--stats", str(tmp_path / "new" / "s.json")]) == 0
     assert heat.is_file() and json.loads((tmp_path / "new" / "s.json").read_text())["written_by"] == "attnkit explain"
+    assert f"sparsity statistics written to {tmp_path / 'new' / 's.json'}" in capsys.readouterr().out
+    # the statistics are JSON: an image's name for them is refused before anything is written (sweep 2026-11-28r, Z)
+    assert main(["explain", "--model", str(run), "good film", "--output", str(tmp_path / "h2.png"), "--stats", str(tmp_path / "s.png")]) == 2
+    only_stderr_line(capsys, "--stats", "must end in .json")
+    assert not (tmp_path / "h2.png").exists() and not (tmp_path / "s.png").exists()
 
 
 def test_sweep_report_only_with_a_bad_view_layer_rewrites_nothing(tiny_bert, data, tmp_path, capsys):
