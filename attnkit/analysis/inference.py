@@ -17,7 +17,7 @@ from attnkit.runfiles.ownership import unfinished_run
 from attnkit.tasks.lemmas import LemmatizingTokenizer
 from attnkit.tasks.metrics import predictions_of, task_metrics
 from attnkit.tasks.controls import dropped_control, joined_by_controls, say_control
-from attnkit.tasks.readers import is_blank
+from attnkit.tasks.readers import check_no_nul, decode, is_blank, split_lines
 
 log = logging.getLogger("attnkit")
 
@@ -52,7 +52,8 @@ def encoded_batches(
     for i in tqdm(starts, desc=desc, unit="batch", disable=not progress or len(starts) < 2):
         a = list(texts[i : i + batch_size])
         b = list(pairs[i : i + batch_size]) if pairs is not None else None
-        n = check_readable(tokenizer, a, i, unknown=unknown if b is None else [], control=control)  # (a pair: its other text may be read)
+        n = check_readable(tokenizer, a, i, unknown=unknown if b is None else [], control=control,
+                           names=names if b is None else None)  # (a pair: its other text may be read)
         if b is not None:
             n = [x + y for x, y in zip(n, check_readable(tokenizer, b, i, "the second text of pair", unknown=[], control=control))]
         room = max_length - (tokenizer.num_special_tokens_to_add(b is not None) if hasattr(tokenizer, "num_special_tokens_to_add") else 0)
@@ -95,13 +96,14 @@ def say_truncated(longer: int, total: int, longest: int, max_length: int, room: 
 
 
 def check_readable(tokenizer, texts: Sequence[str], first: int = 0, what: str = "text", unknown: list | None = None,
-                   control: list | None = None) -> list[int]:
+                   control: list | None = None, names=None) -> list[int]:
     """Refuse a text that gives the tokenizer no token of its own (control characters, lone combining marks, U+FFFD):
     the model would label [CLS][SEP] as if it had read it. A text of unknown words only ([UNK]: emoji, very long
     words) is labelled, and said: added to ``unknown`` (``(number, text)``), or in one line now without it. So is a
     text holding control characters the tokenizer drops (joining the words around them): added to ``control``
     (``(what, number, text)``), or said now without it. ``first``: the 0-based number of ``texts[0]``. Returns each
-    text's number of tokens (without the special ones; 0s for a tokenizer without special tokens)."""
+    text's number of tokens (without the special ones; 0s for a tokenizer without special tokens). ``names(n)``: what a
+    refusal calls text n (e.g. a file's line; default ``what n``)."""
     if not hasattr(tokenizer, "num_special_tokens_to_add"):
         return [0] * len(texts)
     ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
@@ -109,8 +111,9 @@ def check_readable(tokenizer, texts: Sequence[str], first: int = 0, what: str = 
     found, dropped = [], []
     for n, (text, own) in enumerate(zip(texts, ids), first + 1):
         if not own:
-            raise UserError(f"{what} {n} is empty: a model cannot label it" if not text.strip() else
-                            f"{what} {n} ({text[:40]!r}) holds no token the model can read (only control characters, "
+            name = names(n) if names is not None else f"{what} {n}"
+            raise UserError(f"{name} is empty: a model cannot label it" if not text.strip() else
+                            f"{name} ({text[:40]!r}) holds no token the model can read (only control characters, "
                             "combining marks or replacement characters?): a model cannot label it")
         if unk is not None and all(t == unk for t in own):
             found.append((n, text))
@@ -195,25 +198,22 @@ def evaluate_split(model, tokenizer, dataset, *, batch_size: int = 64, max_lengt
 
 def read_text_file(path: str | Path) -> list[str]:
     """One text per line (UTF-8, BOM and U+FEFF removed, blank lines at the end ignored); an empty line before the
-    end is refused, naming it. Lines end at ``\\n`` alone (a ``\\r`` before it is dropped): U+2028, NEL and form feeds
-    inside a line stay in its text, so the predictions line up with the file's lines."""
+    end is refused, naming it, and so is a NUL (a damaged file, or a UTF-16 one). Lines end at ``\\n``, ``\\r\\n``
+    or a lone ``\\r`` (old Mac files), as the csv reader's do; U+2028, NEL and form feeds inside a line stay in its
+    text, so the predictions line up with the file's lines as an editor shows them."""
     p = Path(path)
     if p.is_dir():
         raise FileNotFoundError(f"input file {p} is a folder, not a file")
     if not p.is_file():
         raise FileNotFoundError(f"input file {p} {path_problem(p) or 'is not a regular file'}")
-    data = p.read_bytes()  # not read_text: its universal newlines would end a line at a lone \r too
-    try:
-        raw = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data[: e.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)].count(b"\n") + 1  # e.start: after the BOM
-        raise UserError(f"{p}, line {line}: not valid UTF-8 text ({e.reason})") from None
-    lines = [ln.removesuffix("\r").replace("\ufeff", "").strip() for ln in raw.split("\n")]
+    raw = decode(p, p.read_bytes())  # not read_text: its universal newlines would also split at U+2028 and the like
+    lines = [ln.replace("\ufeff", "").strip() for ln in split_lines(raw)]
     while lines and not lines[-1]:  # blank lines at the end of the file
         lines.pop()
     for i, ln in enumerate(lines, 1):
         if is_blank(ln):  # skipping it would shift every later prediction against the file's lines
             raise DataFormatError(p, i, "expected one text per line, found an empty line (a model cannot label an empty text)")
+        check_no_nul(p, i, ln)
     return lines
 
 

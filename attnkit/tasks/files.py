@@ -12,7 +12,7 @@ from typing import Callable, NamedTuple
 
 from attnkit.errors import DataFormatError, UserError
 from attnkit.tasks.controls import dropped_control
-from attnkit.tasks.readers import is_blank, label_index, read_table, require_file, to_splits
+from attnkit.tasks.readers import NUL_HINT, is_blank, label_index, read_table, require_file, to_splits
 from attnkit.tasks.registry import UNLABELLED, Example, TaskData, check_splits_differ, register_task
 
 _INT_LABEL = re.compile(r"[+-]?\d+")
@@ -78,8 +78,7 @@ def _refuse_control(path: Path, line: int, column: str, value: str) -> None:
     if bad is None:
         return
     at, code = bad
-    why = ("a NUL in a data file is the sign of a damaged file, or of a UTF-16 one (convert it to UTF-8, e.g. with "
-           "iconv -f UTF-16 -t UTF-8)" if code == "U+0000" else
+    why = (NUL_HINT if code == "U+0000" else
            "the tokenizer would drop it and read the words on either side as one (write a space in its place)")
     raise DataFormatError(path, line, f"the text in {column!r} holds the control character {code} at character "
                           f"{at + len(value) - len(value.lstrip())} ({text[max(0, at - 11):at + 10]!r}): expected plain "

@@ -44,13 +44,50 @@ def require_file(path: Path, task: str) -> Path:
 
 
 def decode(path: Path, raw: bytes) -> str:
-    """UTF-8 text with a leading BOM dropped; bad UTF-8 is reported with its line."""
+    """UTF-8 text with a leading BOM dropped; bad UTF-8 is reported with its line, and UTF-16 (with its byte-order mark,
+    or without, where every other byte of its start is 0) as UTF-16."""
+    if looks_utf16(raw):
+        raise DataFormatError(path, 1, "expected UTF-8 text, found UTF-16 (" + ("its byte-order mark" if raw[:2] in (
+            b"\xff\xfe", b"\xfe\xff") else "every other byte 0") + "): convert it to UTF-8, e.g. with iconv -f UTF-16 -t UTF-8")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        found = raw[e.start : e.start + 1]
+        at = e.start + (3 if raw.startswith(b"\xef\xbb\xbf") else 0)  # (utf-8-sig counts from after its BOM)
+        line = raw[:at].count(b"\n") + 1
+        found = raw[at : at + 1]
         raise DataFormatError(path, line, f"expected UTF-8 text, found byte {found!r} ({e.reason})") from None
+
+
+#: where a line of a text file ends: \n, \r\n or a lone \r (old Mac files), as in the csv reader; never at U+2028,
+#: NEL or a form feed, where str.splitlines would (they occur inside sentences)
+LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(text: str) -> list[str]:
+    """``text``'s lines, without their ends (:data:`LINE_END`)."""
+    return LINE_END.split(text)
+
+
+#: why a NUL in a text is refused
+NUL_HINT = ("a NUL in a data file is the sign of a damaged file, or of a UTF-16 one (convert it to UTF-8, e.g. with "
+            "iconv -f UTF-16 -t UTF-8)")
+
+
+def check_no_nul(path: Path, line: int, text: str) -> None:
+    """A line of a text file (one text per line) holding a NUL is refused naming it."""
+    if "\x00" in text:
+        raise DataFormatError(path, line, f"holds a NUL character ({text[:40]!r}): expected plain text; {NUL_HINT}")
+
+
+def looks_utf16(raw: bytes) -> bool:
+    """Whether ``raw`` is UTF-16: its byte-order mark, or (none) the even or the odd bytes of its first 512 all 0 but
+    a few (ASCII text in UTF-16LE/BE); UTF-8 text holds no 0 bytes but a stray NUL."""
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return True
+    head = raw[:512]
+    if len(head) < 8:
+        return False
+    return any(half.count(0) >= 0.9 * len(half) for half in (head[0::2], head[1::2]))
 
 
 def read_text(path: Path) -> str:
@@ -60,16 +97,13 @@ def read_text(path: Path) -> str:
 def read_lines(path: Path) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` pairs, without line endings.
 
-    Splits on ``\\n`` only: ``str.splitlines`` would also split on U+2028, U+0085, form
-    feeds etc., which can occur inside a sentence and would shift every later line number.
+    Splits at ``\\n``, ``\\r\\n`` and a lone ``\\r`` only (:data:`LINE_END`): ``str.splitlines`` would also split on
+    U+2028, U+0085, form feeds etc., which can occur inside a sentence and would shift every later line number.
     """
-    text = read_text(path)
-    if text.endswith("\n"):
-        text = text[:-1]
-    if not text:
-        return
-    for number, line in enumerate(text.split("\n"), start=1):
-        yield number, line.removesuffix("\r")
+    lines = split_lines(read_text(path))
+    if lines[-1] == "":  # the end of the last line, or an empty file
+        lines.pop()
+    yield from enumerate(lines, start=1)
 
 
 def iter_records(path: Path, text: str, delimiter: str, quoting: int) -> Iterator[tuple[int, list[str]]]:

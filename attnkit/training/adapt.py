@@ -45,6 +45,7 @@ from attnkit.runfiles.json_files import finite_record, path_problem, read_json
 from attnkit.runfiles.atomic import rendezvous, write_json_atomic
 from attnkit.tasks import load_task
 from attnkit.tasks.registry import default_data_dir
+from attnkit.tasks.readers import check_no_nul, decode, split_lines
 from attnkit.training.adapt_config import ADAPT_ALPHA_START, ADAPT_LAM_FACTOR, AdaptConfig
 from attnkit.training.masking import BatchSeededMasking, MaskingState
 from attnkit.training.pretrain import check_maskable, mlm_collator, say_texts_cut
@@ -62,22 +63,19 @@ _FREE = ("output_dir", "resume", "logging_steps", "keep_checkpoints", "save_step
 
 
 def read_text_file(path: str | Path) -> list[str]:
-    """One text per line (UTF-8, a BOM allowed); blank lines skipped. DataFormatError naming file and line."""
+    """One text per line (UTF-8, a BOM allowed; lines end as :func:`attnkit.tasks.readers.split_lines` says); blank
+    lines skipped; a NUL refused (a damaged or UTF-16 file). DataFormatError naming file and line."""
     p = Path(path).expanduser()
     if not p.exists():
         raise FileNotFoundError(f"--text-file {path} {path_problem(p)}")
     if not p.is_file():
         raise UserError(f"--text-file {path} is not a regular file (a folder, FIFO or device): give a text file, one text per line")
     out = []
-    with p.open("rb") as f:
-        for i, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8-sig" if i == 1 else "utf-8")
-            except UnicodeDecodeError as e:
-                raise DataFormatError(p, i, f"not UTF-8 text ({e.reason} at byte {e.start}); expected one text per line") from None
-            line = line.replace("\ufeff", "").strip()
-            if line:
-                out.append(line)
+    for i, line in enumerate(split_lines(decode(p, p.read_bytes())), 1):
+        line = line.replace("\ufeff", "").strip()
+        check_no_nul(p, i, line)
+        if line:
+            out.append(line)
     if not out:
         raise UserError(f"--text-file {path} holds no text (only blank lines)")
     return out

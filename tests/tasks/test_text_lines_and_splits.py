@@ -1,5 +1,5 @@
-"""Texts and splits are read as written: a --file splits on newlines only and gives one prediction per line; a dev or
-test split that is the train split again (a link, a copy, shuffled) is refused."""
+"""Texts and splits are read as written: a --file splits at line ends only (\\n, \\r\\n, a lone \\r) and gives one
+prediction per line; a dev or test split that is the train split again (a link, a copy, shuffled) is refused."""
 
 import json
 import os
@@ -13,12 +13,16 @@ from attnkit.cli import main
 from helpers import one_line_error, snapshot
 
 
-def test_read_text_file_splits_on_newlines_only(tmp_path):
+def test_read_text_file_splits_at_line_ends_only(tmp_path):
     from attnkit.analysis.inference import read_text_file
 
     f = tmp_path / "texts.txt"
     f.write_bytes("\ufeffgood film\u2028bad plot\r\nthe actor\x85is\x0cgreat\nold\rmac\n\n".encode("utf-8"))
-    assert read_text_file(f) == ["good film\u2028bad plot", "the actor\x85is\x0cgreat", "old\rmac"]
+    # a lone \r ends a line, as in the csv reader (an old Mac file was two texts read as one: sweep 2026-11-28r, AA)
+    assert read_text_file(f) == ["good film\u2028bad plot", "the actor\x85is\x0cgreat", "old", "mac"]
+    mac = tmp_path / "mac.txt"
+    mac.write_bytes(b"good film\rbad film\r")
+    assert read_text_file(mac) == ["good film", "bad film"]
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"\xef\xbb\xbfgood\nfine\n\xff\n")
     with pytest.raises(ValueError, match="line 3"):  # counted in the file, its BOM included
@@ -34,6 +38,48 @@ def test_predict_file_gives_one_prediction_per_line(sparsemax_classifier, tmp_pa
     rows = [json.loads(line) for line in out.read_bytes().decode("utf-8").split("\n") if line]  # JSON lines end at \n
     assert [r["text"] for r in rows] == ["good film\u2028bad plot", "the actor\x85is\x0cgreat"]
     assert texts.read_bytes() == before
+
+
+def test_predict_file_names_the_files_line_and_refuses_utf16_and_nul(sparsemax_classifier, tmp_path, capsys):
+    """A line of --file the model cannot read is named by the file's line, not by its place among all texts; UTF-16
+    (with or without its byte-order mark) and a NUL are refused naming the file, with the way out (sweep 2026-11-28r,
+    AB)."""
+    run = ["predict", "--model", str(sparsemax_classifier), "--threads", "1"]
+    ctl = tmp_path / "ctl.txt"
+    ctl.write_bytes(b"good film\n\x01\x02\n")
+    assert main(run + ["--file", str(ctl), "nice one"]) == 2
+    assert one_line_error(capsys).startswith(f"attnkit predict: error: {ctl}, line 2 ('\\x01\\x02') holds no token")
+    for name, data, said in (("le.txt", "good film\nbad film\n".encode("utf-16-le"), "every other byte 0"),
+                             ("bom.txt", "good film\nbad film\n".encode("utf-16"), "its byte-order mark"),
+                             ("nul.txt", b"good film\nbad\x00 film\n", "line 2: holds a NUL character")):
+        f = tmp_path / name
+        f.write_bytes(data)
+        out = tmp_path / f"{name}.jsonl"
+        assert main(run + ["--file", str(f), "--output", str(out)]) == 2, name
+        line = one_line_error(capsys)
+        assert str(f) in line and said in line and "iconv -f UTF-16 -t UTF-8" in line, line
+        assert not out.exists() and f.read_bytes() == data
+
+
+def test_data_files_in_utf16_are_named_as_such(tmp_path):
+    """A csv task's file in UTF-16 without a byte-order mark is refused as UTF-16 (its header was reported as columns
+    't\\x00e\\x00x\\x00t\\x00'); so is an adapt --text-file, whose lone \\r also ends a line."""
+    from attnkit.errors import DataFormatError
+    from attnkit.tasks import load_task
+    from attnkit.training.adapt import read_text_file as adapt_lines
+
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "train.csv").write_bytes("text,label\ngood film,1\nbad film,0\n".encode("utf-16-le"))
+    (d / "dev.csv").write_text("text,label\nfine film,1\n")
+    with pytest.raises(DataFormatError, match=r"train\.csv, line 1: expected UTF-8 text, found UTF-16 \(every other byte 0\)"):
+        load_task("csv", d)
+    t = tmp_path / "t.txt"
+    t.write_bytes(b"good film\rbad film\r\rthe end\n")
+    assert adapt_lines(t) == ["good film", "bad film", "the end"]
+    t.write_bytes(b"good film\nbad\x00film\n")
+    with pytest.raises(DataFormatError, match=r"t\.txt, line 2: holds a NUL character"):
+        adapt_lines(t)
 
 
 def _link(d: Path) -> None:
