@@ -112,6 +112,9 @@ def iter_records(path: Path, text: str, delimiter: str, quoting: int) -> Iterato
     Blank lines are skipped. The line number is the one the record starts on, which is
     where a stray quote would be.
     """
+    # a field may be as long as the file (csv's default limit, 131072 characters, refused a long text as "malformed"
+    # where jsonl took it; texts are cut to --max-length anyway)
+    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
     while True:
         start = reader.line_num + 1

@@ -152,3 +152,18 @@ def test_a_task_whose_splits_are_identical_is_refused(tiny_bert, tmp_path, capsy
     assert not out.exists() and snapshot(tmp_path) == before
     (tmp_path / "sentube" / "auto" / "dev" / "neg.txt").write_text("an awful car\n")  # its own examples: read
     assert len(load_task("sentube-auto", tmp_path).splits["validation"]) == 3
+
+
+def test_a_csv_or_tsv_text_longer_than_csvs_default_field_limit_is_read(tmp_path):
+    """A text of 200,000 characters in a csv or tsv file is read as the same text in jsonl is (csv's default field
+    limit, 131072, refused it as 'a malformed record': sweep 2026-11-28r, AC)."""
+    from attnkit.tasks import load_task
+
+    long = "word " * 40_000
+    for fmt, sep in (("csv", ","), ("tsv", "\t")):
+        d = tmp_path / fmt
+        d.mkdir()
+        (d / f"train.{fmt}").write_text(f"text{sep}label\ngood film{sep}1\n{long.strip()}{sep}0\n")
+        (d / f"dev.{fmt}").write_text(f"text{sep}label\nfine film{sep}1\n")
+        train = load_task(fmt, d).splits["train"]
+        assert list(train["text"]) == ["good film", long.strip()]
