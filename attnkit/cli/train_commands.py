@@ -37,7 +37,7 @@ from attnkit.training.config import METRICS_FILE, MODEL_DIR, PretrainConfig, is_
 from attnkit.training.finetune import train
 from attnkit.training.pretrain import pretrain
 from attnkit.training.recipes import recipe_options
-from attnkit.training.sweep import SWEPT, run_sweep
+from attnkit.training.sweep import SWEPT, run_sweep, sweep_of_cell
 
 
 def cmd_train(a) -> int:
@@ -45,6 +45,10 @@ def cmd_train(a) -> int:
     if a.recipe and is_main_process():
         print(f"[attnkit] recipe {a.recipe}: {recipe_options(a.recipe)}", file=sys.stderr)
     cfg.validate()  # settings, attention and lam before any heavy work
+    sweep = sweep_of_cell(cfg.output_dir)
+    if sweep is not None:  # (train --no-resume there put another run under the cell's name: its figure drew that one)
+        raise UserError(f"--output-dir {cfg.output_dir} is a cell of the sweep in {sweep}: `attnkit sweep --output-dir "
+                        f"{sweep}` trains its cells; pick another --output-dir")
     if not is_mini_alias(cfg.model):  # the model folder it starts from, before the data is read
         check_model_folder(resolve_model(cfg.model), weights=not cfg.from_scratch, tokenizer=True)
     if cfg.max_length < 16 and not is_qa_task(cfg.task) and not is_mini_alias(cfg.model):  # [CLS]/[SEP] may fill it

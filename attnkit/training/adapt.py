@@ -50,7 +50,8 @@ from attnkit.training.adapt_config import ADAPT_ALPHA_START, ADAPT_LAM_FACTOR, A
 from attnkit.training.masking import BatchSeededMasking, MaskingState
 from attnkit.training.pretrain import check_maskable, mlm_collator, say_texts_cut
 from attnkit.training.trainer import check_finite, check_precision, finish_run, fit, found_complete, shared_arguments
-from attnkit.training.run_folder import check_sources, finished_metrics, prepare_output, run_folder, settings_differences
+from attnkit.training.run_folder import (check_sources, finished_metrics, prepare_output, run_folder, settings_differences,
+                                         settings_record)
 from attnkit.training.checkpoints import recorded_checkpoints
 
 log = logging.getLogger("attnkit")
@@ -379,7 +380,7 @@ def _adapt(cfg: AdaptConfig, out: Path) -> dict:
         encoder = encoder_of(trainer.model, model_path)
         model_dir = save_checkpoint(encoder, out / MODEL_DIR, tokenizer, extra={"adapted": record, "max_length": cfg.max_length})
         metrics["model_dir"] = str(model_dir)
-        write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": cfg.spec().to_dict()})
+        write_json_atomic(out / "run_config.json", settings_record(cfg, attention_spec=cfg.spec().to_dict()))
         write_json_atomic(out / METRICS_FILE, metrics)
         finish_run(cfg, out, history, "loss", title=_curves_title(cfg))
     return metrics

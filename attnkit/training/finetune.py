@@ -8,7 +8,6 @@ writing ``metrics.json`` plus the best dev checkpoint (atomically) to ``<output>
 
 from __future__ import annotations
 import logging
-from dataclasses import asdict
 from pathlib import Path
 import numpy as np
 from transformers import DataCollatorWithPadding, set_seed
@@ -36,6 +35,7 @@ from attnkit.training.run_folder import (
     finished_metrics,
     prepare_output,
     run_folder,
+    settings_record,
 )
 from attnkit.training.span_qa import train_qa
 from attnkit.training.trainer import (
@@ -296,7 +296,7 @@ def _save_classifier(cfg: TrainConfig, data, out: Path, trainer, tokenizer, lang
                "max_length": cfg.max_length, "lemmatize": lang, "precision": cfg.precision},
     )
     metrics["model_dir"] = str(model_dir)
-    write_json_atomic(out / "run_config.json", asdict(cfg) | {"attention_spec": spec.to_dict(), "head_spec": head.to_dict()})
+    write_json_atomic(out / "run_config.json", settings_record(cfg, attention_spec=spec.to_dict(), head_spec=head.to_dict()))
     write_json_atomic(out / METRICS_FILE, finite_record(metrics))  # a NaN (grad_norm, a copied record): null, and where
     finish_run(cfg, out, metrics["log_history"], MAIN_METRIC[data.metric], title=f"{cfg.task}: {spec.describe()}")
     for kind, values in learned.items():

@@ -17,7 +17,6 @@ import logging
 import math
 import shutil
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -54,7 +53,7 @@ from attnkit.training.config import (
     SPECIALS,
     PretrainConfig,
 )
-from attnkit.training.run_folder import finished_metrics, prepare_output, run_folder
+from attnkit.training.run_folder import finished_metrics, prepare_output, run_folder, settings_record
 from attnkit.training.trainer import check_finite
 
 log = logging.getLogger("attnkit")
@@ -323,6 +322,6 @@ def _pretrain(cfg: PretrainConfig, out: Path) -> dict:
                                                                      "lemmatize": cfg.lemmatize})
     metrics["model_dir"] = str(model_dir)
     shutil.rmtree(out / "trainer", ignore_errors=True)  # nothing kept there (save_strategy="no")
-    write_json_atomic(out / "run_config.json", asdict(cfg))
+    write_json_atomic(out / "run_config.json", settings_record(cfg))
     write_json_atomic(out / "metrics.json", finite_record(metrics))
     return metrics

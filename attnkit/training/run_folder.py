@@ -141,7 +141,7 @@ def settings_differences(saved: dict, now: dict, free: tuple, fields) -> list[st
     """``"name: old there, new now"`` for every setting (of ``fields``, but for ``free``) that differs (one the
     record predates counts as its default)."""
     saved = with_defaults(saved, fields)
-    old = same_paths({k: v for k, v in saved.items() if k not in free and k in fields})
+    old = same_paths({k: v for k, v in saved.items() if k not in free and k in fields}, saved.get(WORKING_DIR))
     new = same_paths({k: v for k, v in now.items() if k not in free and k in fields})
     return [f"{option_name(k)}: {old.get(k)!r} there, {new[k]!r} now" for k in sorted(new) if k in old and old[k] != new[k]]
 
@@ -235,13 +235,26 @@ def _differences(cfg, out: Path, free: tuple) -> list[str]:
     return []
 
 
-def same_paths(d: dict) -> dict:
-    """``d`` with its data folder and model resolved: the same folder written two ways is the same setting."""
+def same_paths(d: dict, working_dir: str | None = None) -> dict:
+    """``d`` with its data folder and model resolved (relative ones against ``working_dir``, where the run that wrote
+    them ran, else the current one): the same folder written two ways, or from two folders, is the same setting."""
     d = dict(d)
     for k in ("data_dir", "model"):
-        if d.get(k) and Path(str(d[k])).expanduser().exists():
-            d[k] = str(Path(str(d[k])).expanduser().resolve())
+        if d.get(k):
+            p = Path(str(d[k])).expanduser()
+            p = Path(working_dir) / p if working_dir and not p.is_absolute() else p
+            if p.exists():
+                d[k] = str(p.resolve())
     return d
+
+
+#: where a run's settings record the folder it ran from (its relative --data-dir and --model are relative to it)
+WORKING_DIR = "working_dir"
+
+
+def settings_record(cfg, **extra) -> dict:
+    """What run_config.json holds: ``cfg``'s settings as typed, the folder they were typed in, and ``extra``."""
+    return asdict(cfg) | {WORKING_DIR: os.getcwd()} | extra
 
 
 #: the files a model folder consists of (what `evaluate` writes there beside them, eval_*.json, is not the model)

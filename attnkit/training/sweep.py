@@ -20,6 +20,7 @@ per seed, into the same folder). Written after every cell:
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from dataclasses import asdict, dataclass, replace
@@ -36,13 +37,14 @@ from attnkit.models.checkpoint import load_model, load_tokenizer
 from attnkit.models.resolve import resolve_model
 from attnkit.runfiles.names import LOCK_FILE, MODEL_DIR
 from attnkit.runfiles.lock import folder_lock
-from attnkit.runfiles.ownership import make_way, record_output
+from attnkit.runfiles.ownership import is_sweep_folder, make_way, record_output
 from attnkit.runfiles.atomic import output_batch, write_json_atomic, write_text_atomic
 from attnkit.runfiles.json_files import path_problem, read_json
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.training.config import TrainConfig, check_seed, is_mini_alias, option_name
 from attnkit.training.finetune import train
-from attnkit.training.run_folder import changed_sources, first_missing, is_run_folder, run_sources, same_paths, with_defaults
+from attnkit.training.run_folder import (WORKING_DIR, changed_sources, first_missing, is_run_folder, run_sources, same_paths,
+                                         with_defaults)
 from attnkit.training.run_record import describe_run, read_record
 from attnkit.training.sweep_record import SWEEP_RECORD_KEYS, SWEPT, not_a_number, read_sweep_records, swept, value_name  # noqa: F401  (SWEPT, read_sweep_records: the sweep's names)
 from attnkit.training.sweep_report import plot_sweep, seeds_note, sweep_table  # noqa: F401  (seeds_note: the sweep's names)
@@ -124,7 +126,7 @@ def _check_same(rec: dict, base: TrainConfig, where: str) -> None:
     if old is None:
         return
     old = {k: v for k, v in with_defaults(old, TrainConfig.__dataclass_fields__).items() if k in new}  # settings it predates: defaults
-    old, new = same_paths(old), same_paths(new)
+    old, new = same_paths(old, rec.get(WORKING_DIR)), same_paths(new)
     diff = [f"{option_name(k)}: {old.get(k)!r} there, {new.get(k)!r} now" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if diff:
         raise UserError(f"{where} was trained with other settings ({'; '.join(diff)}): rerun with the same options, "
@@ -151,6 +153,7 @@ def run_cell(base: TrainConfig, cell: Cell, out: Path) -> dict:
         "mean_dev_length": support["mean_length"],
         "train_seconds": m["train"].get("train_runtime"),
         "run_dir": cfg.output_dir,
+        WORKING_DIR: os.getcwd(),  # (run_dir, --data-dir and --model as typed are relative to it)
         "settings": sweep_settings(base),
         "data": (read_record(Path(cfg.output_dir)) or {}).get("data"),  # the examples' SHA-256: compared when reused
     }
@@ -246,6 +249,18 @@ def _is_cell_folder(path: Path) -> bool:
     return path.is_dir() and (is_run_folder(path) or (path / "sweep_cell.json").is_file())
 
 
+def sweep_of_cell(path: str | Path) -> Path | None:
+    """The sweep folder whose cell ``path`` is (it holds the cell's sweep_cell.json, or the folder above is a sweep
+    whose sweep.json names it), else None: a cell is the sweep's to train, not ``attnkit train``'s."""
+    path = Path(path).expanduser().resolve()
+    if (path / "sweep_cell.json").is_file():
+        return path.parent
+    if not (path.parent / "sweep.json").is_file() or not is_sweep_folder(path.parent):
+        return None
+    recs = read_json(path.parent / "sweep.json", expect=None)
+    return path.parent if any(Path(str(r["run_dir"])).name == path.name for r in recs) else None
+
+
 #: what every record of a sweep cell holds (sweep.json is a list of them)
 
 
@@ -307,6 +322,10 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
 
     for i, (cell, key) in enumerate(zip(cells, keys), 1):
         done = out / cell.name / "sweep_cell.json"
+        if not done.is_file() and key in earlier and _is_cell_folder(out / cell.name):
+            raise UserError(f"{out / cell.name} holds a run that is not the cell {cell.name} {out / 'sweep.json'} records "
+                            "(its sweep_cell.json is gone: another run was trained there): move that folder out of "
+                            f"{out} to keep the recorded cell (its figure is then left out), or pick another --output-dir")
         if done.is_file() or key in earlier:
             rec = _read_cell(done) if done.is_file() else earlier[key]
             _check_same(rec, base, f"sweep cell {cell.name} in {out}")
@@ -351,6 +370,13 @@ def _write_reports(base: TrainConfig, records: list[dict], out: Path) -> None:
             plot_sweep(records, make_way(out / f"sweep.{ext}"), title=title)
 
 
+def _run_dir(rec: dict) -> Path:
+    """A cell's run folder, a relative one taken from where the sweep that trained it ran (the folder it may be rerun
+    from is another)."""
+    p = Path(str(rec["run_dir"])).expanduser()
+    return Path(rec[WORKING_DIR]) / p if WORKING_DIR in rec and not p.is_absolute() else p
+
+
 def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Path, *, layer: int | None = None, head: int = 0) -> Path | None:
     """One dev sentence's attention at ``layer``/``head`` for softmax and each lam (first seed), side by side."""
     plt = pyplot()
@@ -363,12 +389,12 @@ def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Pat
     texts, pairs = _dev_texts(base)
     i = view_sentence(texts)
     maps = []
-    missing = [r for r in chosen if not (Path(r["run_dir"]) / MODEL_DIR / "config.json").is_file()]
+    missing = [r for r in chosen if not (_run_dir(r) / MODEL_DIR / "config.json").is_file()]
     chosen = [r for r in chosen if r not in missing]
     if not chosen:
         return None
     for r in chosen:
-        model_dir = Path(r["run_dir"]) / MODEL_DIR
+        model_dir = _run_dir(r) / MODEL_DIR
         m = attention_maps(load_model(model_dir), load_tokenizer(model_dir), texts[i], None if pairs is None else pairs[i], base.max_length)
         L = m.weights.shape[0]
         ly = L - 1 if layer is None else layer

@@ -272,7 +272,7 @@ def test_a_text_with_no_token_the_model_reads_is_refused_not_labelled(tiny_bert,
     capsys.readouterr()  # the model's build
     assert main(["predict", "--model", str(model), "good", text]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("attnkit predict: error: text 2 (") and "holds no token the model can read" in err
+    assert err.startswith("attnkit predict: error: text 2 of the command line (") and "holds no token the model can read" in err
     assert len(err.splitlines()) == 1
     assert main(["explain", "--model", str(model), text, "--output", str(tmp_path / "x.png")]) == 2
     assert "holds no token the model can read" in capsys.readouterr().err and not (tmp_path / "x.png").exists()
@@ -317,20 +317,21 @@ def test_a_text_of_unknown_words_only_is_labelled_and_said(tiny_bert, tmp_path, 
 
 
 def test_texts_whose_control_characters_join_words_are_labelled_and_said_once(saved_classifier, tmp_path, capsys, caplog):
-    """A NUL, BEL or form feed inside a text was dropped by the tokenizer without a word, joining the words around it
-    ("a<NUL>delight" read as "adelight"): every text is still labelled, and one line says how many texts hold such
+    """An ESC, BEL or form feed inside a text was dropped by the tokenizer without a word, joining the words around it
+    ("a<ESC>delight" read as "adelight"): every text is still labelled (a NUL in a --file is refused: a damaged or
+    UTF-16 file), and one line says how many texts hold such
     characters, naming the first by where it was given (the command line, or the --file's line)."""
     from attnkit.analysis.inference import load_for_inference, predict_texts
 
     f = tmp_path / "texts.txt"
-    f.write_text("good film\na\x00delight\nbad \x07 film\nthe\x0cplot\n", encoding="utf-8")  # (line 3: nothing joined)
+    f.write_text("good film\na\x1bdelight\nbad \x07 film\nthe\x0cplot\n", encoding="utf-8")  # (line 3: nothing joined)
     capsys.readouterr()
     assert main(["predict", "--model", str(saved_classifier), "--threads", "1", "good film", "--file", str(f)]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [r["text"] for r in rows] == ["good film", "good film", "a\x00delight", "bad \x07 film", "the\x0cplot"]
+    assert [r["text"] for r in rows] == ["good film", "good film", "a\x1bdelight", "bad \x07 film", "the\x0cplot"]
     said = [r.getMessage() for r in caplog.records if "control characters" in r.getMessage()]
     assert said == [f"2 texts hold control characters that the tokenizer drops, joining the words on either side (the "
-                    f"first: {f}, line 2, 'a\\x00delight': U+0000 at character 2, read as 'adelight'): they are labelled "
+                    f"first: {f}, line 2, 'a\\x1bdelight': U+001B at character 2, read as 'adelight'): they are labelled "
                     "as read; write spaces in their place to keep the words apart"]
     caplog.clear()
     assert main(["predict", "--model", str(saved_classifier), "--threads", "1", "good film", "bad \x07 film"]) == 0

@@ -169,3 +169,29 @@ def test_a_run_killed_between_its_metrics_and_its_tidy_up_is_tidied_when_run_aga
     assert main(args) == 0
     assert "before its tidy-up" not in caplog.text and snapshot_without_lock(out) == before
     assert capsys.readouterr().out.count("already complete: nothing was changed") == 1
+
+
+def test_a_run_and_a_sweep_are_found_again_from_another_working_folder(tiny_bert, data, tmp_path, capsys, monkeypatch):
+    """Relative --data-dir, --model and --output-dir typed in one folder and the same folders written from another:
+    the finished run and the sweep's cells are found complete (they were refused as 'other settings (--data-dir: 'd'
+    there, '/…/d' now)', offering a --no-resume that would have trained them again: sweep 2026-11-28r, AE)."""
+    import shutil
+
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    shutil.copytree(data, work / "d")
+    shutil.copytree(tiny_bert, work / "m")
+    monkeypatch.chdir(work)
+    assert main(two_step_train_args("m", "d", "r")) == 0
+    sweep = ["sweep", "--task", "csv", "--data-dir", "d", "--model", "m", "--output-dir", "s", "--lams", "-2", "--seeds", "1",
+             "--batch-size", "16", "--max-length", "16", "--max-steps", "2"]
+    assert main(sweep) == 0
+    before = snapshot_without_lock(work / "r"), snapshot_without_lock(work / "s")
+    capsys.readouterr()
+    monkeypatch.chdir(work / "sub")
+    assert main(two_step_train_args("../m", "../d", "../r")) == 0
+    assert "already complete" in capsys.readouterr().out
+    assert main(["sweep", "--task", "csv", "--data-dir", "../d", "--model", "../m", "--output-dir", "../s", "--lams", "-2",
+                 "--seeds", "1", "--batch-size", "16", "--max-length", "16", "--max-steps", "2", "--report-only"]) == 0
+    assert snapshot_without_lock(work / "r") == before[0]
+    assert json.loads((work / "s" / "sweep.json").read_text()) == json.loads(before[1]["sweep.json"])

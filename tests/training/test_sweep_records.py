@@ -121,3 +121,26 @@ def test_a_sweep_of_learned_lam_says_the_values_are_starts(tiny_bert, data, tmp_
                  "--max-steps", "1"]) == 0
     assert "--learn-lam: each cell learns lam per layer and head; the swept values are where it starts" in capsys.readouterr().out
     assert "(its start: lam learned per layer and head)" in (s / "sweep.md").read_text()
+
+
+def test_a_sweep_cell_is_the_sweeps_to_train_and_a_replaced_cell_is_refused(tiny_bert, data, tmp_path, capsys):
+    """train refused a cell's folder only as 'a finished run with other settings', offering --no-resume; following it
+    put another run under the cell's name, and the next sweep reused the cell's record and drew that run's attention
+    as the cell's (sweep 2026-11-28r, AD). Now train refuses a sweep's cell, and a sweep whose cell folder holds a run
+    without the cell's record refuses, naming it, with every file as it was."""
+    s = tmp_path / "s"
+    sweep = ["sweep", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(s), "--lams", "-2",
+             "--seeds", "1", "--batch-size", "16", "--max-length", "16", "--max-steps", "2"]
+    assert main(sweep) == 0
+    capsys.readouterr()
+    before = snapshot_without_lock(s)
+    for extra in ([], ["--no-resume"]):
+        assert main(four_step_train_args(tiny_bert, data, s / "softmax_seed1") + extra) == 2
+        error_line(capsys, f"is a cell of the sweep in {s}", "attnkit sweep")
+    assert snapshot_without_lock(s) == before
+    # the cell's record gone (as a --no-resume that moved it aside left it): the sweep refuses, naming the folder
+    (s / "softmax_seed1" / "sweep_cell.json").rename(tmp_path / "kept.json")
+    before = snapshot_without_lock(s)
+    assert main(sweep) == 2
+    error_line(capsys, f"{s / 'softmax_seed1'} holds a run that is not the cell softmax_seed1")
+    assert snapshot_without_lock(s) == before
