@@ -181,8 +181,17 @@ def trainer_state_of(ckpt: Path) -> dict:
 
 def loss_of(ckpt: Path) -> float | None:
     """The training loss summed over the steps up to checkpoint ``ckpt`` (LOSS_FILE), or None if it does not say."""
+    return _of(ckpt, "total_loss")
+
+
+def seconds_of(ckpt: Path) -> float | None:
+    """The seconds of training up to checkpoint ``ckpt``, over every process that trained its steps (LOSS_FILE), or
+    None if it does not say (a checkpoint of an earlier attnkit)."""
+    return _of(ckpt, "train_seconds")
+
+
+def _of(ckpt: Path, key: str) -> float | None:
     try:
-        d = read_json(ckpt / LOSS_FILE, "the training loss of a checkpoint")
-        return float(d["total_loss"])
+        return float(read_json(ckpt / LOSS_FILE, "the training loss of a checkpoint")[key])
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import shutil
+import time
 from pathlib import Path
 
 import torch
@@ -28,6 +29,7 @@ from attnkit.training.checkpoints import (
     non_finite_weight,
     recorded_checkpoints,
     remove_checkpoint,
+    seconds_of,
     trainer_state_of,
 )
 from attnkit.training.config import TrainConfig
@@ -50,10 +52,20 @@ class RunRecorder(TrainerCallback):
     taken from the Trainer's float32 sums between log steps: a sum split at a checkpoint would end a resumed run's
     ``train_loss`` a few units in the eighth digit away from the uninterrupted run's."""
 
-    def __init__(self, trainer, out: Path, prior_loss: float = 0.0, keep: int | None = 2, prior_steps: int = 0):
+    def __init__(self, trainer, out: Path, prior_loss: float = 0.0, keep: int | None = 2, prior_steps: int = 0,
+                 prior_seconds: float | None = 0.0):
         self.trainer, self.out, self.total, self.keep = trainer, Path(out), prior_loss, keep
         self.calls = prior_steps * trainer.args.gradient_accumulation_steps  # the training_step calls summed so far
         self.saving: str | None = None
+        self.prior_seconds, self.started = prior_seconds, time.monotonic()  # (None: the earlier processes' unknown)
+
+    def on_train_begin(self, args, state, control, **kw):
+        self.started = time.monotonic()
+
+    def seconds_so_far(self) -> float | None:
+        """The seconds of training of the run's steps so far: the earlier processes' (to their last checkpoint) and
+        this one's."""
+        return None if self.prior_seconds is None else self.prior_seconds + time.monotonic() - self.started
 
     def count(self, loss) -> None:
         """Adds one training step's loss (what ``training_step`` returns) to the run's sum; a loss that is not finite
@@ -91,7 +103,8 @@ class RunRecorder(TrainerCallback):
         name = f"checkpoint-{state.global_step}"
         if (self.out / name).is_dir():
             write_json_atomic(self.out / name / LOSS_FILE, {WRITTEN_BY: "attnkit", "total_loss": total,
-                                                            "global_step": state.global_step})
+                                                            "global_step": state.global_step,
+                                                            "train_seconds": self.seconds_so_far()})
             write_folder_manifest(self.out / name, "attnkit train")  # what it holds, so that only that is ever deleted
         rec = read_record(self.out) or start_record(self.out, "attnkit train")
         rec["saving"] = self.saving = None
@@ -313,7 +326,8 @@ def fit(trainer, cfg: TrainConfig):
     trainer.args.save_total_limit = None
     done = saved.get("global_step", 0)
     recorder = RunRecorder(trainer, out, prior or 0.0, keep=limit if limit and limit > 0 else None,
-                           prior_steps=done if isinstance(done, int) else 0)
+                           prior_steps=done if isinstance(done, int) else 0,
+                           prior_seconds=seconds_of(Path(resume)) if resume else 0.0)
     trainer.add_callback(recorder)
     step = trainer.training_step
 
@@ -344,8 +358,11 @@ def fit(trainer, cfg: TrainConfig):
     finally:
         trainer.remove_callback(recorder)
         del trainer.training_step  # the class's own again
-    metrics = dict(result.metrics)
     steps = trainer.state.global_step
+    metrics, here = dict(result.metrics), steps - (done if isinstance(done, int) else 0)
+    sps, runtime = metrics.get("train_samples_per_second"), metrics.get("train_runtime")
+    samples = sps * runtime * steps / here if here > 0 and isinstance(sps, (int, float)) and runtime else None
+    metrics = whole_run_speed(metrics, recorder.seconds_so_far() if resume else None, resume, samples, steps)
     if prior is None:  # a checkpoint of an earlier attnkit: the loss of the steps before it was not kept
         metrics.pop("train_loss", None)
         metrics["train_loss_note"] = (f"resumed from {resume}, which does not record the loss of its steps: the mean "
@@ -355,6 +372,28 @@ def fit(trainer, cfg: TrainConfig):
     metrics["train_loss"] = loss
     _set_summary_loss(trainer, loss)
     return TrainOutput(result.global_step, loss, metrics)
+
+
+def whole_run_speed(metrics: dict, seconds: float | None, resume, samples: float | None, steps: int) -> dict:
+    """A resumed run's ``train_runtime`` and speeds over the whole run's training, ``samples`` and ``steps`` in
+    ``seconds`` (the Trainer's are this process's steps in its own time: 0.0 s when it resumed at the end), and where it
+    resumed from; the speeds dropped where the earlier processes' time is not known (a checkpoint of an earlier
+    attnkit)."""
+    if not resume:
+        return metrics
+    out = metrics | {"resumed_from": Path(resume).name}
+    if seconds is None or seconds <= 0:
+        for k in ("train_runtime", "train_samples_per_second", "train_steps_per_second"):
+            out.pop(k, None)
+        out["train_runtime_note"] = f"resumed from {resume}, which does not record the time of its steps"
+        return out
+    out["train_runtime"] = round(seconds, 4)
+    out["train_steps_per_second"] = round(steps / seconds, 3)
+    if samples is None:
+        out.pop("train_samples_per_second", None)
+    else:
+        out["train_samples_per_second"] = round(samples / seconds, 3)
+    return out
 
 
 def _set_summary_loss(trainer, loss: float) -> None:
@@ -401,15 +440,18 @@ def _finish_from(trainer, ckpt: Path, prior: float | None):
             cb.on_train_end(trainer.args, trainer.state, trainer.control, model=trainer.model, processing_class=h.processing_class,
                             optimizer=None, lr_scheduler=None, train_dataloader=None, eval_dataloader=None)
     steps = trainer.state.global_step
-    metrics = {"epoch": trainer.state.epoch, "total_flos": trainer.state.total_flos, "train_runtime": 0.0,
-               "train_samples_per_second": 0.0, "train_steps_per_second": 0.0}
+    args = trainer.args
+    samples = steps * args.train_batch_size * args.gradient_accumulation_steps * args.world_size  # (as the Trainer counts)
+    metrics = whole_run_speed({"epoch": trainer.state.epoch, "total_flos": trainer.state.total_flos}, seconds_of(ckpt),
+                              ckpt, samples, steps)
     if prior is None:
         metrics["train_loss_note"] = (f"resumed from {ckpt}, which does not record the loss of its steps: the mean "
                                       "training loss of the whole run is not known")
         return TrainOutput(steps, float("nan"), metrics)
     metrics["train_loss"] = prior / max(steps, 1)
     if not any("train_loss" in e for e in trainer.state.log_history):  # the closing entry the Trainer logs at its end
-        trainer.state.log_history.append({"epoch": trainer.state.epoch, "step": steps, **{k: v for k, v in metrics.items() if k != "epoch"}})
+        trainer.state.log_history.append({"epoch": trainer.state.epoch, "step": steps, **{k: v for k, v in metrics.items()
+                                          if k not in ("epoch", "resumed_from", "train_runtime_note")}})
     return TrainOutput(steps, metrics["train_loss"], metrics)
 
 

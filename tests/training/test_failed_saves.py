@@ -83,8 +83,14 @@ def test_a_final_save_that_fails_leaves_no_temporary_folder(tiny_bert, data, tmp
     monkeypatch.undo()
     # the rerun resumes at the last step (its checkpoints are there) and reports the run's true metrics
     assert main(four_step_train_args(tiny_bert, data, out)) == 0
-    same_metrics(json.loads((out / "metrics.json").read_text()), reference)
+    metrics = json.loads((out / "metrics.json").read_text())
+    same_metrics(metrics, reference)
     assert not list(out.glob("checkpoint-*"))
+    # its time is the run's, up to that checkpoint (it was this process's, 0.0 s and 0.0 samples/s: sweep -28r AF)
+    train = metrics["train"]
+    assert train["resumed_from"] == "checkpoint-4" and train["train_runtime"] > 0, train
+    assert train["train_samples_per_second"] == pytest.approx(4 * 16 / train["train_runtime"], rel=1e-2)
+    assert train["train_steps_per_second"] == pytest.approx(4 / train["train_runtime"], rel=1e-2)
 
 
 def killed_run(patch: str, args: list[str]) -> None:
@@ -181,7 +187,12 @@ def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tiny_bert, data, tmp_path,
     assert lines == [f"attnkit train: stopped ({sig}). Run the same command again to resume from the newest complete "
                      f"checkpoint in {out} (add --no-resume to start afresh)."], err[-2000:]
     assert main(four_step_train_args(tiny_bert, data, out)) == 0
-    same_metrics(json.loads((out / "metrics.json").read_text()), reference)
+    metrics = json.loads((out / "metrics.json").read_text())
+    same_metrics(metrics, reference)
+    # the resumed run's time: the killed process's to checkpoint-2 and this one's (not this one's alone)
+    train = metrics["train"]
+    assert train["resumed_from"] == "checkpoint-2", train
+    assert train["train_steps_per_second"] == pytest.approx(4 / train["train_runtime"], rel=1e-2)
 
 
 def test_a_no_resume_move_killed_half_way_leaves_a_run_a_rerun_can_move(tiny_bert, data, tmp_path, capsys, reference):
