@@ -20,6 +20,7 @@ plus ``attnkit`` (the attention spec) and, for SesameBERT heads, ``attnkit_head`
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -142,6 +143,10 @@ class _AttnkitModelMixin:
             add_head_parameters(self, getattr(config, LEARNED[kind].config_key))
 
     def save_pretrained(self, save_directory, *args, **kwargs):
+        folder = Path(save_directory).expanduser()
+        blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+        if blocking is not None:  # (transformers logs an error and saves nothing; the code files then failed on their name)
+            raise UserError(f"save_pretrained: {save_directory} cannot be a folder: {blocking} is a file")
         for kind, entry in LEARNED.items():
             values = learned_values(self, kind)
             if values is not None:
@@ -150,8 +155,10 @@ class _AttnkitModelMixin:
         out = super().save_pretrained(save_directory, *args, **kwargs)
         for name in CODE_FILES:
             text = code_file_text(name)
-            if text is not None:
-                (Path(save_directory) / name).write_text(text, encoding="utf-8")
+            if text is not None:  # through a temporary file: a write cut short never leaves half a module
+                tmp = folder / f".{name}.tmp-{os.getpid()}"
+                tmp.write_text(text, encoding="utf-8")
+                os.replace(tmp, folder / name)
         return out
 
 

@@ -111,6 +111,15 @@ def test_resaving_with_plain_save_pretrained_keeps_the_guard(tiny_bert, tmp_path
     cfg = json.loads((tmp_path / "resaved" / "config.json").read_text())
     assert cfg["model_type"] == "attnkit" and cfg["attnkit"]["attention"] == "sparsegen-lin" and "auto_map" in cfg
     assert all((tmp_path / "resaved" / f).is_file() for f in CODE_FILES)
+    assert not [p.name for p in (tmp_path / "resaved").iterdir() if ".tmp-" in p.name]
+    # onto a file, or a path inside one: refused naming the file, before anything (it failed on a code file's name,
+    # 'afile.txt/modeling_attnkit.py': sweep 2026-11-28r AG); the file as it was
+    mine = tmp_path / "afile.txt"
+    mine.write_text("mine")
+    for target in (mine, mine / "sub"):
+        with pytest.raises(ValueError, match=f"save_pretrained: {target} cannot be a folder: {mine} is a file"):
+            again.save_pretrained(target)
+    assert mine.read_text() == "mine"
     code = (
         "from transformers import AutoModelForSequenceClassification as A\n"
         "try:\n"
