@@ -88,15 +88,29 @@ DATA_HEADERS = ("text,label", "label,text", "sentence,label", "sentence1,sentenc
 
 def say_if_data_file(path: str, first_line: str) -> None:
     """One line on stderr where ``predict --file`` (one text per line, whole) is given what looks like a task's data
-    file (a .csv/.tsv/.jsonl name, or a header line): its header and its labels are read as texts."""
+    file (a .csv/.tsv/.jsonl name, or a header line): its header and its labels are read as texts. The way to label
+    it as a split: a task reads its folder's train/dev/test files, so a file of another name is named as one first."""
     head = first_line.strip().lower().replace("\t", ",")
-    suffix = Path(path).suffix.lower()
-    if head in DATA_HEADERS or suffix in (".csv", ".tsv", ".jsonl"):
-        why = f"its first line {first_line.strip()!r} is a data file's header" if head in DATA_HEADERS else f"it is a {suffix} file"
-        print(f"attnkit: warning: --file {path} is read one text per line, each line whole, and {why}: a header or a "
-              f"label column is labelled as text; to label a split of a task: --task "
-              f"{'tsv' if suffix == '.tsv' or chr(9) in first_line else 'csv'} "
-              f"--data-dir {Path(path).parent} --split validation", file=sys.stderr)
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if head not in DATA_HEADERS and suffix not in (".csv", ".tsv", ".jsonl"):
+        return
+    why = f"its first line {first_line.strip()!r} is a data file's header" if head in DATA_HEADERS else f"it is a {suffix} file"
+    if head.startswith("index,"):  # GLUE's own layout (glue/<TASK>/test.tsv): its task reads it
+        way = f"to label a GLUE split, --task <its GLUE task, e.g. sst2> --data-dir <the folder that holds glue/> --split {_split_of(p) or 'test'}"
+    else:
+        fmt = suffix[1:] if suffix in (".csv", ".tsv", ".jsonl") else "tsv" if "\t" in first_line else "csv"
+        split = _split_of(p)
+        way = (f"to label it as a split: --task {fmt} --data-dir {p.parent} --split {split}" if split else
+               f"a task reads a folder's train/dev/test files: to label it as a split, copy it as test.{fmt} into a folder "
+               f"of its own beside a train.{fmt} and give --task {fmt} --data-dir <that folder> --split test")
+    print(f"attnkit: warning: --file {path} is read one text per line, each line whole, and {why}: a header or a "
+          f"label column is labelled as text; {way}", file=sys.stderr)
+
+
+def _split_of(p: Path) -> str | None:
+    """The split a csv/tsv/jsonl task reads from a file of this name (train, dev/validation, test), else None."""
+    return {"train": "train", "dev": "validation", "validation": "validation", "test": "test"}.get(p.stem.lower())
 
 
 def cmd_evaluate(a) -> int:

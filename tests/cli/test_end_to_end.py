@@ -115,7 +115,11 @@ def test_predict_arguments_and_file(trained, capsys, tmp_path):
     assert f"--task csv --data-dir {d} --split validation" in captured.err
     (d / "texts.txt").write_text("text\tlabel\na great fun movie\t1\n")  # a tab-separated header: tsv (sweep -28q W)
     assert main(["predict", "--model", str(out), "--file", str(d / "texts.txt")]) == 0
-    assert f"--task tsv --data-dir {d}" in capsys.readouterr().err
+    err = capsys.readouterr().err  # (a file a task would not read by its name: the way names the files it reads)
+    assert "--task tsv --data-dir <that folder> --split test" in err and "copy it as test.tsv" in err
+    (d / "test.tsv").write_text("index\tsentence\n0\ta great fun movie\n")  # GLUE's test layout (sweep -28r W)
+    assert main(["predict", "--model", str(out), "--file", str(d / "test.tsv")]) == 0
+    assert "--task <its GLUE task, e.g. sst2> --data-dir <the folder that holds glue/> --split test" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("ext", ["png", "svg"])
