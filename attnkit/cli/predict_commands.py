@@ -63,7 +63,7 @@ def model_and_split(a, check=None):
         if a.split != "test":
             print(f"task {task} has no test split: explaining its {a.split} split")
     if a.split not in data.splits:
-        raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
+        raise UserError(f"task {task} has no split {a.split!r} (it has {', '.join(data.splits)})")
     return d, model, tok, task, data, data.splits[a.split]
 
 
@@ -133,7 +133,7 @@ def cmd_evaluate(a) -> int:
         return _evaluate_hans(a, d, model, tok)
     data = load_task(task, a.data_dir)
     if a.split not in data.splits:
-        raise UserError(f"task {task} has no {a.split} split (it has {', '.join(data.splits)})")
+        raise UserError(f"task {task} has no split {a.split!r} (it has {', '.join(data.splits)})")
     if list(data.label_names) != [model.config.id2label[i] for i in range(model.config.num_labels)]:
         raise UserError(f"task {task} has labels {data.label_names} but the model predicts {list(model.config.id2label.values())}")
     out = output_path(a, a.output, "--output") if a.output else default_output(d / f"eval_{task}_{a.split}.json")
@@ -208,7 +208,7 @@ def _evaluate_qa(a, d: Path, model, tok, task: str) -> int:
         raise UserError(f"task {task} is span QA but {d} is a classifier")
     splits = load_squad(a.data_dir)
     if a.split not in splits:
-        raise UserError(f"task {task} has no {a.split} split (it has {', '.join(splits)})")
+        raise UserError(f"task {task} has no split {a.split!r} (it has {', '.join(splits)})")
     out = output_path(a, a.output, "--output") if a.output else default_output(d / f"eval_{task}_{a.split}.json")
     answers = check_side_file(out.with_name(out.stem + "_predictions.json"), f"the answers beside --output {out}")
     if not any(ans["text"] for ans in splits[a.split]["answers"]):  # EM 0 and F1 0 "(0 questions)" were reported (sweep -28q R)

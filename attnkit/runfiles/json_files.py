@@ -15,12 +15,27 @@ from attnkit.errors import DataFormatError
 _JSON_KINDS = {dict: "a JSON object", list: "a JSON array"}
 
 
+def looks_utf16(raw: bytes) -> bool:
+    """Whether ``raw`` is UTF-16: its byte-order mark, or (none) the even or the odd bytes of its first 512 all 0 but
+    a few and the others not (ASCII text in UTF-16LE/BE); UTF-8 text holds no 0 bytes but a stray NUL."""
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return True
+    head = raw[:512]
+    if len(head) < 8:
+        return False
+    even, odd = head[0::2], head[1::2]  # one half nearly all 0, the other nearly none (a file of zeros is no text)
+    return any(a.count(0) >= 0.9 * len(a) and b.count(0) <= 0.1 * len(b) for a, b in ((even, odd), (odd, even)))
+
+
 def read_json(path: str | os.PathLike, what: str = "JSON", expect: type | None = dict):
     """The JSON value in the file at ``path`` (UTF-8, a BOM allowed). Text that is not JSON, not UTF-8, or not of the
     ``expect``-ed type is a DataFormatError naming the file, the line (from json's error) and ``what`` the file should
     hold ("attnkit's record of a run"); an OS error (a missing file) is raised as it is."""
     path = Path(path)
     raw = path.read_bytes()
+    if looks_utf16(raw):
+        raise DataFormatError(path, 1, f"expected {what} in UTF-8, found UTF-16 text: convert it to UTF-8, e.g. with "
+                              "iconv -f UTF-16 -t UTF-8")
     try:
         value = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as e:

@@ -279,7 +279,15 @@ def check_side_file(path: str | os.PathLike, made_by: str) -> Path:
     path = Path(path)
     check_not_bookkeeping(path, f"{made_by} would be {path}")
     _refuse_own_file(path, f"{made_by} would replace {path}, which")
-    if path.exists() and not written_by_attnkit(path):
+    if not path.exists():
+        return path
+    own = written_by_attnkit(path)
+    run = next((q for q in path.resolve().parents if (q / RUN_RECORD).is_file()), None)
+    if run is not None and (path.name in RUN_FILES or path.name == RUN_RECORD or not own):
+        # a model's weights, config or tokenizer, a run's own files: attnkit wrote them, but never as an output
+        raise UserError(f"{made_by} would replace {path}, a file of the attnkit run {run} that attnkit did not write "
+                        "as an output; name other files")
+    if not own:
         raise UserError(f"{path} exists and was not written by attnkit: {made_by} would replace it; move it, or name "
                         "other files")
     return path

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from attnkit.errors import DataFormatError, UserError
-from attnkit.runfiles.json_files import path_problem
+from attnkit.runfiles.json_files import looks_utf16, path_problem
 from attnkit.tasks.registry import Example
 
 if TYPE_CHECKING:
@@ -77,17 +77,6 @@ def check_no_nul(path: Path, line: int, text: str) -> None:
     """A line of a text file (one text per line) holding a NUL is refused naming it."""
     if "\x00" in text:
         raise DataFormatError(path, line, f"holds a NUL character ({text[:40]!r}): expected plain text; {NUL_HINT}")
-
-
-def looks_utf16(raw: bytes) -> bool:
-    """Whether ``raw`` is UTF-16: its byte-order mark, or (none) the even or the odd bytes of its first 512 all 0 but
-    a few (ASCII text in UTF-16LE/BE); UTF-8 text holds no 0 bytes but a stray NUL."""
-    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return True
-    head = raw[:512]
-    if len(head) < 8:
-        return False
-    return any(half.count(0) >= 0.9 * len(half) for half in (head[0::2], head[1::2]))
 
 
 def read_text(path: Path) -> str:
@@ -238,7 +227,8 @@ def check_columns(path: Path, line: int, found: list[str], required: list[str], 
                                   "expected each column once")
 
 
-_DUPLICATE_KEY = "\0duplicate-key"
+#: where a parsed JSON object records a key given twice: no string (a key of the file's own never collides with it)
+_DUPLICATE_KEY = object()
 
 
 def _pairs_with_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -259,16 +249,19 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             record = json.loads(s, object_pairs_hook=_pairs_with_keys)
         except json.JSONDecodeError as e:
             raise DataFormatError(path, line, f"invalid JSON: {e.msg.removesuffix(' at')} at column {e.colno}") from None
+        except RecursionError:
+            raise DataFormatError(path, line, "JSON nested too deeply to read: expected an object of text and label "
+                                  "fields") from None
         if not isinstance(record, dict):
             raise DataFormatError(path, line, f"expected a JSON object, found {type(record).__name__}")
+        twice = record.pop(_DUPLICATE_KEY, None)
         lone = next((k for k, v in record.items() if isinstance(v, str) and has_surrogate(v)), None)
         if lone is not None:
             raise DataFormatError(path, line, f"the value of {lone!r} holds a lone surrogate escape (such as \\ud800): "
                                   "half of a character, not text; expected valid Unicode text")
-        if record.get(_DUPLICATE_KEY):
-            raise DataFormatError(path, line, f"key {record[_DUPLICATE_KEY]!r} appears twice in one object: expected each "
+        if twice is not None:
+            raise DataFormatError(path, line, f"key {twice!r} appears twice in one object: expected each "
                                   "key once (which value is meant cannot be told)")
-        record.pop(_DUPLICATE_KEY, None)
         yield line, record
 
 

@@ -252,7 +252,7 @@ def sst_rationales(data_dir: Path | None, split: str = "test") -> list[tuple[str
     of its trees). For plausibility of explanations (:mod:`attnkit.analysis.faithfulness`)."""
     folder = require_dir(data_dir, "sst5_ptb", "sst2-ptb")
     if split not in SPLIT_STEMS:
-        raise UserError(f"sst2-ptb has no {split} split (it has {', '.join(SPLIT_STEMS)})")
+        raise UserError(f"sst2-ptb has no split {split!r} (it has {', '.join(SPLIT_STEMS)})")
     path = require_file(folder / f"{SPLIT_STEMS[split]}.txt", "sst2-ptb")
     out = []
     for tree in _read_trees(path):

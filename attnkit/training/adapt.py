@@ -352,7 +352,8 @@ def _adapt(cfg: AdaptConfig, out: Path) -> dict:
     prepare_output(cfg, out, keep=(), splits={"texts": texts})  # everything before training worked: only now is an earlier run moved aside
     t0 = time.time()
     result = fit(trainer, cfg)
-    seconds = time.time() - t0
+    # the whole run's training time (a resumed run's counts its earlier processes' too), else this process's
+    seconds = result.metrics.get("train_runtime") or time.time() - t0
     if masking_state.note:  # resumed from a checkpoint that could not be resumed exactly: the metrics say so
         result.metrics["masking_note"] = masking_state.note
     history = list(trainer.state.log_history)

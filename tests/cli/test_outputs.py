@@ -382,3 +382,10 @@ def test_attnkits_bookkeeping_files_are_never_an_output(user_run, data, tmp_path
         assert main([argv[0], "--model", str(user_run), *argv[1:]]) == 2, argv
         only_stderr_line(capsys, f"{name} is the name of attnkit's {what}; name another file")
     assert (po / ".attnkit-outputs.json").read_text() == ledger and not (tmp_path / "fr").exists()
+
+
+def test_an_unknown_split_is_quoted(saved_classifier, data, capsys):
+    """`--split " test"` was refused as 'task csv has no  test split': the stray space unseen (sweep 2026-11-28s BE)."""
+    for command in ("predict", "evaluate"):
+        assert main([command, "--model", str(saved_classifier), "--task", "csv", "--data-dir", str(data), "--split", " test"]) == 2
+        only_stderr_line(capsys, "task csv has no split ' test' (it has train, validation")

@@ -180,6 +180,13 @@ def test_a_runs_or_sweeps_own_file_is_never_replaced_through_a_link_or_beside_an
                                             rf"files the {owner} keeps of itself \({side.name}\): no command's output"):
             check_side_file(side, "the curves beside --output x")
     assert (sweep / "sweep.json").read_text().startswith("[") and (run / "curves.png").read_bytes() == b"png"
+    # a model's file inside the run (its tokenizer, its record): the run's, not "not written by attnkit" (sweep -28s BA)
+    (run / "model").mkdir()
+    for name in ("tokenizer.json", "attnkit_run.json"):
+        (run / "model" / name).write_text(json.dumps({"written_by": "attnkit train"}) if name.startswith("attnkit") else "{}")
+        with pytest.raises(UserError, match=rf"^the JSON beside --output x would replace {run / 'model' / name}, a file of "
+                                            rf"the attnkit run {run.resolve()} that attnkit did not write as an output"):
+            check_side_file(run / "model" / name, "the JSON beside --output x")
     # a file of the same name elsewhere, or attnkit's own earlier output, is still an output's to replace
     (tmp_path / "curves.png").write_bytes(b"x")
     assert own_file_of(tmp_path / "curves.png") is None

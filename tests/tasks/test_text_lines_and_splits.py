@@ -167,3 +167,30 @@ def test_a_csv_or_tsv_text_longer_than_csvs_default_field_limit_is_read(tmp_path
         (d / f"dev.{fmt}").write_text(f"text{sep}label\nfine film{sep}1\n")
         train = load_task(fmt, d).splits["train"]
         assert list(train["text"]) == ["good film", long.strip()]
+
+
+def test_deeply_nested_jsonl_utf16_json_and_odd_keys_are_read_or_named(tmp_path):
+    """A jsonl line nested thousands deep ended in 'internal error (RecursionError)' (sweep 2026-11-28s BB); a JSON
+    file in UTF-16 was 'not valid JSON' (BD): each is one line naming the file. A key of the file's own that spells the
+    reader's old duplicate marker is an ordinary key."""
+    from attnkit.errors import DataFormatError
+    from attnkit.runfiles.json_files import read_json
+    from attnkit.tasks.readers import read_jsonl
+
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"text": "good film", "label": 1}\n{"text": ' + "[" * 100_000 + "]" * 100_000 + ', "label": 0}\n')
+    with pytest.raises(DataFormatError, match=r"deep\.jsonl, line 2: JSON nested too deeply to read"):
+        list(read_jsonl(deep))
+    for encoding in ("utf-16", "utf-16-le"):
+        f = tmp_path / f"{encoding}.json"
+        f.write_bytes(json.dumps({"data": [], "version": "1.1"}).encode(encoding))
+        with pytest.raises(DataFormatError, match=rf"{encoding}\.json, line 1: expected .* in UTF-8, found UTF-16 text: "
+                                                  "convert it to UTF-8, e.g. with iconv"):
+            read_json(f, "a SQuAD file")
+    zeros = tmp_path / "zeros.json"
+    zeros.write_bytes(b"\0" * 64)  # a damaged file of zeros is no UTF-16 text
+    with pytest.raises(DataFormatError, match="not valid JSON"):
+        read_json(zeros)
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('{"text": "good film", "label": 1, "\\u0000duplicate-key": "x"}\n')
+    assert [r for _, r in read_jsonl(odd)] == [{"text": "good film", "label": 1, "\0duplicate-key": "x"}]

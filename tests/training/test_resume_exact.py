@@ -95,6 +95,9 @@ def test_adapt_resumed_after_each_checkpoint_equals_the_uninterrupted_run(adapte
     assert b["adapted"]["mlm_loss"] == a["adapted"]["mlm_loss"]
     assert b["adapted"]["zero_share"] == a["adapted"]["zero_share"]
     assert b["train"]["train_loss"] == a["train"]["train_loss"] and "masking_note" not in b["train"]
+    # the time of the whole run's training, over its four processes (it was the last one's: sweep 2026-11-28s BC)
+    assert b["train"]["resumed_from"] == "checkpoint-6"
+    assert b["adapted"]["seconds"] == round(b["train"]["train_runtime"], 1) > 0
 
 
 def _adapt_in_subprocess(tiny_bert, data, out, kill_at: int | None = None) -> subprocess.CompletedProcess:
