@@ -283,8 +283,10 @@ def check_side_file(path: str | os.PathLike, made_by: str) -> Path:
         return path
     own = written_by_attnkit(path)
     run = next((q for q in path.resolve().parents if (q / RUN_RECORD).is_file()), None)
-    if run is not None and (path.name in RUN_FILES or path.name == RUN_RECORD or not own):
-        # a model's weights, config or tokenizer, a run's own files: attnkit wrote them, but never as an output
+    listed = path.name in ((read_folder_manifest(path.resolve().parent) or {}).get("files") or {})
+    if run is not None and (path.name in RUN_FILES or path.name == RUN_RECORD or listed):
+        # a model's weights, config or tokenizer (its folder's manifest lists them), a run's own files: attnkit wrote
+        # them, but never as an output
         raise UserError(f"{made_by} would replace {path}, a file of the attnkit run {run} that attnkit did not write "
                         "as an output; name other files")
     if not own:

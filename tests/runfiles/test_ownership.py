@@ -181,9 +181,16 @@ def test_a_runs_or_sweeps_own_file_is_never_replaced_through_a_link_or_beside_an
             check_side_file(side, "the curves beside --output x")
     assert (sweep / "sweep.json").read_text().startswith("[") and (run / "curves.png").read_bytes() == b"png"
     # a model's file inside the run (its tokenizer, its record): the run's, not "not written by attnkit" (sweep -28s BA)
+    from attnkit.runfiles.ownership import write_folder_manifest
+
     (run / "model").mkdir()
     for name in ("tokenizer.json", "attnkit_run.json"):
         (run / "model" / name).write_text(json.dumps({"written_by": "attnkit train"}) if name.startswith("attnkit") else "{}")
+    write_folder_manifest(run / "model", "attnkit train")  # (the model folder's list of the files attnkit wrote)
+    (run / "model" / "notes.json").write_text("{}")  # the user's, put there since: called so
+    with pytest.raises(UserError, match=rf"^{run / 'model' / 'notes.json'} exists and was not written by attnkit"):
+        check_side_file(run / "model" / "notes.json", "the JSON beside --output x")
+    for name in ("tokenizer.json", "attnkit_run.json"):
         with pytest.raises(UserError, match=rf"^the JSON beside --output x would replace {run / 'model' / name}, a file of "
                                             rf"the attnkit run {run.resolve()} that attnkit did not write as an output"):
             check_side_file(run / "model" / name, "the JSON beside --output x")
