@@ -48,6 +48,19 @@ def sparse_layer_set(text: str | None, num_layers: int) -> frozenset[int]:
     return frozenset(out)
 
 
+def check_layers_apart(model: nn.Module, text: str | None) -> None:
+    """Refuse ``sparse_layers`` (``text``) for a model whose layers share their attention modules (ALBERT: one layer's
+    weights run N times): one module cannot be sparse in some layers and not in others (it was all or none, silently)."""
+    if text is None:
+        return
+    layers = getattr(model.config, "num_hidden_layers", None)
+    mods = attention_modules(model)
+    if isinstance(layers, int) and 0 < len(mods) < layers:
+        raise UserError(f"sparse layers {text}: {type(model).__name__}'s {layers} layers share {len(mods)} attention "
+                        f"module{'s' if len(mods) > 1 else ''} (one layer's weights run in several), so the attention "
+                        "cannot be sparse in some layers only; leave the sparse layers out to make every layer sparse")
+
+
 def sparse_layers_words(text: str) -> str:
     """``"the last layer"``, ``"layer 2"``, ``"layers 4-5"``: a :func:`check_sparse_layers` value in words."""
     if text == "last":

@@ -12,7 +12,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from attnkit.attention.learned import add_head_parameters
 from attnkit.attention.normalisers import LEARNED
-from attnkit.attention.placement import number_layers, sparse_layer_set
+from attnkit.attention.placement import check_layers_apart, number_layers, sparse_layer_set
 from attnkit.attention.spec import (
     ATTN_IMPLEMENTATION,
     AttentionSpec,
@@ -173,6 +173,7 @@ def finish_model(net, spec: AttentionSpec):
     number_layers(net)
     if spec.sparse_layers is not None:
         sparse_layer_set(spec.sparse_layers, net.config.num_hidden_layers)
+        check_layers_apart(net, spec.sparse_layers)
     if spec.learned:
         add_head_parameters(net)  # idempotent: a reloaded model has them already, with its learned values
     return net

@@ -15,7 +15,7 @@ from attnkit.attention.forward import attnkit_attention_forward, keyword_refusal
 from attnkit.attention.learned import add_head_parameters
 from attnkit.attention.normalisers import names_with
 from attnkit.attention.own_code import adopt, has_own_attention
-from attnkit.attention.placement import sparse_layer_set
+from attnkit.attention.placement import attention_modules, check_layers_apart, sparse_layer_set
 from attnkit.attention.spec import AttentionSpec
 from attnkit.errors import UserError
 from attnkit.models.build import attnkit_config, finish_model
@@ -120,6 +120,7 @@ def sparsify(model, attention: str | None = None, lam: float | None = None, *, b
                              learned=learned, sparse_layers=sparse_layers)
     if spec.sparse_layers is not None and getattr(model.config, "num_hidden_layers", None):
         sparse_layer_set(spec.sparse_layers, model.config.num_hidden_layers)  # a layer it lacks: refused before any change
+        check_layers_apart(model, spec.sparse_layers)
     name = type(model).__name__
     if isinstance(model.config, AttnkitConfig):  # already attnkit's: change the attention
         set_attention(model, spec)
@@ -131,6 +132,9 @@ def sparsify(model, attention: str | None = None, lam: float | None = None, *, b
             "(AttentionInterface), so attnkit cannot replace its softmax"
         )
     _refuse_attention_keywords(model)
+    if spec.learned and not own and not attention_modules(model):  # before the model is changed: a refusal leaves it
+        raise UserError(f"learned={spec.learned!r}: {name}'s attention modules do not say their number of heads "
+                        f"(num_attention_heads), so no {spec.learned} can be learned per head; leave learned out")
     base_cfg = type(model.config)
     kind = next((k for k, m in _SPARSIFY_KINDS if getattr(modeling_auto, m).get(base_cfg, None) is type(model)), None)
     if kind is None:
@@ -150,5 +154,5 @@ def sparsify(model, attention: str | None = None, lam: float | None = None, *, b
     except (ImportError, AttributeError):
         pass
     if spec.learned and not add_head_parameters(model):
-        raise UserError(f"learn_{spec.learned}: no attention modules with num_attention_heads found in {name}")
+        raise UserError(f"learned={spec.learned!r}: no attention modules with num_attention_heads found in {name}")
     return finish_model(model, spec)

@@ -250,3 +250,30 @@ def test_own_code_attention_everything_else_works_too(model_type, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     torch.testing.assert_close(torch.tensor(json.loads(r.stdout.strip().splitlines()[-1])), out.logits, rtol=1e-5, atol=1e-6)
 
+
+
+@pytest.mark.parametrize("model_type", ["distilbert", "llama"])
+def test_a_refused_learned_setting_leaves_the_model_as_it_was(model_type):
+    """sparsify(model, learned=...) on a model whose attention modules do not say their heads was refused after it had
+    turned the model into attnkit's class: every later forward failed (sweep 2026-11-28t CA). Refused before any
+    change now, naming the argument."""
+    model = tiny(model_type, WORKS[model_type])
+    cls, cfg = type(model), model.config
+    ids = torch.tensor([[5, 6, 7, 8]])
+    before = model(input_ids=ids).logits
+    with pytest.raises(ValueError, match=r"^learned='lam': .* leave learned out"):
+        attnkit.sparsify(model, "sparsegen-lin", lam=0.5, learned="lam")
+    assert type(model) is cls and model.config is cfg
+    assert torch.equal(model(input_ids=ids).logits, before)
+
+
+def test_sparse_layers_on_shared_layers_are_refused():
+    """ALBERT's layers share one attention module: sparse_layers made every layer sparse or none, silently (sweep
+    2026-11-28t CB). Refused before any change; every layer sparse still works."""
+    model = tiny("albert", WORKS["albert"])
+    cls = type(model)
+    for layers in ("last", "0", "0-1"):
+        with pytest.raises(ValueError, match=r"share 1 attention module .* cannot be sparse in some layers only"):
+            attnkit.sparsify(model, "sparsemax", sparse_layers=layers)
+        assert type(model) is cls
+    attnkit.sparsify(model, "sparsemax")
