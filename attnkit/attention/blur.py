@@ -14,10 +14,11 @@ BLUR_PLACES = ("none", "context", "value")
 def gaussian_kernel(size: int, sigma: float, dtype=torch.float64, device=None) -> torch.Tensor:
     """The fixed 1-D blur kernel ``g_j = exp(-(j - c)^2 / (2 sigma^2))``, ``c = (size-1)/2``, summing to 1.
 
-    As ``sigma -> 0`` it tends to the identity ``[0, .., 1, .., 0]`` (exactly, once the tails underflow).
+    As ``sigma -> 0`` it tends to the identity ``[0, .., 1, .., 0]`` (exactly, once the tails underflow); as ``sigma ->
+    inf`` to the uniform ``1 / size`` (exactly, once its square overflows).
     """
     j = torch.arange(size, dtype=torch.float64)
-    var2 = 2.0 * float(sigma) ** 2
+    var2 = 2.0 * float(sigma) * float(sigma)  # (not ** 2, which raises OverflowError past 1e154: inf is the uniform limit)
     if var2 == 0.0:  # sigma below ~1e-162: its square underflows (0/0 at the centre); the limit is the identity
         g = (j == (size - 1) / 2).to(torch.float64)
         return (g / g.sum()).to(dtype=dtype, device=device)

@@ -614,3 +614,14 @@ def test_initial_se_weights_are_those_of_the_model_a_run_starts_from(tiny_bert, 
     assert mod.initial_se_weights(cfg) == frozen
     moved = mod.cell_config("csv", "weighted|SE+blur", "context", 0.5, 8, a, pooling="weighted", se=True)
     assert mod.initial_se_weights(moved) != frozen  # another seed, another initial SE layer: the check can fail
+
+
+def test_a_huge_blur_sigma_is_the_uniform_blur_not_an_overflow():
+    """`--blur-sigma 1e300` passed the finite > 0 check, then overflowed squaring it (an internal error: sweep
+    2026-11-28t CD): the kernel is the uniform limit, and a model with it runs."""
+    from attnkit.attention.spec import AttentionSpec
+
+    assert torch.equal(gaussian_kernel(3, 1e300), torch.full((3,), 1 / 3, dtype=torch.float64))
+    assert torch.allclose(gaussian_kernel(5, 1e6), torch.full((5,), 0.2, dtype=torch.float64))
+    k = AttentionSpec("sparsemax", blur="context", blur_sigma=1e300).kernel(torch.float32)
+    assert torch.allclose(k.flatten(), torch.full((3,), 1 / 3))
