@@ -66,7 +66,7 @@ def _build_root() -> Path:
     """Where torch keeps extension builds: $TORCH_EXTENSIONS_DIR, else its per-user cache folder for this Python and
     accelerator (as ``torch.utils.cpp_extension`` names it)."""
     root = os.environ.get("TORCH_EXTENSIONS_DIR")
-    if root is not None:
+    if root:  # (set but empty: unset, as attnkit's own variables; it built into each working folder anew)
         return Path(root)
     from torch.utils.cpp_extension import get_default_build_root
 

@@ -288,3 +288,16 @@ def test_torch_compile_fullgraph_as_the_first_use_matches_eager(cache, mode):
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out == {"backend": "cpp" if mode == "auto" else "torch", "sparsemax": True, "entmax15": True}, (out, r.stderr[-2000:])
+
+
+def test_an_empty_torch_extensions_dir_is_unset(monkeypatch, tmp_path):
+    """`TORCH_EXTENSIONS_DIR=` (set, empty) built the kernel into the working folder, and anew in every other one
+    (sweep 2026-11-28t CE): empty is unset, as attnkit's own variables are; a folder named is used."""
+    from attnkit.attention import kernel_build
+
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    default = kernel_build._build_root()
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "")
+    assert kernel_build._build_root() == default and default.is_absolute()
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    assert kernel_build._build_root() == tmp_path
