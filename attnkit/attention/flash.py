@@ -122,6 +122,9 @@ def _check_qkv(q, k, v) -> None:
 def _check_scale(scale, D: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(D)
+    if isinstance(scale, torch.Tensor):
+        raise _err(f"scale must be a Python number (default 1/sqrt(D)), not a tensor: give scale={scale.flatten()[0].item() if scale.numel() else '...'!r}"
+                   " as a float")
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise _err(f"scale must be a positive finite number (default 1/sqrt(D)), got {scale!r}")
     s = float(scale)
@@ -136,6 +139,9 @@ def _check_scale(scale, D: int) -> float:
 def _check_lam(lam) -> float:
     if lam is None:
         raise _err("lam is required for attention='sparsegen-lin' (a finite number below 1)")
+    if isinstance(lam, torch.Tensor):
+        raise _err(f"lam must be a Python number below 1, not a tensor (one lam for every head): give "
+                   f"lam={lam.flatten()[0].item() if lam.numel() else '...'!r} as a float")
     if isinstance(lam, bool) or not isinstance(lam, (int, float)):
         raise _err(f"lam must be a finite number below 1 (sparsegen-lin divides by 1 - lam), got {lam!r}")
     lam_f = float(lam)

@@ -250,8 +250,8 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         except json.JSONDecodeError as e:
             raise DataFormatError(path, line, f"invalid JSON: {e.msg.removesuffix(' at')} at column {e.colno}") from None
         except RecursionError:
-            raise DataFormatError(path, line, "JSON nested too deeply to read: expected an object of text and label "
-                                  "fields") from None
+            raise DataFormatError(path, line, "JSON nested too deeply to read: expected one flat JSON object of text "
+                                  "fields per line") from None
         if not isinstance(record, dict):
             raise DataFormatError(path, line, f"expected a JSON object, found {type(record).__name__}")
         twice = record.pop(_DUPLICATE_KEY, None)

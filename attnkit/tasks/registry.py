@@ -93,7 +93,8 @@ def load_task(task: str, data_dir: str | os.PathLike | None = None, **options: A
     tasks); an option the loader does not take raises TypeError naming the ones it does.
     """
     if task not in TASKS:
-        raise UserError(f"unknown task {task!r}; known tasks: {', '.join(list_tasks())}")
+        raise UserError(f"unknown task {task!r}; known tasks: {', '.join(list_tasks())}, and squad (span question "
+                        "answering) and hans (attnkit evaluate only), read by their own loaders; attnkit tasks lists all")
     loader = TASKS[task]
     data_dir = home_path(data_dir, "--data-dir") if data_dir is not None else None  # "~/data": the home folder's
     if data_dir is not None and not Path(data_dir).is_dir():

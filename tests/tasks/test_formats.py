@@ -36,7 +36,7 @@ def rows(task: TaskData, split: str) -> list[tuple]:
 
 def test_registry_and_unknown_task(tmp_path):
     assert list_tasks() == ALL_TASKS
-    with pytest.raises(ValueError, match=r"unknown task 'imdb'.*sentube-auto.*sst5-phrases"):
+    with pytest.raises(ValueError, match=r"unknown task 'imdb'.*sentube-auto.*sst5-phrases.*and squad .* hans"):  # (-28t CF)
         load_task("imdb", tmp_path)
 
 

@@ -179,7 +179,7 @@ def test_deeply_nested_jsonl_utf16_json_and_odd_keys_are_read_or_named(tmp_path)
 
     deep = tmp_path / "deep.jsonl"
     deep.write_text('{"text": "good film", "label": 1}\n{"text": ' + "[" * 100_000 + "]" * 100_000 + ', "label": 0}\n')
-    with pytest.raises(DataFormatError, match=r"deep\.jsonl, line 2: JSON nested too deeply to read"):
+    with pytest.raises(DataFormatError, match=r"deep\.jsonl, line 2: JSON nested too deeply to read: expected one flat JSON object"):
         list(read_jsonl(deep))
     for encoding in ("utf-16", "utf-16-le"):
         f = tmp_path / f"{encoding}.json"
