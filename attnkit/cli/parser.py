@@ -36,6 +36,9 @@ class Parser(argparse.ArgumentParser):
 PATH_OPTIONS = ("output", "output_dir", "stats", "html", "plot", "file", "data_dir", "model", "teacher", "text_file", "json")
 
 
+#: what every --data-dir is, and where it is looked for when not given (tasks.registry.default_data_dir)
+DATA_DIR_HELP = "the folder that holds the data sets (default: $ATTNKIT_DATA, else ./shared/data, else ../shared/data)"
+
 def layers_text(text: str) -> str:
     """A --sparse-layers value as it is recorded in the run's settings: without spaces, in lower case (``' last'``
     and ``'Last'`` are ``'last'``, so a rerun with the same layers is the same run, not "other settings")."""
@@ -94,7 +97,7 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
     """Every option of ``attnkit train`` (also taken by ``attnkit sweep``)."""
     d = TrainConfig()
     t.add_argument("--task", default=d.task, help=f"dataset (default {d.task}); see `attnkit tasks`")
-    t.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
+    t.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     t.add_argument("--model", default=d.model, help="'minilm' (bundled), a local checkpoint folder, or a hub name")
     t.add_argument("--attention", default=None, choices=NormaliserChoices(), help=f"normaliser (default: a checkpoint's own, else {d.attention}; see MiniBERT below)")
     t.add_argument("--lam", type=float, default=None, help="sparsegen-lin lam < 1 (default: the SSAF paper's value for the task, else 0)")
@@ -104,7 +107,7 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--batch-size", type=int, default=d.batch_size, help=f"per-process batch size (default {d.batch_size})")
     t.add_argument("--lr", type=float, default=None, help=f"learning rate (default {d.lr:g}; MiniBERT: see below)")
     t.add_argument("--warmup", type=float, default=d.warmup_ratio, help="warm-up: a fraction of the steps if < 1, else a step count")
-    t.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    t.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay")
     t.add_argument("--max-length", type=int, default=d.max_length, help=f"truncate inputs to this many tokens (default {d.max_length})")
     t.add_argument("--doc-stride", type=int, default=None, help="span QA (--task squad): overlap of context windows in tokens (default max-length // 3)")
     t.add_argument("--seed", type=int, default=d.seed, help=f"random seed (default {d.seed})")
@@ -119,7 +122,7 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
                         "split, scored once at the end, chose nothing: choose settings on \"heldout\" and report dev clean "
                         "(a MiniBERT from scratch still builds its vocabulary from the whole training split)")
     t.add_argument("--eval-steps", type=int, default=None, help="evaluate and checkpoint every N steps (default: every epoch)")
-    t.add_argument("--logging-steps", type=int, default=d.logging_steps)
+    t.add_argument("--logging-steps", type=int, default=d.logging_steps, help="log the training loss every this many steps")
     add_attention_options(t, d)
     add_teacher_and_precision_options(t, d)
     t.add_argument("--threads", type=int, default=None, help="torch threads (default: what torch picks, one per core); 1 leaves a core free")
@@ -180,7 +183,7 @@ def add_pretrain_parser(sub) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--task", default=d.task, help=f"dataset whose TRAINING text is used (default {d.task})")
-    p.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
+    p.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     p.add_argument("--kind", default=d.kind, choices=KINDS, help="sa = MiniSA (Q,K,V), ssa = MiniSSA (Q only), nta = MiniNTA (none)")
     p.add_argument("--attention", default=d.attention, choices=NormaliserChoices(), help=f"normaliser (default {d.attention})")
     p.add_argument("--lam", type=float, default=d.lam, help="sparsegen-lin lam < 1 (default 0)")
@@ -201,7 +204,7 @@ def add_pretrain_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: what torch picks, one per core); 1 leaves a core free")
     p.add_argument("--output-dir", default=d.output_dir, help=f"run folder (default {d.output_dir}); the checkpoint goes to <it>/model; a finished run there with the same settings is kept as it is")
     p.add_argument("--no-resume", action="store_true", help="pre-train afresh even if the output folder holds a finished run (moved aside to <output-dir>/.replaced-<date>/, not deleted)")
-    p.add_argument("--logging-steps", type=int, default=d.logging_steps)
+    p.add_argument("--logging-steps", type=int, default=d.logging_steps, help="log the training loss every this many steps")
     p.add_argument("--lemmatize", default=None, metavar="LANG", help="lemmatise the corpus first (simplemma: en, fr, de, ...); recorded with the model")
     return p
 
@@ -212,7 +215,7 @@ def add_adapt_parser(sub) -> argparse.ArgumentParser:
                        description=ADAPT_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", action="append", default=None, help=f"a task whose TRAINING texts are read; repeat for several (default {d.tasks[0]} unless --text-file)")
     p.add_argument("--text-file", action="append", default=None, help="a file of your own texts, one per line (UTF-8); repeatable")
-    p.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
+    p.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     p.add_argument("--model", default=d.model, help="'minilm' (bundled), a local checkpoint or run folder, or a hub name")
     p.add_argument("--attention", default=d.attention, choices=NormaliserChoices(adapt_only=True), help=f"the map to adapt to (default {d.attention}); softmax: the control")
     p.add_argument("--lam", type=float, default=None, help=f"sparsegen-lin: the target lam < 1 (default {d.lam:g})")
@@ -232,7 +235,7 @@ def add_adapt_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--no-resume", action="store_true", help="start afresh even if the folder holds a run (moved aside to <output-dir>/.replaced-<date>/, not deleted)")
     p.add_argument("--keep-checkpoints", action="store_true", help="keep the checkpoint-N folders after the run finishes")
     p.add_argument("--save-steps", type=int, default=d.save_steps, help=f"checkpoint every N steps, to resume from (default {d.save_steps})")
-    p.add_argument("--logging-steps", type=int, default=d.logging_steps)
+    p.add_argument("--logging-steps", type=int, default=d.logging_steps, help="log the training loss every this many steps")
     prec = p.add_mutually_exclusive_group()
     prec.add_argument("--bf16", dest="precision", action="store_const", const="bf16", default=d.precision, help="bfloat16 mixed precision")
     prec.add_argument("--fp16", dest="precision", action="store_const", const="fp16", help="float16 mixed precision (CUDA GPUs only)")
@@ -249,8 +252,8 @@ def add_words_parser(sub) -> argparse.ArgumentParser:
     )
     w.add_argument("--model", required=True, help="a checkpoint written by `attnkit train` (its model/ folder or the run folder)")
     w.add_argument("--task", default=None, help="dataset (default: the one the model was trained on)")
-    w.add_argument("--data-dir", default=None)
-    w.add_argument("--split", default="validation", choices=["train", "validation", "test"])
+    w.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
+    w.add_argument("--split", default="validation", choices=["train", "validation", "test"], help="the split whose texts are read (default: validation)")
     w.add_argument("--top", type=positive_int, default=20, help="words per class (default 20)")
     w.add_argument("--min-count", type=positive_int, default=3, help="rank only words seen at least this often in the class (default 3)")
     w.add_argument("--max-samples", type=positive_int, default=None, help="read only the first N sentences of the split")
@@ -258,7 +261,7 @@ def add_words_parser(sub) -> argparse.ArgumentParser:
     w.add_argument("--json", default=None, help="ranking as JSON (default: the chart's path with .json, e.g. words.json; an existing "
                                                 "file there that attnkit did not write is never replaced)")
     w.add_argument("--max-length", type=int, default=None, help="truncate inputs to this many tokens (default: the length the model was trained with, else 128)")
-    w.add_argument("--batch-size", type=positive_int, default=64)
+    w.add_argument("--batch-size", type=positive_int, default=64, help="texts per forward pass")
     w.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: what torch picks, one per core)")
     return w
 
@@ -295,7 +298,7 @@ def add_evaluate_parser(sub) -> None:
     e = sub.add_parser("evaluate", help="metrics of a trained model on a split, printed and written as JSON")
     add_model_io(e)
     e.add_argument("--task", default=None, help="dataset (default: the one the model was trained on)")
-    e.add_argument("--data-dir", default=None)
+    e.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     e.add_argument("--split", default="validation", help="split to evaluate (default validation; MNLI also has validation_mismatched)")
     e.add_argument("--output", default=None, help="JSON file (default: <model>/eval_<task>_<split>.json); span QA also writes the "
                                                    "answers beside it (<output>_predictions.json)")
@@ -313,7 +316,7 @@ def add_predict_parser(sub) -> None:
     p.add_argument("--context", default=None, help="QA models: the passage to find the answer in")
     p.add_argument("--output", default=None, help="write JSON lines here instead of standard output")
     p.add_argument("--task", default=None, help="with --split: predict a whole split of this task")
-    p.add_argument("--data-dir", default=None)
+    p.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     p.add_argument("--split", default=None, help="predict every row of this split; for GLUE test splits, writes the submission file (e.g. RTE.tsv)")
     p.add_argument("--output-dir", default=None, help="with --split: folder for the GLUE submission file (default <model>/glue_submission)")
 
@@ -335,8 +338,8 @@ def add_layer_weights_parser(sub) -> None:
     w = sub.add_parser("layer-weights", help="bar chart of a layer-pooling model's learned layer weights (SE, weighted average)")
     add_model_io(w)
     w.add_argument("--task", default=None, help="dataset whose texts are averaged over (default: the one the model was trained on)")
-    w.add_argument("--data-dir", default=None)
-    w.add_argument("--split", default="validation")
+    w.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
+    w.add_argument("--split", default="validation", help="the split whose texts are read (default: validation)")
     w.add_argument("--max-samples", type=positive_int, default=500, help="average over at most this many texts (default 500)")
     w.add_argument("--output", default=None, help="chart file, .png or .svg (default layer_weights.png); the values "
                                                                  "go beside it as JSON (layer_weights.json)")
@@ -348,7 +351,7 @@ def add_faithfulness_parser(sub) -> None:
                        description=FAITHFULNESS_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_io(f)
     f.add_argument("--task", default=None, help="dataset (default: the one the model was trained on); single texts only")
-    f.add_argument("--data-dir", default=None)
+    f.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     f.add_argument("--split", default=None, help="split to explain (default: test, or validation where the task has no test split)")
     f.add_argument("--max-examples", type=positive_int, default=None, help="the first N texts of the split (default all)")
     f.add_argument("--ig-steps", type=positive_int, default=20, help="integrated gradients: steps of the path integral, at most 1000 (default 20)")
@@ -364,7 +367,7 @@ def add_faithfulness_parser(sub) -> None:
 def add_tasks_parser(sub) -> None:
     """``attnkit tasks``."""
     k = sub.add_parser("tasks", help="list the datasets attnkit can load, and which are found under the data folder")
-    k.add_argument("--data-dir", default=None, help="folder holding the datasets (default: $ATTNKIT_DATA or ../shared/data)")
+    k.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:

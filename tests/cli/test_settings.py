@@ -268,3 +268,21 @@ def test_a_port_in_use_where_the_processes_meet_is_one_line(tiny_bert, data, tmp
     errors = [l for l in r.stderr.splitlines() if "error" in l]
     assert len(errors) == 1 and f"the processes could not meet at 127.0.0.1:{port}" in errors[0], r.stderr[-2000:]
     assert "Traceback" not in r.stderr and "EADDRINUSE" in errors[0]
+
+
+def test_every_option_of_every_command_says_what_it_is():
+    """14 options had no help text (--data-dir of five commands, --split of two: sweep 2026-11-28t CG); --data-dir's
+    default folders are said in the order they are tried."""
+    import argparse
+
+    from attnkit.cli.parser import build_parser
+
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    bare = [f"{name} {'/'.join(a.option_strings) or a.dest}" for name, sub in subs.choices.items() for a in sub._actions
+            if not isinstance(a, argparse._HelpAction) and not (a.help or "").strip()]
+    assert bare == []
+    for name, sub in subs.choices.items():
+        for a in sub._actions:
+            if "--data-dir" in a.option_strings:
+                assert "$ATTNKIT_DATA, else ./shared/data, else ../shared/data" in a.help, name
