@@ -67,7 +67,7 @@ def _build_root() -> Path:
     accelerator (as ``torch.utils.cpp_extension`` names it)."""
     root = os.environ.get("TORCH_EXTENSIONS_DIR")
     if root:  # (set but empty: unset, as attnkit's own variables; it built into each working folder anew)
-        return Path(root)
+        return Path(os.path.expanduser(root))  # "~/ext" from a .env file: the home folder's, never a folder named ~
     from torch.utils.cpp_extension import get_default_build_root
 
     acc = (f"rocm{torch.version.hip.replace('.', '')}" if torch.version.hip else

@@ -50,7 +50,7 @@ from attnkit.training.adapt_config import ADAPT_ALPHA_START, ADAPT_LAM_FACTOR, A
 from attnkit.training.masking import BatchSeededMasking, MaskingState
 from attnkit.training.pretrain import check_maskable, mlm_collator, say_texts_cut
 from attnkit.training.trainer import check_finite, check_precision, finish_run, fit, found_complete, shared_arguments
-from attnkit.training.run_folder import (check_sources, finished_metrics, prepare_output, run_folder, settings_differences,
+from attnkit.training.run_folder import (changed_sources, check_sources, finished_metrics, prepare_output, run_folder, settings_differences,
                                          settings_record)
 from attnkit.training.checkpoints import recorded_checkpoints
 
@@ -272,9 +272,24 @@ def adapt(cfg: AdaptConfig) -> dict:
     with run_folder(Path(cfg.output_dir)) as out:
         done = finished_metrics(cfg, out, free=_FREE)
         if done is not None:
+            _say_changed_texts(cfg, out)
             return found_complete(cfg, out, done, "loss", title=_curves_title(cfg), what="adapt run", again="runs it again")
         check_checkpoints(cfg, out)
         return _adapt(cfg, out)
+
+
+def _say_changed_texts(cfg: AdaptConfig, out: Path) -> None:
+    """One line where a finished adapt run was made from other texts (a --text-file edited or another of that name,
+    a task's data) or another --model than those named now: it is kept as it is, and the line says so (it said
+    "nothing was changed" alone: sweep 2026-11-28u DB). Texts that can no longer be read are not compared."""
+    try:
+        texts, _ = adapt_texts(cfg)
+    except (OSError, ValueError):  # (UserError is a ValueError)
+        return
+    changed = changed_sources(cfg, out, {"texts": texts})
+    if changed:
+        log.warning("the adapt run in %s was made from other inputs than those named now (%s): it is kept as it is, "
+                    "its encoder that of the earlier inputs; --no-resume adapts afresh on these", out, "; ".join(changed))
 
 
 def _curves_title(cfg: AdaptConfig) -> str:

@@ -236,15 +236,21 @@ def _differences(cfg, out: Path, free: tuple) -> list[str]:
 
 
 def same_paths(d: dict, working_dir: str | None = None) -> dict:
-    """``d`` with its data folder and model resolved (relative ones against ``working_dir``, where the run that wrote
-    them ran, else the current one): the same folder written two ways, or from two folders, is the same setting."""
+    """``d`` with its data folder, model, teacher and text files resolved (relative ones against ``working_dir``, where
+    the run that wrote them ran, else the current one): the same path written two ways, or from two folders, is the
+    same setting."""
     d = dict(d)
-    for k in ("data_dir", "model"):
+
+    def resolved(value):
+        p = Path(str(value)).expanduser()
+        p = Path(working_dir) / p if working_dir and not p.is_absolute() else p
+        return str(p.resolve()) if p.exists() else value
+
+    for k in ("data_dir", "model", "teacher"):
         if d.get(k):
-            p = Path(str(d[k])).expanduser()
-            p = Path(working_dir) / p if working_dir and not p.is_absolute() else p
-            if p.exists():
-                d[k] = str(p.resolve())
+            d[k] = resolved(d[k])
+    if isinstance(d.get("text_files"), (list, tuple)):  # adapt's --text-file, as typed
+        d["text_files"] = [resolved(f) if f else f for f in d["text_files"]]
     return d
 
 

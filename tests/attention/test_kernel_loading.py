@@ -301,3 +301,5 @@ def test_an_empty_torch_extensions_dir_is_unset(monkeypatch, tmp_path):
     assert kernel_build._build_root() == default and default.is_absolute()
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     assert kernel_build._build_root() == tmp_path
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "~/ext")  # (a .env line: no shell expanded it; a folder named ~: -28u DC)
+    assert kernel_build._build_root() == Path.home() / "ext"

@@ -271,6 +271,22 @@ def test_adapt_settings_refused_before_any_work():
             AdaptConfig(**kw).validate()
 
 
+class caplog_at_warning:
+    """The attnkit logger's records while inside (warnings and above)."""
+
+    def __enter__(self):
+        import logging
+
+        self.records, self.log = [], logging.getLogger("attnkit")
+        self.handler = logging.Handler(logging.WARNING)
+        self.handler.emit = self.records.append
+        self.log.addHandler(self.handler)
+        return self.records
+
+    def __exit__(self, *exc):
+        self.log.removeHandler(self.handler)
+
+
 def test_text_files_are_read_and_recorded(tiny_bert, tmp_path, capsys):
     from attnkit.training.adapt import read_text_file
 
@@ -283,6 +299,15 @@ def test_text_files_are_read_and_recorded(tiny_bert, tmp_path, capsys):
     texts = json.loads((out / "model" / "attnkit_run.json").read_text())["adapted"]["texts"]
     assert texts["tasks"] == {} and texts["files"] == {str(f.resolve()): 3}
     assert texts["texts"] == 2 and texts["duplicates_dropped"] == 1
+    # the same command on the file edited since: the finished run is kept, and one line says it was made from other
+    # texts (it said "nothing was changed" alone: sweep 2026-11-28u DB)
+    f.write_text("a dull film\nthe plot was great\n")
+    capsys.readouterr()
+    with caplog_at_warning() as records:
+        assert main(["adapt", "--text-file", str(f), "--model", str(tiny_bert), "--output-dir", str(out), "--max-steps", "1",
+                     "--batch-size", "2", "--max-length", "16", "--attention", "sparsemax"]) == 0
+    assert "already complete" in capsys.readouterr().out
+    assert any("was made from other inputs than those named now" in r.getMessage() for r in records)
 
 
 def test_a_finished_run_is_kept_or_refused(adapted, tiny_bert, data, capsys):

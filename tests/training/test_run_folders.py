@@ -195,3 +195,16 @@ def test_a_run_and_a_sweep_are_found_again_from_another_working_folder(tiny_bert
                  "--seeds", "1", "--batch-size", "16", "--max-length", "16", "--max-steps", "2", "--report-only"]) == 0
     assert snapshot_without_lock(work / "r") == before[0]
     assert json.loads((work / "s" / "sweep.json").read_text()) == json.loads(before[1]["sweep.json"])
+
+
+def test_a_teacher_and_text_files_written_two_ways_are_one_setting(tmp_path, monkeypatch):
+    """--teacher and adapt's --text-file written relative in one run and absolute in the next were 'other settings'
+    (sweep 2026-11-28u DA): resolved against where each ran, as --data-dir and --model are."""
+    from attnkit.training.run_folder import same_paths
+
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "t.txt").write_text("a text\n")
+    monkeypatch.chdir(tmp_path)
+    typed = same_paths({"teacher": "r1", "text_files": ["t.txt"]}, str(tmp_path))
+    assert typed == same_paths({"teacher": str(tmp_path / "r1"), "text_files": [str(tmp_path / "t.txt")]})
+    assert typed != same_paths({"teacher": "r2", "text_files": ["t.txt"]}, str(tmp_path))
