@@ -255,7 +255,7 @@ def sweep_of_cell(path: str | Path) -> Path | None:
     path = home_path(path, "--output-dir").resolve()
     if (path / "sweep_cell.json").is_file():
         return path.parent
-    if not (path.parent / "sweep.json").is_file() or not is_sweep_folder(path.parent):
+    if not is_sweep_folder(path.parent):  # (reads sweep.json once; here only its run folders' names are wanted)
         return None
     recs = read_json(path.parent / "sweep.json", expect=None)
     return path.parent if any(Path(str(r["run_dir"])).name == path.name for r in recs) else None
