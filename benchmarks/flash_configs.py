@@ -80,6 +80,8 @@ def bench(L: int, rounds: int, D: int = 64, heads: int = 16, tokens: int = 16384
                     continue  # the run-time powers at the default settings only: the kernel before compiled powers
                 kw = dict(fixed_alpha=hint, block_m=bm, block_n=bn, num_warps=w, num_stages=s)
                 fwd[(label(cfg), hint)] = lambda kw=kw: ft.forward(q, k, v, None, alpha, scale, **kw)
+        # the default without each row's largest scores kept in pass 1 (ft.TOPK): the search from -1 every time
+        fwd[(f"default, topk 0 (not {ft.TOPK})", a)] = lambda: ft.forward(q, k, v, None, alpha, scale, fixed_alpha=a, topk=0)
         for (cfg, hint), ms in cuda_ms(fwd, rounds).items():
             rows.append({"L": L, "map": name, "pass": "forward", "settings": cfg,
                          "powers": "compiled" if hint else "run time", "ms": ms, "ratio": ms / base["sdpa fwd"]})

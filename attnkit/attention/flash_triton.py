@@ -15,7 +15,12 @@ analogue of FlashAttention's ``rowsum(dO o O)``).
 Forward, one kernel (:func:`_fwd`), per query block, on each row shifted by its max (``x = z - max z``, so the
 threshold ``t = tau - max z`` lies in ``[-1, -n^(1 - alpha)]``, n = the row's unmasked keys):
 
-1. one pass over the key blocks: the row max and n;
+1. one pass over the key blocks: the row max, n, and the row's ``TOPK`` (16) largest entries (each tile's own merged
+   in, ``tl.topk``). Newton's steps on them alone (in registers, no key block read) give the threshold of the map
+   restricted to them: a lower bound of the row's (dropping entries only lowers f), and the row's own where the
+   smallest of the 16 is not above it (no entry beyond them is then in the support). A query block whose rows all
+   settle so skips step 2 (2 passes in all: peaked rows, MiniLM's every block under sparsemax); the others start
+   step 2 from it;
 2. for alpha != 2, ``NBISECT`` bisection passes on f(t) = sum_j [x_j - t]_+^r - 1 (r = 1 / (alpha - 1)) narrow the
    bracket; then Newton passes from its lower end. f is convex and decreasing for alpha <= 2, so Newton's steps from
    below rise to the root without passing it; they stop when the step falls to float32 noise (``TOL``), when
@@ -75,6 +80,11 @@ MAXIT = 40
 TOL = 2.0**-21
 #: the forward's bitmask of key blocks that may hold support: 64 * NWORDS blocks (longer rows: the rest always run)
 NWORDS = 8
+#: each row's TOPK largest scores, kept through pass 1 (a power of two, at most BLOCK_N; 0: none): the threshold of
+#: the map restricted to them is found in registers, and is the row's own where the last of them is outside it (then
+#: no entry beyond is in); a query block whose rows all are skips the search passes (2 passes instead of 6-7 on
+#: MiniLM's peaked rows, benchmarks/flash_passes.py); elsewhere it is a lower bound the search starts from
+TOPK = 16
 
 
 @triton.jit
@@ -89,6 +99,54 @@ def _row_max_count(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, 
         m = tl.maximum(m, tl.max(z, 1))
         n += tl.sum((z > float("-inf")).to(tl.float32), 1)
     return m, n
+
+
+@triton.jit
+def _row_max_count_top(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1,
+                       HAS_BIAS: tl.constexpr, IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       TOPK: tl.constexpr):
+    """Pass 1 with each row's TOPK largest z (BLOCK_M, TOPK), sorted largest first (-inf where a row has fewer keys):
+    each tile's own TOPK merged into the row's (a sort of 2 * TOPK)."""
+    m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    n = tl.zeros([BLOCK_M], dtype=tl.float32)
+    top = tl.full([BLOCK_M, TOPK], float("-inf"), dtype=tl.float32)
+    for start_n in range(0, Lk, BLOCK_N):
+        z, k, col_ok = z_tile(q, K, k_base, BIAS, bias_base, start_n, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn,
+                               skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE)
+        m = tl.maximum(m, tl.max(z, 1))
+        n += tl.sum((z > float("-inf")).to(tl.float32), 1)
+        top = tl.topk(tl.reshape(tl.join(top, tl.topk(z, TOPK)), [BLOCK_M, 2 * TOPK]), TOPK)
+    return m, n, top
+
+
+@triton.jit
+def _top_threshold(xt, live, r, sm_rows, TOL, BLOCK_M: tl.constexpr, MAXIT: tl.constexpr, KR1: tl.constexpr):
+    """(t, exact) from each row's TOPK largest x = z - max (xt, sorted, -inf pads), in registers: Newton from t = -1
+    on f(t) = sum [x - t]_+^r - 1 over them alone (Michelot's steps for sparsemax, exact once the support stops
+    shrinking). Dropping entries only lowers f, so t is a lower bound of the row's threshold; it *is* the row's where
+    the search converged and the smallest of the TOPK is not above t (no entry beyond them is then in the support)."""
+    t = tl.full([BLOCK_M], -1.0, dtype=tl.float32)
+    done = ~live
+    conv = tl.zeros([BLOCK_M], dtype=tl.int1)
+    k_prev = tl.full([BLOCK_M], -1.0, dtype=tl.float32)
+    it = 0
+    active = tl.max((~done).to(tl.int32), 0)
+    while active > 0:
+        p1, on, dd = pow_on(xt, t, r - 1.0, KR1)
+        f = tl.sum(p1 * dd, 1) - 1.0
+        df = tl.sum(p1, 1)
+        ks = tl.sum(on.to(tl.float32), 1)
+        stop = done | (f <= 0.0) | (sm_rows & (ks == k_prev))
+        step = tl.where(stop | (df <= 0.0), 0.0, f / (r * tl.where(df > 0.0, df, 1.0)))
+        t = t + step
+        fin = stop | ((step <= TOL) & ~sm_rows)
+        conv = conv | (fin & ~done)
+        done = fin
+        k_prev = ks
+        it += 1
+        active = tl.where(it < MAXIT, tl.max((~done).to(tl.int32), 0), 0)
+    exact = live & conv & (tl.min(xt, 1) <= t)
+    return t, exact
 
 
 @triton.jit
@@ -193,7 +251,7 @@ def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX, COUNTS,
          HAS_BIAS: tl.constexpr, NEED_AUX: tl.constexpr, IEEE: tl.constexpr,
          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
          NBISECT: tl.constexpr, MAXIT: tl.constexpr, NWORDS: tl.constexpr,
-         KR: tl.constexpr, KR1: tl.constexpr, KQ: tl.constexpr, COUNT: tl.constexpr):
+         KR: tl.constexpr, KR1: tl.constexpr, KQ: tl.constexpr, COUNT: tl.constexpr, TOPK: tl.constexpr):
     """One query block of one (batch, head): the row max, the threshold t = tau - max in [-1, -n^(1 - alpha)], the
     output over the key blocks that hold support. A bitmask of 64 * NWORDS key blocks (in registers) skips the blocks
     that never hold support after the first search pass."""
@@ -214,18 +272,33 @@ def _fwd(Q, K, V, BIAS, ALPHA, OUT, TAU, AUX, COUNTS,
     am1 = alpha - 1.0
     r = 1.0 / am1
     sm_rows = (tl.zeros([BLOCK_M], dtype=tl.float32) + alpha) == 2.0  # sparsemax, row-wise
-    m, n = _row_max_count(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N)
-    live = row_ok & (m > float("-inf"))
-    m0 = tl.where(live, m, 0.0)
     lo = tl.full([BLOCK_M], -1.0, dtype=tl.float32)
+    if TOPK > 0:
+        m, n, top = _row_max_count_top(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N, TOPK)
+        live = row_ok & (m > float("-inf"))
+        m0 = tl.where(live, m, 0.0)
+        lo, exact = _top_threshold(top - m0[:, None], live, r, sm_rows, TOL, BLOCK_M, MAXIT, KR1)
+        lo = tl.where(live, lo, -1.0)
+        t_top = lo
+        search = tl.max((live & ~exact).to(tl.int32), 0) > 0  # some row's threshold lies past its TOPK largest
+    else:
+        m, n = _row_max_count(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N)
+        live = row_ok & (m > float("-inf"))
+        m0 = tl.where(live, m, 0.0)
+        exact = live & ~live
+        t_top = lo
+        search = Lk > 0
     hi = -tl.exp2((1.0 - alpha) * tl.log2(tl.maximum(n, 1.0)))
     widx = tl.arange(0, NWORDS)
     bits = tl.zeros([NWORDS], dtype=tl.int64)
     npass = pid_m * 0
     ntile = pid_m * 0 + tl.cdiv(Lk, BLOCK_N)  # pass 1's
-    if alpha != 2.0:
-        lo, bits, npass, ntile = _bisect(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, hi, bits, widx, npass, ntile, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N, NBISECT, KR)
-    t, bits, npass, ntile = _newton(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, sm_rows, bits, widx, npass, ntile, TOL, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N, MAXIT, KR1)
+    t = lo
+    if search:
+        if alpha != 2.0:
+            lo, bits, npass, ntile = _bisect(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, hi, bits, widx, npass, ntile, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N, NBISECT, KR)
+        t, bits, npass, ntile = _newton(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, r, m0, live, lo, sm_rows, bits, widx, npass, ntile, TOL, HAS_BIAS, IEEE, BLOCK_M, BLOCK_N, MAXIT, KR1)
+        t = tl.where(exact, t_top, t)  # (rows found exact from their TOPK keep that threshold)
     t_live = tl.where(live, t, float("inf"))
     out, u, ntile = _output(q, K, k_base, BIAS, bias_base, rows, row_ok, offs_n, offs_d, d_ok, Lk, skn, skd, sbm, sbn, scale, am1, V, b * svb + h * svh, svn, svd, r, (2.0 - alpha) * r, m0, t_live, bits, widx, npass, ntile,
                      HAS_BIAS, NEED_AUX, IEEE, BLOCK_M, BLOCK_N, BLOCK_D, KR, KQ)
@@ -282,6 +355,14 @@ def powers(fixed_alpha: float | None) -> dict[str, int]:
     return {"KR": -1, "KR1": -1, "KQ": -1}
 
 
+def _topk(block_n: int, topk: int | None) -> int:
+    """The rows' kept largest scores: ``topk`` (default TOPK), at most a key block's width; 0 turns it off."""
+    k = TOPK if topk is None else topk
+    if k < 0 or k & (k - 1):
+        raise ValueError(f"topk must be 0 or a power of two, got {k}")
+    return min(k, block_n)
+
+
 def _launch(num_warps: int | None, num_stages: int | None) -> dict[str, int]:
     """Triton's launch options where given (else its defaults)."""
     return {k: v for k, v in (("num_warps", num_warps), ("num_stages", num_stages)) if v is not None}
@@ -290,14 +371,15 @@ def _launch(num_warps: int | None, num_stages: int | None) -> dict[str, int]:
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None, alpha: torch.Tensor,
             scale: float, *, need_aux: bool = True, fixed_alpha: float | None = None, block_m: int | None = None,
             block_n: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
-            counts: torch.Tensor | None = None):
+            counts: torch.Tensor | None = None, topk: int | None = None):
     """(out, tau, aux): out (B, H, Lq, D) in q's dtype, tau (B, H, Lq, 2) float32 (each row's threshold as the pair
     (shift, t): tau = shift + t, the shift its max of z and t in [-1, 0); kept apart, so that no rounding of their sum
     at a large shift (sparsegen-lin's lam near 1 scales z by 1 / (1 - lam)) reaches the weights; (0, +inf) on fully
     masked rows), aux U (B, H, Lq, D) float32 (None when ``need_aux`` is False). ``fixed_alpha``: every entry of ``alpha``, where the
     caller knows it without reading the tensor (2.0 or 1.5 compile the powers as products: see :func:`powers`).
     ``counts``: an int32 tensor (B * H, number of query blocks, 2) that receives each program's passes over the key
-    blocks and key tiles computed (the search's cost, for benchmarks/flash_passes.py)."""
+    blocks and key tiles computed (the search's cost, for benchmarks/flash_passes.py). ``topk``: each row's largest
+    scores kept in pass 1 (default :data:`TOPK`; 0: none, the search from -1)."""
     _check(q, k, v, alpha)
     B, H, Lq, D = q.shape
     Lk = k.shape[2]
@@ -324,7 +406,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tenso
                H, Lq, Lk, D, float(scale), TOL,
                HAS_BIAS=has_bias, NEED_AUX=need_aux, IEEE=_ieee(q.dtype),
                BLOCK_M=BM, BLOCK_N=BN, BLOCK_D=BD, NBISECT=NBISECT, MAXIT=MAXIT, NWORDS=NWORDS,
-               **powers(fixed_alpha), COUNT=counts is not None, **_launch(num_warps, num_stages))
+               **powers(fixed_alpha), COUNT=counts is not None, TOPK=_topk(BN, topk), **_launch(num_warps, num_stages))
     return out, tau, aux
 
 

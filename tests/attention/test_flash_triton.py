@@ -222,11 +222,43 @@ def test_the_kernel_counts_its_passes_and_skips_key_blocks_without_support():
     bias = _key_padding(keep)
     c = torch.zeros(B * H, 4, 2, dtype=torch.int32, device=DEVICE)
     alpha = torch.full((H,), 2.0, device=DEVICE)
-    out, tau, _ = ft.forward(q, k, v, bias, alpha, D**-0.5, fixed_alpha=2.0, block_m=16, block_n=16, counts=c)
+    out, tau, _ = ft.forward(q, k, v, bias, alpha, D**-0.5, fixed_alpha=2.0, block_m=16, block_n=16, counts=c, topk=0)
     passes, tiles = c[..., 0].cpu(), c[..., 1].cpu()
     assert (passes >= 3).all()  # the row max, at least one search pass, the output
     assert torch.equal(tiles, 4 + 4 + (passes - 2) * 1), (passes, tiles)  # pass 1 and the flagging pass read all four
     _, out_ref, *_ = _reference(q, k, v, bias, alpha, D**-0.5, g, "sparsemax")
     assert (out.double().cpu() - out_ref).abs().max().item() < 1e-5
+    # each row's 16 largest scores kept (the default): a row of 16 keys has its threshold from them, no search pass
+    out, tau, _ = ft.forward(q, k, v, bias, alpha, D**-0.5, fixed_alpha=2.0, block_m=16, block_n=16, counts=c)
+    assert torch.equal(c[..., 0].cpu(), torch.full((B * H, 4), 2, dtype=torch.int32))
+    assert torch.equal(c[..., 1].cpu(), torch.full((B * H, 4), 8, dtype=torch.int32))  # pass 1 and the output: 4 + 4
+    assert (out.double().cpu() - out_ref).abs().max().item() < 1e-5
     with pytest.raises(ValueError, match="counts must be a contiguous int32 tensor of shape"):
         ft.forward(q, k, v, None, alpha, 1.0, counts=torch.zeros(2, 2, dtype=torch.int32, device=DEVICE))
+
+
+@pytest.mark.parametrize("alpha, kind", [(2.0, "sparsemax"), (1.5, "entmax15"), (1.3, "bisect")])
+def test_the_kept_largest_scores_settle_peaked_rows_and_start_the_search_on_flat_ones(alpha, kind):
+    """Each row's TOPK largest scores kept through pass 1 (ft.TOPK): on peaked rows (support under 16, every block)
+    the threshold comes from them and the search passes are skipped (2 passes); on flat rows (supports of dozens) it is
+    a lower bound the search starts from. Both: the float64 reference's output and zeros, and the thresholds of the
+    kernel without them (topk=0) to float32 rounding."""
+    B, H, Lq, Lk, D = 1, 2, 32, 80, 16
+    (q, k, v), g = _inputs(B, H, Lq, Lk, D, 21)
+    a = torch.full((H,), alpha, device=DEVICE)
+    for q_scale, peaked in ((8.0, True), (0.05, False)):
+        qs = q * q_scale
+        c = torch.zeros(B * H, 2, 2, dtype=torch.int32, device=DEVICE)
+        out, tau, _ = ft.forward(qs, k, v, None, a, D**-0.5, need_aux=False, counts=c)
+        out0, tau0, _ = ft.forward(qs, k, v, None, a, D**-0.5, need_aux=False, topk=0)
+        p_ref, out_ref, *_ = _reference(qs, k, v, None, a, D**-0.5, g, kind)
+        support = (p_ref > 0).sum(-1)
+        assert bool((support < 16).all()) == peaked, support.max()
+        assert (out.double().cpu() - out_ref).abs().max().item() < 1e-5
+        w = ft.weights(qs, k, None, a, D**-0.5, tau).cpu()
+        assert torch.equal(w == 0, p_ref == 0)
+        assert (tau.sum(-1) - tau0.sum(-1)).abs().max().item() < 1e-5
+        passes = c[..., 0].cpu()
+        assert bool((passes == 2).all()) if peaked else bool((passes > 2).all()), passes
+    with pytest.raises(ValueError, match="topk must be 0 or a power of two"):
+        ft.forward(q, k, v, None, a, 1.0, topk=12)

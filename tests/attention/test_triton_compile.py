@@ -122,14 +122,21 @@ from attnkit.attention import flash_triton as ft, flash_triton_backward as fb
 # pointers in the inputs' dtype, float32 pointers, float32 scalars; every other argument an int32 (strides, sizes)
 INPUT, F32P, F32 = {"Q", "K", "V", "OUT", "DO", "DQ", "DK", "DV"}, {"BIAS", "ALPHA", "TAU", "AUX", "DELTA", "DA"}, {"scale", "TOL"}
 out = {"triton": triton.__version__, "results": {}}
-for fixed in json.loads(sys.argv[1]):
+for fixed, topk in json.loads(sys.argv[1]):
     pw = ft.powers(fixed)
     base = dict(HAS_BIAS=True, IEEE=False, BLOCK_M=64, BLOCK_N=64, BLOCK_D=64)
     for fn, consts in ((ft._fwd, dict(base, NEED_AUX=True, NBISECT=ft.NBISECT, MAXIT=ft.MAXIT, NWORDS=ft.NWORDS, **pw,
-                                      COUNT=fixed == 2.0)),
+                                      COUNT=fixed == 2.0, TOPK=topk)),
                        (fb.bwd_kv, dict(base, KR=pw["KR"], KQ=pw["KQ"])),
                        (fb.bwd_q, dict(base, NEED_DALPHA=True, KQ=pw["KQ"]))):
         params = list(inspect.signature(fn.fn).parameters)
+        # a constexpr left out would be compiled as an int32 argument, and fail for a reason that is the script's
+        unset = sorted(p.name for p in fn.params if p.is_constexpr and p.name not in consts)
+        if unset:
+            sys.exit(f"{fn.fn.__name__}: the compile script gives no value to its constexpr {unset}")
+        key = f"{fn.fn.__name__}, alpha {fixed}" + (f", TOPK {topk}" if fn is ft._fwd else "")
+        if key in out["results"]:
+            continue
         sig = {p: "constexpr" if p in consts else "*bf16" if p in INPUT else "*fp32" if p in F32P else "fp32" if p in F32
                else "*i32" if p == "COUNTS" else "i32" for p in params}
         try:
@@ -139,7 +146,7 @@ for fixed in json.loads(sys.argv[1]):
         except Exception as e:  # noqa: BLE001 - reported, the test decides
             lines = [l for l in str(e).splitlines() if l.strip()]
             res = f"{type(e).__name__}: {lines[-1] if lines else ''}"
-        out["results"][f"{fn.fn.__name__}, alpha {fixed}"] = res
+        out["results"][key] = res
 print(json.dumps(out))
 """
 
@@ -147,16 +154,20 @@ print(json.dumps(out))
 @pytest.mark.slow
 def test_flash_kernels_compile_for_hopper_with_every_power_mode():
     """The flash kernels (forward, dK/dV, dQ) compile for sm_90 in bf16 with the powers read at run time and with
-    sparsemax's and 1.5-entmax's compiled in (flash_triton.powers): the interpreter checks no types, ptxas does."""
+    sparsemax's and 1.5-entmax's compiled in (flash_triton.powers), the forward with its kept largest scores and without
+    (flash_triton.TOPK): the interpreter checks no types, ptxas does."""
+    from attnkit.attention import flash_triton as ft
+
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", _COMPILE_FLASH, json.dumps([None, 2.0, 1.5])], capture_output=True,
+    modes = [[None, ft.TOPK], [2.0, ft.TOPK], [1.5, ft.TOPK], [None, 0]]
+    run = subprocess.run([sys.executable, "-c", _COMPILE_FLASH, json.dumps(modes)], capture_output=True,
                          text=True, env=env, timeout=900)
     if run.returncode != 0:
         if "backends.nvidia" in run.stderr or "No module named 'triton.backends" in run.stderr:
             pytest.skip(f"triton's CUDA backend is not available here: {run.stderr.strip().splitlines()[-1]}")
         pytest.fail(f"the compile script failed:\n{run.stderr[-3000:]}")
     res = json.loads(run.stdout.strip().splitlines()[-1])["results"]
-    assert len(res) == 9, res
+    assert len(res) == 10, res
     bad = {cfg: r for cfg, r in res.items() if r != "ok"}
     if bad and all("ptxas" in r.lower() for r in bad.values()):
         pytest.skip(f"ptxas is not available here: {bad}")
