@@ -2,7 +2,7 @@
 
 ``import attnkit`` is light (no torch): ``attnkit.sparsemax``, ``attnkit.sparsegen_lin``, ``attnkit.entmax15``,
 ``attnkit.entmax_bisect``, ``attnkit.sparse_attention``, ``attnkit.attention_weights`` (flash sparse attention) and
-``attnkit.sparsify`` load their modules on first use.
+``attnkit.sparsify`` (and ``attnkit.AttentionSpec``, what its ``spec=`` takes) load their modules on first use.
 
 Registration with transformers is explicit: :func:`register` (or ``import attnkit.models``) adds attnkit's model types
 to the Auto classes and ``pipeline`` and its attention to ``AttentionInterface``. ``import attnkit`` registers at once
@@ -16,7 +16,7 @@ import sys
 __version__ = "0.1.0"
 
 __all__ = ["sparsemax", "sparsegen_lin", "entmax15", "entmax_bisect", "sparse_attention", "attention_weights", "sparsify",
-           "register", "__version__"]
+           "AttentionSpec", "register", "__version__"]
 
 
 def __getattr__(name: str):
@@ -36,6 +36,10 @@ def __getattr__(name: str):
         from attnkit.models.sparsify import sparsify
 
         return sparsify
+    if name == "AttentionSpec":  # what sparsify(spec=...) takes
+        from attnkit.attention.spec import AttentionSpec
+
+        return AttentionSpec
     raise AttributeError(f"module 'attnkit' has no attribute {name!r}")
 
 

@@ -68,16 +68,18 @@ class AttentionMaps:
             return ""
         return " (sparse)" if layer in self.sparse_layers else " (softmax)"
 
-    def rationale(self) -> tuple[int, list[str], int] | None:
+    def rationale(self, head: int | None = None) -> tuple[int, list[str], int] | None:
         """The hard rationale a sparse map chooses: (layer, the words the first token ([CLS]) attends to in the last
-        layer where that row, averaged over the heads, has an exact zero among the text's words, how many words the
-        text has); None where no layer's row has one (softmax). A word is in it when one of its pieces is."""
+        layer where that row, averaged over the heads (or ``head``'s alone), has an exact zero among the text's words,
+        how many words the text has); None where no layer's row has one (softmax). A word is in it when one of its
+        pieces is."""
         words, word_of = word_pieces(self.tokens)
         text = [i for i, t in enumerate(self.tokens) if not is_special(t)]
         if not text:
             return None
         for layer in range(len(self.weights) - 1, -1, -1):
-            row = np.asarray(self.weights[layer])[:, 0, :].mean(0)  # [CLS]'s row, mean over heads
+            rows = np.asarray(self.weights[layer])[:, 0, :]  # [CLS]'s row in each head
+            row = rows.mean(0) if head is None else rows[head]
             if (row[text] == 0).any():
                 chosen = sorted({word_of[i] for i in text if row[i] > 0})
                 return layer, [words[w] for w in chosen], len({word_of[i] for i in text})

@@ -119,12 +119,17 @@ def _check_qkv(q, k, v) -> None:
         raise _err(f"q and k must have no empty dimension, got q {tuple(q.shape)}, k {tuple(k.shape)}")
 
 
+def _refuse_tensor(name: str, value, expected: str) -> None:
+    """A tensor given for a number: refused, naming the float to give instead."""
+    if isinstance(value, torch.Tensor):
+        raise _err(f"{name} must be {expected}, not a tensor: give "
+                   f"{name}={value.flatten()[0].item() if value.numel() else '...'!r} as a float")
+
+
 def _check_scale(scale, D: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(D)
-    if isinstance(scale, torch.Tensor):
-        raise _err(f"scale must be a Python number (default 1/sqrt(D)), not a tensor: give scale={scale.flatten()[0].item() if scale.numel() else '...'!r}"
-                   " as a float")
+    _refuse_tensor("scale", scale, "a Python number (default 1/sqrt(D))")
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise _err(f"scale must be a positive finite number (default 1/sqrt(D)), got {scale!r}")
     s = float(scale)
@@ -139,9 +144,7 @@ def _check_scale(scale, D: int) -> float:
 def _check_lam(lam) -> float:
     if lam is None:
         raise _err("lam is required for attention='sparsegen-lin' (a finite number below 1)")
-    if isinstance(lam, torch.Tensor):
-        raise _err(f"lam must be a Python number below 1, not a tensor (one lam for every head): give "
-                   f"lam={lam.flatten()[0].item() if lam.numel() else '...'!r} as a float")
+    _refuse_tensor("lam", lam, "a Python number below 1 (one lam for every head)")
     if isinstance(lam, bool) or not isinstance(lam, (int, float)):
         raise _err(f"lam must be a finite number below 1 (sparsegen-lin divides by 1 - lam), got {lam!r}")
     lam_f = float(lam)

@@ -35,6 +35,16 @@ def add_head_parameters(model: nn.Module, values: list[list[float]] | None = Non
     return params
 
 
+def remove_head_parameters(model: nn.Module, kind: str) -> int:
+    """Take the parameters that hold ``kind`` ("lam", "alpha") per head out of every attention module of ``model``;
+    returns how many modules held one."""
+    name = LEARNED[kind].param
+    held = [m for m in attention_modules(model) if name in m._parameters]
+    for m in held:
+        del m._parameters[name]
+    return len(held)
+
+
 def learned_values(model: nn.Module, kind: str) -> list[list[float]] | None:
     """The learned ``kind`` ("lam", "alpha") of every layer and head [layers][heads] (None if the model has none)."""
     entry = LEARNED[kind]

@@ -88,10 +88,11 @@ def cmd_explain(a) -> int:
     print("span head: start/end logits per token" if is_qa_model_folder(model) else f"classifier reads: the {head_of(model.config).describe()}")
     print(f"tokens: {' '.join(maps.tokens)}")
     print(f"exact zeros: {st['zero_fraction']:.1%}; support per row: mean {st['mean_support']:.2f}, max {st['max_support']}")
-    chosen = maps.rationale()
+    chosen = maps.rationale(head=a.head)
     if chosen is not None:
         layer, words, n = chosen
-        print(f"rationale (the words {maps.tokens[0]} attends to in layer {layer}, mean over heads; {len(words)} of {n} words): "
+        heads = "mean over heads" if a.head is None else f"head {a.head}"
+        print(f"rationale (the words {maps.tokens[0]} attends to in layer {layer}, {heads}; {len(words)} of {n} words): "
               + (" ".join(words) or "none"))
     if a.layer is not None and a.head is not None:
         sizes = maps.support_sizes()[a.layer, a.head]

@@ -7,16 +7,17 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import logging
 import textwrap
 
 from transformers.models.auto import modeling_auto
 
 from attnkit.attention.forward import attnkit_attention_forward, keyword_refusal
-from attnkit.attention.learned import add_head_parameters
-from attnkit.attention.normalisers import names_with
+from attnkit.attention.learned import add_head_parameters, learned_values, remove_head_parameters
+from attnkit.attention.normalisers import LEARNED, names_with
 from attnkit.attention.own_code import adopt, has_own_attention
 from attnkit.attention.placement import attention_modules, check_layers_apart, sparse_layer_set
-from attnkit.attention.spec import AttentionSpec
+from attnkit.attention.spec import AttentionSpec, spec_of
 from attnkit.errors import UserError
 from attnkit.models.build import attnkit_config, finish_model
 from attnkit.models.checkpoint import set_attention
@@ -95,6 +96,21 @@ def _spec_of_settings(spec: AttentionSpec | None, attention, lam, alpha, **rest)
     return spec
 
 
+def _settle_learned(model, old: AttentionSpec, new: AttentionSpec) -> None:
+    """Before an attnkit model takes ``new``: the settings it learned per head under ``old`` are kept where ``new``
+    learns the same setting from the same start; where ``new`` learns none, or starts elsewhere (``lam=`` given
+    anew), they are taken out (they would be saved unused, or the new start ignored), and a warning says so."""
+    for kind in LEARNED:
+        values = learned_values(model, kind)
+        if values is None or (new.learned == kind and getattr(new, kind) == getattr(old, kind)):
+            continue
+        remove_head_parameters(model, kind)
+        fate = (f"start again at {kind}={getattr(new, kind):g}, as given" if new.learned == kind
+                else "are dropped: the new attention learns none")
+        logging.getLogger("attnkit").warning("sparsify: the %s learned per head (%d layers, %.4g to %.4g) %s", kind,
+                                             len(values), min(map(min, values)), max(map(max, values)), fate)
+
+
 def sparsify(model, attention: str | None = None, lam: float | None = None, *, blur: str = "none", blur_size: int = 3,
              blur_sigma: float = 0.3, learned: str | None = None, alpha: float | None = None,
              sparse_layers: str | None = None, spec: AttentionSpec | None = None):
@@ -111,7 +127,9 @@ def sparsify(model, attention: str | None = None, lam: float | None = None, *, b
     grouped-query attention, soft-capping (Gemma-2), sliding windows, attention sinks (gpt-oss).
     ``lam`` (default -4) is sparsegen-lin's and ``alpha`` (default 1.5) entmax-alpha's: given with another attention,
     they are refused, not ignored. ``spec``: an :class:`AttentionSpec` instead of the settings one by one (then none of
-    them may be given). The default attention is sparsegen-lin.
+    them may be given). The default attention is sparsegen-lin. Sparsifying an attnkit model again keeps the lam or
+    alpha it learned per head where the new attention learns the same setting from the same start, and otherwise drops
+    them or starts them again at the value given, with a warning.
     """
     register()
     if not hasattr(model, "config"):  # a torch module but not a transformers model: AttributeError 'config' before
@@ -123,6 +141,7 @@ def sparsify(model, attention: str | None = None, lam: float | None = None, *, b
         check_layers_apart(model, spec.sparse_layers)
     name = type(model).__name__
     if isinstance(model.config, AttnkitConfig):  # already attnkit's: change the attention
+        _settle_learned(model, spec_of(model.config), spec)
         set_attention(model, spec)
         return finish_model(model, spec)
     own = has_own_attention(model)  # DeBERTa-v2/v3, MPNet: attnkit's map inside their own attention code

@@ -330,14 +330,20 @@ def check_output_file(path: str | os.PathLike, option: str, protect: dict[str, s
     return path
 
 
-def is_sweep_folder(folder: str | os.PathLike) -> bool:
-    """Whether ``folder`` holds an attnkit sweep: a sweep.json that is a list of cell records (each naming its run
-    folder and seed; :func:`attnkit.training.sweep_record.read_sweep_records` reads them in full)."""
+def sweep_cells_of(folder: str | os.PathLike) -> list[dict] | None:
+    """The cell records of the attnkit sweep ``folder`` holds (its sweep.json: a list of records, each naming its run
+    folder and seed; :func:`attnkit.training.sweep_record.read_sweep_records` checks them in full), else None."""
     try:
         recs = read_json(Path(folder) / SWEEP_RECORD, expect=None)
     except (OSError, ValueError):
-        return False
-    return isinstance(recs, list) and bool(recs) and all(isinstance(r, dict) and "run_dir" in r and "seed" in r for r in recs)
+        return None
+    ok = isinstance(recs, list) and bool(recs) and all(isinstance(r, dict) and "run_dir" in r and "seed" in r for r in recs)
+    return recs if ok else None
+
+
+def is_sweep_folder(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds an attnkit sweep (:func:`sweep_cells_of`)."""
+    return sweep_cells_of(folder) is not None
 
 
 def check_not_input(output: str | os.PathLike, option: str, inputs: dict[str, str | os.PathLike | None]) -> None:

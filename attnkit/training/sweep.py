@@ -37,7 +37,7 @@ from attnkit.models.checkpoint import load_model, load_tokenizer
 from attnkit.models.resolve import resolve_model
 from attnkit.runfiles.names import LOCK_FILE, MODEL_DIR
 from attnkit.runfiles.lock import folder_lock
-from attnkit.runfiles.ownership import is_sweep_folder, make_way, record_output
+from attnkit.runfiles.ownership import make_way, record_output, sweep_cells_of
 from attnkit.runfiles.atomic import output_batch, write_json_atomic, write_text_atomic
 from attnkit.runfiles.json_files import home_path, path_problem, read_json
 from attnkit.tasks import is_qa_task, load_task
@@ -255,10 +255,8 @@ def sweep_of_cell(path: str | Path) -> Path | None:
     path = home_path(path, "--output-dir").resolve()
     if (path / "sweep_cell.json").is_file():
         return path.parent
-    if not is_sweep_folder(path.parent):  # (reads sweep.json once; here only its run folders' names are wanted)
-        return None
-    recs = read_json(path.parent / "sweep.json", expect=None)
-    return path.parent if any(Path(str(r["run_dir"])).name == path.name for r in recs) else None
+    recs = sweep_cells_of(path.parent)
+    return path.parent if recs and any(Path(str(r["run_dir"])).name == path.name for r in recs) else None
 
 
 #: what every record of a sweep cell holds (sweep.json is a list of them)

@@ -58,6 +58,8 @@ def test_the_rationale_is_the_words_cls_attends_to_in_the_last_sparse_layer():
     w[1, 1, 0, [4, 5]] = 0.5  # head 1: "film" and [SEP]
     maps = AttentionMaps(tokens, w, "sparsemax")
     assert maps.rationale() == (1, ["gorgeous", "film"], 3)  # a word is in it when one of its pieces is
+    # one head's own row where explain --head names it (its line said "mean over heads" then: sweep 2026-11-28u)
+    assert maps.rationale(head=0) == (1, ["gorgeous"], 3) and maps.rationale(head=1) == (1, ["film"], 3)
     dense = AttentionMaps(tokens, np.full((2, 2, 6, 6), 1 / 6), "softmax")
     assert dense.rationale() is None
 
@@ -80,3 +82,7 @@ def test_explain_prints_a_sparse_models_rationale(tiny_bert, tmp_path, capsys):
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("rationale"))
     words = line.split(": ", 1)[1].split()
     assert "of 5 words" in line and words and set(words) <= {"a", "good", "and", "fun", "film"}
+    assert main(["explain", "--model", str(tmp_path / "m"), "--head", "0", "--output", str(tmp_path / "h.png"),
+                 "a good and fun film"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("rationale"))
+    assert ", head 0;" in line and "mean over heads" not in line

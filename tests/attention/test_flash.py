@@ -554,7 +554,7 @@ def test_a_tensor_lam_or_scale_is_named_as_a_tensor(gen):
     """lam=torch.tensor(0.5) or scale=torch.tensor(0.5) was refused as 'must be a finite number below 1' / 'a positive
     finite number', which it is (sweep 2026-11-28t CI): the objection, a tensor, is named with the float to give."""
     q, k, v = (torch.randn(1, 2, 5, 8, generator=gen) for _ in range(3))
-    with pytest.raises(ValueError, match=r"lam must be a Python number below 1, not a tensor .* give lam=0\.5 as a float"):
+    with pytest.raises(ValueError, match=r"lam must be a Python number below 1 .*, not a tensor: give lam=0\.5 as a float"):
         sparse_attention(q, k, v, attention="sparsegen-lin", lam=torch.tensor(0.5))
     with pytest.raises(ValueError, match=r"scale must be a Python number .* not a tensor: give scale=0\.5 as a float"):
         sparse_attention(q, k, v, attention="sparsemax", scale=torch.tensor(0.5))

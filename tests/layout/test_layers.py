@@ -156,7 +156,8 @@ def test_no_import_cycle():
 #: the only imports inside functions: a light module (what `--help` and `attnkit tasks` read) loading a torch-backed
 #: one when it is used (module -> what it may import inside a function)
 LAZY = {
-    "attnkit": {"attnkit.attention.maps", "attnkit.attention.entmax", "attnkit.attention.flash", "attnkit.models.sparsify", "attnkit.models"},
+    "attnkit": {"attnkit.attention.maps", "attnkit.attention.entmax", "attnkit.attention.flash", "attnkit.models.sparsify", "attnkit.models",
+                "attnkit.attention.spec"},
     "attnkit.cli.main": {"attnkit.cli.commands", "attnkit.cli.outputs", "attnkit.cli.settings"},
     "attnkit.training.config": {"attnkit.attention.spec", "attnkit.attention.normalisers", "attnkit.models.pooling", "attnkit.models.mini_config"},
     "attnkit.training.adapt_config": {"attnkit.attention.spec", "attnkit.attention.normalisers"},

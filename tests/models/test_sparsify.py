@@ -277,3 +277,41 @@ def test_sparse_layers_on_shared_layers_are_refused():
             attnkit.sparsify(model, "sparsemax", sparse_layers=layers)
         assert type(model) is cls
     attnkit.sparsify(model, "sparsemax")
+
+
+def test_sparsify_again_keeps_drops_or_restarts_learned_settings(tmp_path, caplog):
+    """An attnkit model that learned lam per head, sparsified again (sweep 2026-11-28u remarks): the same start keeps
+    the learned values; a new lam= restarts them there (it was ignored without a word); an attention that learns none
+    drops them, with a warning each time (they stayed, were saved, and the reload listed them as unexpected keys)."""
+    from transformers import AutoModelForSequenceClassification
+
+    from attnkit.attention.learned import LEARNED, learned_values
+
+    model = attnkit.sparsify(tiny("bert", WORKS["bert"]), "sparsegen-lin", lam=0.5, learned="lam")
+    with torch.no_grad():
+        for m in model.modules():
+            if hasattr(m, LEARNED["lam"].param):
+                getattr(m, LEARNED["lam"].param).fill_(0.123)  # standing in for training
+    trained = learned_values(model, "lam")
+    with caplog.at_level("WARNING", logger="attnkit"):
+        attnkit.sparsify(model, "sparsegen-lin", lam=0.5, learned="lam")
+        assert learned_values(model, "lam") == trained and not caplog.records
+        attnkit.sparsify(model, "sparsegen-lin", lam=-1.0, learned="lam")
+        assert all(abs(v + 1.0) < 1e-6 for row in learned_values(model, "lam") for v in row)
+        assert "lam learned per head" in caplog.text and "start again at lam=-1, as given" in caplog.text
+        caplog.clear()
+        attnkit.sparsify(model, "sparsemax")
+        assert learned_values(model, "lam") is None and "are dropped: the new attention learns none" in caplog.text
+    model.save_pretrained(tmp_path / "m")
+    _, info = AutoModelForSequenceClassification.from_pretrained(tmp_path / "m", trust_remote_code=True,
+                                                                 output_loading_info=True)
+    assert not info["unexpected_keys"] and not info["missing_keys"], info
+
+
+def test_attention_spec_is_at_the_top_level():
+    """sparsify's docstring names AttentionSpec for spec=: it is attnkit.AttentionSpec (sweep 2026-11-28u remark)."""
+    from attnkit.attention.spec import AttentionSpec
+
+    assert attnkit.AttentionSpec is AttentionSpec and "AttentionSpec" in attnkit.__all__
+    model = attnkit.sparsify(tiny("bert", WORKS["bert"]), spec=attnkit.AttentionSpec("sparsemax", blur="value"))
+    assert spec_of(model.config).attention == "sparsemax" and spec_of(model.config).blur == "value"
