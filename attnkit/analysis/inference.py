@@ -186,8 +186,10 @@ def evaluate_split(model, tokenizer, dataset, *, batch_size: int = 64, max_lengt
     if len(labels) == 0 or labels.min() < 0:
         missing = int((labels < 0).sum())
         if 0 < missing < len(labels):  # a test file labelled in part: "no gold labels" was not what it held
-            raise UserError(f"{missing} of the {len(labels)} examples of {what} have no gold label (an empty label "
-                             "field): give every row its label to evaluate it, or use `attnkit predict`")
+            first = int(np.flatnonzero(labels < 0)[0]) + 1
+            raise UserError(f"{missing} of the {len(labels)} examples of {what} {'has' if missing == 1 else 'have'} no "
+                             f"gold label (an empty label field; the first is example {first} of the split, in file "
+                             "order): give every row its label to evaluate it, or use `attnkit predict`")
         raise UserError(f"{what} has no gold labels; use `attnkit predict` instead")
     pairs = list(dataset["text_pair"]) if "text_pair" in dataset.column_names else None
     logits = predict_logits(model, tokenizer, list(dataset["text"]), pairs, batch_size=batch_size, max_length=max_length)

@@ -67,7 +67,12 @@ def _build_root() -> Path:
     accelerator (as ``torch.utils.cpp_extension`` names it)."""
     root = os.environ.get("TORCH_EXTENSIONS_DIR")
     if root:  # (set but empty: unset, as attnkit's own variables; it built into each working folder anew)
-        return Path(os.path.expanduser(root))  # "~/ext" from a .env file: the home folder's, never a folder named ~
+        path = os.path.expanduser(root)  # "~/ext" from a .env file: the home folder's, never a folder named ~
+        if not path.startswith("~"):
+            return Path(path)
+        # "~name/ext" for a user this machine lacks: left as it is, it would build into ./~name of every working folder
+        print(f"attnkit: TORCH_EXTENSIONS_DIR={root}: there is no user {path.split(os.sep)[0][1:]!r} on this machine; "
+              "the sparse-attention kernel is kept in torch's own folder instead", file=sys.stderr, flush=True)
     from torch.utils.cpp_extension import get_default_build_root
 
     acc = (f"rocm{torch.version.hip.replace('.', '')}" if torch.version.hip else

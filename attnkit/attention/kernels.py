@@ -114,10 +114,19 @@ def _triton_ready() -> bool:
     return triton_kernels() is not None
 
 
+def _op_kernel():
+    """The extension the custom ops run: attnkit's own where attnkit is imported (whichever copy of this file defined
+    the ops: a checkpoint's remote copy, loaded first, has no kernel of its own), else this copy's."""
+    main = sys.modules.get("attnkit.attention.kernels")
+    ext = main.cpu_kernel() if main is not None else None
+    return ext if ext is not None else cpu_kernel()
+
+
 def _define_ops() -> None:
     """The kernel's entry points as torch custom ops (``torch.ops.attnkit.*``), each with a fake (meta)
     implementation: ``torch.compile(fullgraph=True)`` traces them by their shapes instead of breaking the graph at an
-    opaque extension call. Defined once per process (a checkpoint's remote copy of this file finds them defined)."""
+    opaque extension call. Defined once per process, by whichever copy of this file comes first (attnkit's, or a
+    checkpoint's remote copy): their bodies find the kernel through :func:`_op_kernel`, so either order runs."""
     try:
         torch.ops.attnkit.sparsemax_forward  # noqa: B018  already defined (attnkit and a remote copy in one process)
         return
@@ -126,21 +135,21 @@ def _define_ops() -> None:
 
     @torch.library.custom_op("attnkit::sparsemax_forward", mutates_args=())
     def sparsemax_forward(z: torch.Tensor, scale: float) -> torch.Tensor:
-        return cpu_kernel().forward(z, scale)[0]
+        return _op_kernel().forward(z, scale)[0]
 
     @torch.library.custom_op("attnkit::sparsemax_backward", mutates_args=())
     def sparsemax_backward(p: torch.Tensor, g: torch.Tensor, scale: float) -> torch.Tensor:
-        return cpu_kernel().backward(p, g, scale)
+        return _op_kernel().backward(p, g, scale)
 
     @torch.library.custom_op("attnkit::entmax_forward", mutates_args=())
     def entmax_forward(z: torch.Tensor, alpha: Optional[torch.Tensor]) -> torch.Tensor:
         """1.5-entmax (alpha None) or alpha-entmax with one alpha per row."""
-        return cpu_kernel().entmax_forward(z, alpha if alpha is not None else torch.empty(0, dtype=torch.float64))
+        return _op_kernel().entmax_forward(z, alpha if alpha is not None else torch.empty(0, dtype=torch.float64))
 
     @torch.library.custom_op("attnkit::entmax_backward", mutates_args=())
     def entmax_backward(p: torch.Tensor, g: torch.Tensor, alpha: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """(gradient of the scores, gradient of alpha per row shaped like ``alpha``; empty for 1.5-entmax)."""
-        grad_z, grad_alpha = cpu_kernel().entmax_backward(p, g, alpha if alpha is not None else torch.empty(0, dtype=torch.float64))
+        grad_z, grad_alpha = _op_kernel().entmax_backward(p, g, alpha if alpha is not None else torch.empty(0, dtype=torch.float64))
         return grad_z, grad_alpha
 
     def _sparsemax_backward_setup(ctx, inputs, output):

@@ -142,6 +142,12 @@ class _AttnkitModelMixin:
         if kind is not None and getattr(config, LEARNED[kind].config_key, None) is not None:
             add_head_parameters(self, getattr(config, LEARNED[kind].config_key))
 
+    def __reduce_ex__(self, protocol):
+        """Pickling (``torch.save(model)``, multiprocessing, deepcopy) names the encoder's class and the kind, not
+        this class: it is made at run time (:func:`concrete_class`), so pickle could not find it by its name."""
+        rv = super().__reduce_ex__(protocol)
+        return (_unpickled, (self._attnkit_base, self._attnkit_kind), *rv[2:])
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         folder = Path(save_directory).expanduser()
         blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
@@ -224,12 +230,23 @@ def accept_in_pipelines(model_type: str, kind: str, class_name: str) -> None:
 
 def concrete_class(config: AttnkitConfig, kind: str):
     """The class that runs ``config``'s model for ``kind``: the encoder's own class with attnkit's mixin."""
-    base = _base_class(config, kind)
+    return _concrete(_base_class(config, kind), kind)
+
+
+def _concrete(base, kind: str):
     key = (base, kind)
     if key not in _CONCRETE:
-        _CONCRETE[key] = type(f"Attnkit{base.__name__}", (_AttnkitModelMixin, base), {"_attnkit_kind": kind, "__module__": __name__})
+        _CONCRETE[key] = type(f"Attnkit{base.__name__}", (_AttnkitModelMixin, base),
+                              {"_attnkit_kind": kind, "_attnkit_base": base, "__module__": __name__})
         accept_in_pipelines(MODEL_TYPE, kind, _CONCRETE[key].__name__)
     return _CONCRETE[key]
+
+
+def _unpickled(base, kind: str):
+    """An empty model of attnkit's class for (``base``, ``kind``), which unpickling then fills (see __reduce_ex__)."""
+    register()  # a fresh process: attnkit's attention in transformers' registries before the model runs
+    cls = _concrete(base, kind)
+    return cls.__new__(cls)
 
 
 #: attnkit's check of a local model folder before it loads (config against weights, the attention block, finite

@@ -96,6 +96,18 @@ def _spec_of_settings(spec: AttentionSpec | None, attention, lam, alpha, **rest)
     return spec
 
 
+def _settings_kept(old: AttentionSpec, attention: str, lam, alpha) -> tuple:
+    """``(lam, alpha)`` for an attnkit model sparsified again: each left out (None) is the model's own where the new
+    attention has that setting and the model's has it too (not sparsify's default: the per-head values learned from
+    it would start again there)."""
+    setting = AttentionSpec(attention).normaliser.setting
+    if setting == old.normaliser.setting == "lam" and lam is None:
+        lam = old.lam
+    if setting == old.normaliser.setting == "alpha" and alpha is None:
+        alpha = old.alpha
+    return lam, alpha
+
+
 def _settle_learned(model, old: AttentionSpec, new: AttentionSpec) -> None:
     """Before an attnkit model takes ``new``: the settings it learned per head under ``old`` are kept where ``new``
     learns the same setting from the same start; where ``new`` learns none, or starts elsewhere (``lam=`` given
@@ -127,13 +139,15 @@ def sparsify(model, attention: str | None = None, lam: float | None = None, *, b
     grouped-query attention, soft-capping (Gemma-2), sliding windows, attention sinks (gpt-oss).
     ``lam`` (default -4) is sparsegen-lin's and ``alpha`` (default 1.5) entmax-alpha's: given with another attention,
     they are refused, not ignored. ``spec``: an :class:`AttentionSpec` instead of the settings one by one (then none of
-    them may be given). The default attention is sparsegen-lin. Sparsifying an attnkit model again keeps the lam or
-    alpha it learned per head where the new attention learns the same setting from the same start, and otherwise drops
-    them or starts them again at the value given, with a warning.
+    them may be given). The default attention is sparsegen-lin. Sparsifying an attnkit model again: a lam or alpha left
+    out is the model's own; the values it learned per head are kept where the new attention learns the same setting
+    from the same start, and otherwise dropped or started again at the value given, with a warning.
     """
     register()
     if not hasattr(model, "config"):  # a torch module but not a transformers model: AttributeError 'config' before
         raise TypeError(f"sparsify takes a loaded transformers model (with a .config), got {type(model).__name__}")
+    if spec is None and isinstance(model.config, AttnkitConfig):  # sparsified again: a setting left out is the model's
+        lam, alpha = _settings_kept(spec_of(model.config), attention or "sparsegen-lin", lam, alpha)
     spec = _spec_of_settings(spec, attention, lam, alpha, blur=blur, blur_size=blur_size, blur_sigma=blur_sigma,
                              learned=learned, sparse_layers=sparse_layers)
     if spec.sparse_layers is not None and getattr(model.config, "num_hidden_layers", None):

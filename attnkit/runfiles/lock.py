@@ -30,3 +30,15 @@ def folder_lock(folder: str | os.PathLike, what: str = "run folder", way_out: st
         yield
     finally:
         os.close(fd)
+
+
+@contextmanager
+def folder_held(folder: str | os.PathLike):
+    """A short exclusive hold on ``folder`` itself (a lock on its directory: no file is made in it), for a
+    read-modify-write of a file there that two processes may do at once; a second process waits for the first."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

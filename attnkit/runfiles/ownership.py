@@ -16,6 +16,7 @@ from attnkit.runfiles.atomic import (
     write_json_atomic,
 )
 from attnkit.runfiles.json_files import read_json
+from attnkit.runfiles.lock import folder_held
 from attnkit.runfiles.names import (
     FIGURE_CREATOR,
     FOLDER_MANIFEST,
@@ -91,11 +92,13 @@ def record_output(path: str | os.PathLike, by: str) -> None:
     if batch is not None:  # the file is not in place yet: recorded once the batch is
         batch.after.append(lambda: record_output(path, by))
         return
-    files = _read_ledger(path.parent)
-    files[path.name] = {"size": path.stat().st_size, "sha256": file_sha256(path), "by": by}
+    entry = {"size": path.stat().st_size, "sha256": file_sha256(path), "by": by}
     try:
-        write_json_atomic(path.parent / OUTPUT_LEDGER, {WRITTEN_BY: "attnkit", "files": files})
-    except UserError:
+        with folder_held(path.parent):  # two commands finishing in one folder: neither drops the other's entry
+            files = _read_ledger(path.parent)
+            files[path.name] = entry
+            write_json_atomic(path.parent / OUTPUT_LEDGER, {WRITTEN_BY: "attnkit", "files": files})
+    except (UserError, OSError):
         pass
 
 

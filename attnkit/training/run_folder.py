@@ -237,8 +237,8 @@ def _differences(cfg, out: Path, free: tuple) -> list[str]:
 
 def same_paths(d: dict, working_dir: str | None = None) -> dict:
     """``d`` with its data folder, model, teacher and text files resolved (relative ones against ``working_dir``, where
-    the run that wrote them ran, else the current one): the same path written two ways, or from two folders, is the
-    same setting."""
+    the run that wrote them ran, else the current one), a run folder given as a model being its model/: the same path
+    written two ways, or from two folders, is the same setting."""
     d = dict(d)
 
     def resolved(value):
@@ -249,6 +249,8 @@ def same_paths(d: dict, working_dir: str | None = None) -> dict:
     for k in ("data_dir", "model", "teacher"):
         if d.get(k):
             d[k] = resolved(d[k])
+            folder = checkpoint_dir(d[k]) if k != "data_dir" else None  # a run folder is its model/: one model
+            d[k] = str(folder.resolve()) if folder is not None and Path(d[k]).is_absolute() else d[k]
     if isinstance(d.get("text_files"), (list, tuple)):  # adapt's --text-file, as typed
         d["text_files"] = [resolved(f) if f else f for f in d["text_files"]]
     return d

@@ -303,3 +303,60 @@ def test_an_empty_torch_extensions_dir_is_unset(monkeypatch, tmp_path):
     assert kernel_build._build_root() == tmp_path
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "~/ext")  # (a .env line: no shell expanded it; a folder named ~: -28u DC)
     assert kernel_build._build_root() == Path.home() / "ext"
+    # a user this machine lacks: torch's own folder, said (it built into ./~nouser of each working folder: -28v EA)
+
+
+def test_an_unknown_users_torch_extensions_dir_is_torchs_own_folder(monkeypatch, capsys):
+    """`TORCH_EXTENSIONS_DIR=~nouser/ext` (no such user) stayed a relative path: every working folder got a ./~nouser
+    tree and a rebuild (sweep 2026-11-28v EA). torch's own folder is used, and a line says why."""
+    from attnkit.attention import kernel_build
+
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    default = kernel_build._build_root()
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "~attnkit-no-such-user/ext")
+    assert kernel_build._build_root() == default
+    assert "TORCH_EXTENSIONS_DIR=~attnkit-no-such-user/ext: there is no user 'attnkit-no-such-user'" in capsys.readouterr().err
+
+
+#: a saved attnkit model loaded through its own code (trust_remote_code) before attnkit is imported, then attnkit's maps
+REMOTE_FIRST = r"""
+import json, sys, torch
+from transformers import AutoModelForSequenceClassification
+m = AutoModelForSequenceClassification.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+assert "attnkit" not in sys.modules
+import attnkit
+from attnkit.attention import kernels
+torch.manual_seed(0)
+z = torch.randn(2, 3)
+p, q = attnkit.sparsemax(z), attnkit.entmax15(z.double())
+s = z.sort(-1, descending=True).values
+c = s.cumsum(-1)
+k = ((1 + torch.arange(1, 4) * s) > c).sum(-1, keepdim=True)
+ref = ((z - (c.gather(-1, k - 1) - 1) / k)).clamp(min=0)
+with torch.no_grad():
+    logits = m(input_ids=torch.tensor([[2, 5, 6, 7, 3]])).logits
+print(json.dumps({"backend": kernels.backend(), "close": torch.allclose(p, ref, atol=1e-6),
+                  "sums": torch.allclose(q.sum(-1), torch.ones(2, dtype=torch.float64)), "logits": logits.tolist()}))
+"""
+
+
+def test_attnkit_imported_after_a_checkpoints_own_code_runs_its_kernel(cache, tmp_path):
+    """A checkpoint loaded with trust_remote_code before `import attnkit` defined the kernel's custom ops with its own
+    copy of kernels.py, which has no kernel: every attnkit map in that process then failed ('NoneType' object has no
+    attribute 'forward'; sweep 2026-11-28v EC). The ops find attnkit's kernel whichever copy defined them."""
+    import attnkit
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                     max_position_embeddings=16, num_labels=2)
+    model = attnkit.sparsify(BertForSequenceClassification(cfg).eval(), "sparsemax")
+    model.save_pretrained(tmp_path / "m")
+    with torch.no_grad():
+        want = model(input_ids=torch.tensor([[2, 5, 6, 7, 3]])).logits
+    r = subprocess.run([sys.executable, "-c", REMOTE_FIRST, str(tmp_path / "m")], capture_output=True, text=True,
+                       env=env_for(cache, HF_HOME=str(tmp_path / "hf")), timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["backend"] == "cpp" and out["close"] and out["sums"], out
+    torch.testing.assert_close(torch.tensor(out["logits"]), want, rtol=1e-5, atol=1e-6)

@@ -296,6 +296,9 @@ def test_sparsify_again_keeps_drops_or_restarts_learned_settings(tmp_path, caplo
     with caplog.at_level("WARNING", logger="attnkit"):
         attnkit.sparsify(model, "sparsegen-lin", lam=0.5, learned="lam")
         assert learned_values(model, "lam") == trained and not caplog.records
+        # lam left out is the model's own, not sparsify's default -4 (which restarted them, "as given": -28v ED)
+        attnkit.sparsify(model, "sparsegen-lin", learned="lam")
+        assert learned_values(model, "lam") == trained and not caplog.records and spec_of(model.config).lam == 0.5
         attnkit.sparsify(model, "sparsegen-lin", lam=-1.0, learned="lam")
         assert all(abs(v + 1.0) < 1e-6 for row in learned_values(model, "lam") for v in row)
         assert "lam learned per head" in caplog.text and "start again at lam=-1, as given" in caplog.text
@@ -315,3 +318,31 @@ def test_attention_spec_is_at_the_top_level():
     assert attnkit.AttentionSpec is AttentionSpec and "AttentionSpec" in attnkit.__all__
     model = attnkit.sparsify(tiny("bert", WORKS["bert"]), spec=attnkit.AttentionSpec("sparsemax", blur="value"))
     assert spec_of(model.config).attention == "sparsemax" and spec_of(model.config).blur == "value"
+
+
+
+def test_a_sparsified_model_pickles(tmp_path):
+    """torch.save(model) of a sparsified (or attnkit-loaded) model failed: its class is made at run time and pickle
+    looked it up by name (PicklingError; sweep 2026-11-28v EB). It pickles, and loads in a fresh process to the same
+    logits; deepcopy too."""
+    import copy
+    import json
+    import subprocess
+    import sys
+
+    model = attnkit.sparsify(tiny("bert", WORKS["bert"]), "sparsegen-lin", lam=0.5, learned="lam")
+    ids, mask = batch()
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask).logits
+        again = copy.deepcopy(model)
+        assert type(again) is type(model) and torch.equal(again(input_ids=ids, attention_mask=mask).logits, want)
+    torch.save(model, tmp_path / "m.pt")
+    code = ("import sys, json, torch\nm = torch.load(sys.argv[1], weights_only=False).eval()\n"
+            "ids, mask = torch.tensor(json.loads(sys.argv[2])), torch.tensor(json.loads(sys.argv[3]))\n"
+            "with torch.no_grad():\n    print(json.dumps([type(m).__name__, m(input_ids=ids, attention_mask=mask).logits.tolist()]))\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m.pt"), json.dumps(ids.tolist()), json.dumps(mask.tolist())],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    name, logits = json.loads(r.stdout.strip().splitlines()[-1])
+    assert name == type(model).__name__
+    torch.testing.assert_close(torch.tensor(logits), want, rtol=1e-5, atol=1e-6)

@@ -197,3 +197,32 @@ def test_a_runs_or_sweeps_own_file_is_never_replaced_through_a_link_or_beside_an
     # a file of the same name elsewhere, or attnkit's own earlier output, is still an output's to replace
     (tmp_path / "curves.png").write_bytes(b"x")
     assert own_file_of(tmp_path / "curves.png") is None
+
+
+#: one process recording its own outputs in a shared folder's ledger, many times over
+_RECORDER = r"""
+import sys
+from pathlib import Path
+from attnkit.runfiles.ownership import record_output
+folder, me = Path(sys.argv[1]), sys.argv[2]
+for i in range(40):
+    f = folder / f"{me}-{i}.tsv"
+    f.write_text(f"{me} {i}\n")
+    record_output(f, "attnkit predict")
+"""
+
+
+def test_commands_recording_outputs_in_one_folder_at_once_keep_every_entry(tmp_path):
+    """record_output read, changed and rewrote the folder's ledger with no lock: two commands finishing together could
+    drop each other's entry, and a later run then refused its own file as not attnkit's (sweep 2026-11-28v, code
+    reading). Four processes recording 40 files each: every file listed."""
+    import json
+    import subprocess
+    import sys
+
+    from attnkit.runfiles.names import OUTPUT_LEDGER
+
+    procs = [subprocess.Popen([sys.executable, "-c", _RECORDER, str(tmp_path), f"p{n}"]) for n in range(4)]
+    assert all(p.wait(timeout=300) == 0 for p in procs)
+    files = json.loads((tmp_path / OUTPUT_LEDGER).read_text())["files"]
+    assert sorted(files) == sorted(f"p{n}-{i}.tsv" for n in range(4) for i in range(40))

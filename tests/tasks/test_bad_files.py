@@ -65,6 +65,7 @@ def test_evaluating_a_split_labelled_in_part_says_how_many_lack_a_label(saved_cl
                  "--threads", "1", "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"2 of the 4 examples of the test split of task csv in {data} have no gold label" in err, err
+    assert "the first is example 2 of the split" in err  # (dull film: sweep 2026-11-28v remark)
     assert not out.exists() and snapshot(data) == before
 
 

@@ -208,3 +208,18 @@ def test_a_teacher_and_text_files_written_two_ways_are_one_setting(tmp_path, mon
     typed = same_paths({"teacher": "r1", "text_files": ["t.txt"]}, str(tmp_path))
     assert typed == same_paths({"teacher": str(tmp_path / "r1"), "text_files": [str(tmp_path / "t.txt")]})
     assert typed != same_paths({"teacher": "r2", "text_files": ["t.txt"]}, str(tmp_path))
+
+
+def test_a_run_folder_and_its_model_folder_are_one_teacher_or_model(tmp_path, monkeypatch):
+    """--teacher r1 and --teacher r1/model name one model (every command takes either), but a finished run was
+    refused as made with 'other settings' (sweep 2026-11-28v remark): a run folder given as a model is its model/."""
+    from attnkit.training.run_folder import same_paths
+
+    (tmp_path / "r1" / "model").mkdir(parents=True)
+    (tmp_path / "r1" / "model" / "config.json").write_text("{}")
+    (tmp_path / "r2").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for k in ("teacher", "model"):
+        assert same_paths({k: "r1"}, str(tmp_path)) == same_paths({k: str(tmp_path / "r1" / "model")})
+        assert same_paths({k: "r1"}, str(tmp_path)) != same_paths({k: "r2"}, str(tmp_path))
+    assert same_paths({"data_dir": "r1"}, str(tmp_path)) != same_paths({"data_dir": "r1/model"}, str(tmp_path))
