@@ -13,7 +13,8 @@ import signal
 import sys
 import threading
 import traceback
-from contextlib import contextmanager
+import warnings
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from attnkit.cli.parser import build_parser
@@ -54,22 +55,25 @@ def cmd_tasks(a) -> int:
     return 0
 
 
-def _quiet_libraries() -> None:
-    import warnings
-
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    warnings.filterwarnings("ignore", category=FutureWarning)
+def _quiet_libraries(restore: ExitStack) -> None:
+    """Warnings and transformers' logs and loading bars off for the command; ``restore`` puts each back after it."""
+    if "TOKENIZERS_PARALLELISM" not in os.environ:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        restore.callback(os.environ.pop, "TOKENIZERS_PARALLELISM", None)
+    warnings.filterwarnings("ignore", category=FutureWarning)  # (main's catch_warnings restores the filters)
     warnings.filterwarnings("ignore", category=UserWarning)
     try:
+        from huggingface_hub import utils as hub_utils
         from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()  # the "Loading weights" bar of every model load (training bars stay)
-        from huggingface_hub.utils import enable_progress_bars
-
-        enable_progress_bars()  # downloads from the hub keep theirs
     except ImportError:
-        pass
+        return
+    verbosity, bars, hub_bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled(), not hub_utils.are_progress_bars_disabled()
+    restore.callback(lambda: (hf_logging.set_verbosity(verbosity),
+                              hf_logging.enable_progress_bar() if bars else hf_logging.disable_progress_bar(),
+                              hub_utils.enable_progress_bars() if hub_bars else hub_utils.disable_progress_bars()))
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()  # the "Loading weights" bar of every model load (training bars stay)
+    hub_utils.enable_progress_bars()  # downloads from the hub keep theirs
 
 
 #: --threads above this many per usable core is refused: 100,000 threads crashed torch (a segfault, an overflow)
@@ -125,10 +129,11 @@ def stops_as_interrupts():
             signal.signal(sig, handler)
 
 
-def _run_command(a) -> int:
-    """The command ``a`` names, run (its threads set, the libraries quieted, torchrun's variables checked)."""
+def _run_command(a, restore: ExitStack) -> int:
+    """The command ``a`` names, run (its threads set, the libraries quieted, torchrun's variables checked); what it
+    changes for the whole process goes on ``restore``, to be put back when it returns."""
     if not a.verbose and a.command != "tasks":  # quieting transformers imports it (and torch): not for a listing
-        _quiet_libraries()
+        _quiet_libraries(restore)
     if getattr(a, "threads", None) is not None:
         if a.threads < 1:
             raise UserError(f"--threads {a.threads}: expected a number of threads >= 1")
@@ -141,6 +146,7 @@ def _run_command(a) -> int:
                   "the threads will contend for them (slower, not faster)", file=sys.stderr)
         import torch
 
+        restore.callback(torch.set_num_threads, torch.get_num_threads())
         torch.set_num_threads(a.threads)
     if a.command == "tasks":
         return cmd_tasks(a)
@@ -164,10 +170,18 @@ def main(argv: list[str] | None = None) -> int:
     if a.command is None:
         parser.print_help()
         return 0
+    with ExitStack() as restore:  # main called from Python again, or by the caller's code: the process as it was
+        restore.enter_context(warnings.catch_warnings())
+        restore.callback(log.setLevel, log.level)
+        log.setLevel(logging.INFO if a.verbose else logging.WARNING)  # (basicConfig acts on the first call only)
+        return _main(a, restore)
+
+
+def _main(a, restore: ExitStack) -> int:
     try:
         with stops_as_interrupts():
             expand_home(a)
-            return _run_command(a)
+            return _run_command(a, restore)
     except KeyboardInterrupt as e:
         out = getattr(a, "output_dir", None)
         how = f"stopped ({signal.Signals(e.signum).name})" if isinstance(e, Stopped) else "interrupted"

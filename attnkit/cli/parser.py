@@ -21,8 +21,12 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*([eE][-+]?\d+)?|\.\d+([eE][-+]?\d+)?|inf(inity)?|nan)$", re.I)
+        self.register("action", None, StoreOnce)  # an option with a value, given twice, is refused (StoreOnce)
+        self.register("action", "store", StoreOnce)
+        self.given: dict[str, tuple[str, object]] = {}
 
     def parse_known_args(self, args=None, namespace=None):
+        self.given = {}
         namespace, rest = super().parse_known_args(args, namespace)
         for dest in PATH_OPTIONS:  # an unset shell variable (--output "$OUT") would silently mean the default
             value = getattr(namespace, dest, None)
@@ -30,6 +34,23 @@ class Parser(argparse.ArgumentParser):
                 self.error(f"argument --{dest.replace('_', '-')}: an empty path (an unset shell variable?): expected a "
                            "file or folder name")
         return namespace, rest
+
+
+class StoreOnce(argparse._StoreAction):
+    """argparse's store action, refusing an option given twice: argparse keeps the last value without a word
+    (``predict --file a.txt --file b.txt`` labelled b.txt alone). The repeatable options say so (action="append")."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        earlier = parser.given.get(self.dest)
+        if earlier is not None:
+            parser.error(f"argument {option_string}: given twice ({earlier[0]} {_shown(earlier[1])}, then {option_string} "
+                         f"{_shown(values)}): give it once")
+        parser.given[self.dest] = (option_string, values)
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _shown(values) -> str:
+    return " ".join(map(str, values)) if isinstance(values, list) else str(values)
 
 
 #: the options that name a file or folder: an empty value is refused

@@ -26,6 +26,11 @@ from pathlib import Path
 
 from transformers import PretrainedConfig, PreTrainedModel
 
+try:  # transformers 5 records attentions and hidden states by the model's class (record_outputs)
+    from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
+except ImportError:
+    _CAN_RECORD_REGISTRY = None
+
 # relative imports: this file also runs as a checkpoint's remote code, where the code files sit side by side and
 # ``from ..attention.spec`` is saved as ``from .spec`` (see :func:`code_file_text`)
 from ..attention.blur import gaussian_blur as _gaussian_blur  # noqa: F401  every code file imported here, directly:
@@ -142,9 +147,16 @@ class _AttnkitModelMixin:
         if kind is not None and getattr(config, LEARNED[kind].config_key, None) is not None:
             add_head_parameters(self, getattr(config, LEARNED[kind].config_key))
 
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        record_outputs(self)  # unpickled in a fresh process: no __init__ registered its classes with transformers
+
     def __reduce_ex__(self, protocol):
         """Pickling (``torch.save(model)``, multiprocessing, deepcopy) names the encoder's class and the kind, not
-        this class: it is made at run time (:func:`concrete_class`), so pickle could not find it by its name."""
+        this class: it is made at run time (:func:`concrete_class`), so pickle could not find it by its name. The hooks
+        transformers 5 adds at the first forward that records hidden states or attentions are local functions, which
+        no pickle holds: they are taken off first (the next forward adds them again)."""
+        drop_capture_hooks(self)
         rv = super().__reduce_ex__(protocol)
         return (_unpickled, (self._attnkit_base, self._attnkit_kind), *rv[2:])
 
@@ -240,6 +252,29 @@ def _concrete(base, kind: str):
                               {"_attnkit_kind": kind, "_attnkit_base": base, "__module__": __name__})
         accept_in_pipelines(MODEL_TYPE, kind, _CONCRETE[key].__name__)
     return _CONCRETE[key]
+
+
+def record_outputs(model) -> None:
+    """Register ``model``'s classes (its own and its sub-models') for transformers 5's recording of attentions and
+    hidden states, which ``PreTrainedModel.__init__`` does: a model that did not pass through it (a class changed in
+    place by sparsify, an unpickled one) would return None for them, and a layer-pooling head would fail."""
+    if _CAN_RECORD_REGISTRY is None:  # transformers before 5 records them another way
+        return
+    for m in model.modules():
+        if isinstance(m, PreTrainedModel):
+            _CAN_RECORD_REGISTRY[m] = getattr(m, "_can_record_outputs", None)
+
+
+def drop_capture_hooks(model) -> None:
+    """Take transformers' output-capturing forward hooks off ``model``'s modules and mark them not installed, so that
+    its next forward installs them again (they are local functions, which pickle cannot hold)."""
+    for m in model.modules():
+        for key, hook in list(m._forward_hooks.items()):
+            if getattr(hook, "__module__", None) == "transformers.utils.output_capturing":
+                for hooks in (m._forward_hooks, m._forward_hooks_with_kwargs, m._forward_hooks_always_called):
+                    hooks.pop(key, None)
+        if getattr(m, "_output_capturing_hooks_installed", False):
+            m._output_capturing_hooks_installed = False
 
 
 def _unpickled(base, kind: str):

@@ -24,6 +24,7 @@ from attnkit.models.checkpoint import set_attention
 from attnkit.models.modeling_attnkit import (
     AttnkitConfig,
     concrete_class,
+    record_outputs,
     register,
 )
 
@@ -180,12 +181,7 @@ def sparsify(model, attention: str | None = None, lam: float | None = None, *, b
             m.config = config
     model.__class__ = concrete_class(config, kind)
     adopt(model, config)
-    try:  # transformers 5 records attentions/hidden states by the model's class, registered in __init__
-        from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
-
-        _CAN_RECORD_REGISTRY[model] = model._can_record_outputs
-    except (ImportError, AttributeError):
-        pass
+    record_outputs(model)  # transformers 5 records attentions/hidden states by the model's class, registered in __init__
     if spec.learned and not add_head_parameters(model):
         raise UserError(f"learned={spec.learned!r}: no attention modules with num_attention_heads found in {name}")
     return finish_model(model, spec)

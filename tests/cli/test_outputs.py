@@ -226,13 +226,38 @@ def test_the_same_predict_split_twice_replaces_its_own_output(rte_run, capsys):
 def test_the_cli_error_handling_covers_quieting_the_libraries(finished, capsys, monkeypatch):
     cli_main = sys.modules["attnkit.cli.main"]  # (attnkit.cli.main is also the name of the function)
 
-    def broken():
+    def broken(restore):
         raise OSError(errno.EACCES, "Permission denied", "/somewhere/hf-cache")
 
     monkeypatch.setattr(cli_main, "_quiet_libraries", broken)
     assert main(["predict", "--model", str(finished), "a fine film"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and "/somewhere/hf-cache" in err
+
+
+def test_main_called_from_python_leaves_the_process_as_it_was(finished, tmp_path, capsys):
+    """After one attnkit.cli.main([...]) the process ignored every UserWarning and FutureWarning (the caller's too),
+    transformers stayed quiet, and a later call's -v did nothing (sweep 2026-11-28w FB): what a command changes is put
+    back when it returns."""
+    import logging
+    import warnings
+
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    attnkit_log = logging.getLogger("attnkit")
+    before = (list(warnings.filters), hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled(),
+              attnkit_log.level, torch.get_num_threads(), os.environ.get("TOKENIZERS_PARALLELISM"))
+    for verbose in ([], ["-v"]):
+        assert main([*verbose, "predict", "--model", str(finished), "--threads", "1", "--output", str(tmp_path / "p.jsonl"),
+                     "a fine film"]) == 0
+        assert main([*verbose, "predict", "--model", str(tmp_path / "no-such-model"), "a fine film"]) == 2
+        after = (list(warnings.filters), hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled(),
+                 attnkit_log.level, torch.get_num_threads(), os.environ.get("TOKENIZERS_PARALLELISM"))
+        assert after == before
+    with pytest.warns(UserWarning, match="the caller's own"):
+        warnings.warn("the caller's own", UserWarning)
+    capsys.readouterr()
 
 
 def test_a_fifo_or_a_device_as_file_is_named_so(finished, tmp_path, capsys):

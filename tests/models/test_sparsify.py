@@ -321,28 +321,47 @@ def test_attention_spec_is_at_the_top_level():
 
 
 
-def test_a_sparsified_model_pickles(tmp_path):
+def test_a_sparsified_model_pickles(tmp_path, tiny_bert):
     """torch.save(model) of a sparsified (or attnkit-loaded) model failed: its class is made at run time and pickle
     looked it up by name (PicklingError; sweep 2026-11-28v EB). It pickles, and loads in a fresh process to the same
-    logits; deepcopy too."""
+    logits, attentions and hidden states (unregistered with transformers there, it returned None for them, and a
+    layer-pooling model failed: -28w FA); deepcopy too."""
     import copy
     import json
     import subprocess
     import sys
 
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.build import build_classifier
+    from attnkit.models.pooling import HeadSpec
+
     model = attnkit.sparsify(tiny("bert", WORKS["bert"]), "sparsegen-lin", lam=0.5, learned="lam")
+    pooled = build_classifier(str(tiny_bert), 2, AttentionSpec("sparsemax"), head=HeadSpec(pooling="weighted", se=True)).eval()
     ids, mask = batch()
     with torch.no_grad():
-        want = model(input_ids=ids, attention_mask=mask).logits
+        out = model(input_ids=ids, attention_mask=mask, output_attentions=True, output_hidden_states=True)
+        want = [out.logits.tolist(), out.attentions[-1].tolist(), out.hidden_states[-1].tolist(),
+                pooled(input_ids=ids, attention_mask=mask).logits.tolist()]
         again = copy.deepcopy(model)
-        assert type(again) is type(model) and torch.equal(again(input_ids=ids, attention_mask=mask).logits, want)
-    torch.save(model, tmp_path / "m.pt")
+        assert type(again) is type(model) and torch.equal(again(input_ids=ids, attention_mask=mask).logits, out.logits)
+    torch.save(model, tmp_path / "m.pt")  # after forwards that recorded hidden states: transformers' hooks set aside
+    torch.save(pooled, tmp_path / "p.pt")
+    with torch.no_grad():  # and put back by the next forward
+        o = model(input_ids=ids, attention_mask=mask, output_attentions=True, output_hidden_states=True)
+        assert torch.equal(o.attentions[-1], out.attentions[-1]) and len(o.hidden_states) == len(out.hidden_states)
+        assert pooled(input_ids=ids, attention_mask=mask).logits.tolist() == want[3]
     code = ("import sys, json, torch\nm = torch.load(sys.argv[1], weights_only=False).eval()\n"
-            "ids, mask = torch.tensor(json.loads(sys.argv[2])), torch.tensor(json.loads(sys.argv[3]))\n"
-            "with torch.no_grad():\n    print(json.dumps([type(m).__name__, m(input_ids=ids, attention_mask=mask).logits.tolist()]))\n")
-    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m.pt"), json.dumps(ids.tolist()), json.dumps(mask.tolist())],
-                       capture_output=True, text=True, timeout=300)
+            "p = torch.load(sys.argv[2], weights_only=False).eval()\n"
+            "ids, mask = torch.tensor(json.loads(sys.argv[3])), torch.tensor(json.loads(sys.argv[4]))\n"
+            "with torch.no_grad():\n"
+            "    o = m(input_ids=ids, attention_mask=mask, output_attentions=True, output_hidden_states=True)\n"
+            "    got = [o.logits.tolist(), o.attentions[-1].tolist(), o.hidden_states[-1].tolist(),\n"
+            "           p(input_ids=ids, attention_mask=mask).logits.tolist()]\n"
+            "print(json.dumps([type(m).__name__, got]))\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m.pt"), str(tmp_path / "p.pt"), json.dumps(ids.tolist()),
+                        json.dumps(mask.tolist())], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    name, logits = json.loads(r.stdout.strip().splitlines()[-1])
+    name, got = json.loads(r.stdout.strip().splitlines()[-1])
     assert name == type(model).__name__
-    torch.testing.assert_close(torch.tensor(logits), want, rtol=1e-5, atol=1e-6)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(torch.tensor(g), torch.tensor(w), rtol=1e-5, atol=1e-6)
