@@ -196,10 +196,26 @@ def strict_json(path: Path):
     return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
 
 
+def merged(*parts) -> list[str]:
+    """The arguments of ``parts`` in turn (a command, then ``--option value...`` groups), a later option replacing an
+    earlier one with its values: attnkit refuses an option given twice, and the tests' extras override the defaults."""
+    head, groups = [], {}
+    for t in (str(x) for part in parts for x in part):
+        if t.startswith("--"):
+            last = (t, len(groups)) if head[:1] == ["adapt"] and t in ("--task", "--text-file") else t  # (repeatable)
+            groups.pop(last, None)  # (re-inserted at the end: the later value, in the later place)
+            groups[last] = [t]
+        elif groups:
+            groups[last].append(t)
+        else:
+            head.append(t)
+    return head + [t for g in groups.values() for t in g]
+
+
 def train_args(model, data, out, *extra) -> list[str]:
     """``attnkit train`` on a csv task with a tiny model: batch 16, lr 3e-3, 16 tokens, no heatmap."""
-    return ["train", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
-            "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--no-heatmap", *extra]
+    return merged(["train", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
+                   "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--no-heatmap"], extra)
 
 
 def two_step_train_args(model, data, out, *extra) -> list[str]:
@@ -264,7 +280,7 @@ def batch_8_args(model, data) -> list[str]:
 
 def batch_8_train_args(model, data, out, *extra) -> list[str]:
     """``attnkit train`` for 2 steps at batch 8, evaluated at step 2."""
-    return ["train", *batch_8_args(model, data), "--output-dir", str(out), "--max-steps", "2", "--eval-steps", "2", "--no-heatmap", *extra]
+    return merged(["train", *batch_8_args(model, data), "--output-dir", str(out), "--max-steps", "2", "--eval-steps", "2", "--no-heatmap"], extra)
 
 
 def save_tiny_classifier(encoder, out: Path, spec, labels: list[str], task: str = "csv", max_length: int = 16) -> Path:

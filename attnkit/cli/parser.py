@@ -5,6 +5,7 @@ Light on purpose: building the parser imports no torch, so ``--help`` answers at
 from __future__ import annotations
 
 import argparse
+import os
 import re
 
 from attnkit.attention.names import KINDS, NormaliserChoices
@@ -25,6 +26,17 @@ class Parser(argparse.ArgumentParser):
         self.register("action", "store", StoreOnce)
         self.given: dict[str, tuple[str, object]] = {}
 
+    def parse_args(self, args=None, namespace=None):
+        a, rest = self.parse_known_args(args, namespace)
+        if rest:  # (argparse's own words, with why where a command takes texts: they were split by an option)
+            words = not any(r.startswith("-") for r in rest)
+            hint = (" (the texts go together: an option between two texts ends them; give every text after the "
+                    "options, or after --)" if words and isinstance(getattr(a, "texts", None), list) else
+                    f" ({a.command} reads one text: put quotes around a text of several words)"
+                    if words and isinstance(getattr(a, "text", None), str) else "")
+            self.error(f"unrecognized arguments: {' '.join(rest)}{hint}")
+        return a
+
     def parse_known_args(self, args=None, namespace=None):
         self.given = {}
         namespace, rest = super().parse_known_args(args, namespace)
@@ -33,6 +45,12 @@ class Parser(argparse.ArgumentParser):
             if value == "" or (isinstance(value, list) and "" in value):
                 self.error(f"argument --{dest.replace('_', '-')}: an empty path (an unset shell variable?): expected a "
                            "file or folder name")
+            for v in value if isinstance(value, list) else [value]:
+                bad = [c for c in v or "" if "\udc80" <= c <= "\udcff"]  # the bytes of a name that is not UTF-8
+                if bad:  # (attnkit records its paths in JSON and its files' names: the run would fail at its end)
+                    self.error(f"argument --{dest.replace('_', '-')}: {os.fsencode(v).decode('utf-8', 'backslashreplace')} "
+                               f"is not valid UTF-8 (the byte {ord(bad[0]) - 0xdc00:#x}): expected a name in UTF-8; "
+                               "rename it")
         return namespace, rest
 
 
@@ -46,6 +64,18 @@ class StoreOnce(argparse._StoreAction):
             parser.error(f"argument {option_string}: given twice ({earlier[0]} {_shown(earlier[1])}, then {option_string} "
                          f"{_shown(values)}): give it once")
         parser.given[self.dest] = (option_string, values)
+        super().__call__(parser, namespace, values, option_string)
+
+
+class BooleanOnce(argparse.BooleanOptionalAction):
+    """``--x`` / ``--no-x``, refusing both (or either twice): argparse keeps the last without a word (``--se --no-se``
+    trained without SE)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        earlier = parser.given.get(self.dest)
+        if earlier is not None:
+            parser.error(f"argument {option_string}: given after {earlier[0]}: give one of {' / '.join(self.option_strings)} once")
+        parser.given[self.dest] = (option_string, None)
         super().__call__(parser, namespace, values, option_string)
 
 
@@ -156,7 +186,7 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
     s.add_argument("--blur-sigma", type=float, default=None, help=f"blur sigma > 0 (default {d.blur_sigma:g})")
     s.add_argument("--layer-pooling", default=d.pooling, choices=["first", "second", "second-to-last", "last", "sum-last-four", "sum-all", "weighted"],
                    help="which layers the classifier reads (SesameBERT Table 3; default last)")
-    s.add_argument("--se", action=argparse.BooleanOptionalAction, default=False, help="Squeeze-and-Excitation over the layer outputs (default off)")
+    s.add_argument("--se", action=BooleanOnce, default=False, help="Squeeze-and-Excitation over the layer outputs (default off)")
     s.add_argument("--se-ratio", type=int, default=None, help=f"SE reduction ratio r (default {d.se_ratio})")
     s.add_argument("--pooling-lr", type=float, default=None,
                    help="with --se or --layer-pooling weighted: learning rate of those layer weights (default: --lr; at 3e-5 for "

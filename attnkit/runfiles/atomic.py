@@ -288,3 +288,18 @@ def write_json_atomic(path: str | os.PathLike, obj) -> None:
         raise UserError(f"{path}: not written, it would hold a number that is not finite ({where}); JSON has no NaN "
                          "or infinity") from None
     write_text_atomic(path, text + "\n")
+
+
+#: how torch's stream writer says a write failed (in C++ terms, as a RuntimeError)
+TORCH_WRITE_FAILED = ("inline_container", "PytorchStreamWriter", "file write failed")
+
+
+def is_disk_failure(e: BaseException) -> bool:
+    """Whether a failed write is the system's (a full disk, a read-only folder: a rerun may succeed), not one the
+    rerun would meet again (a name that is not UTF-8, a value that cannot be written)."""
+    return isinstance(e, OSError) or any(s in str(e) for s in TORCH_WRITE_FAILED)
+
+
+def disk_hint(e: BaseException) -> str:
+    """What to look at after a failed write: the disk for the system's errors, else the error's kind."""
+    return " (is the disk full, or the folder read-only?)" if is_disk_failure(e) else f" ({type(e).__name__})"

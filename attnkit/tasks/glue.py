@@ -29,6 +29,7 @@ from attnkit.errors import DataFormatError, UserError
 from attnkit.runfiles.json_files import path_problem
 from attnkit.runfiles.atomic import write_text_atomic
 from attnkit.tasks.readers import (
+    check_columns,
     label_index,
     read_delimited,
     read_jsonl,
@@ -255,8 +256,10 @@ def read_hans(path: str | Path) -> dict[str, list]:
     for col in ("gold_label", "sentence1", "sentence2", "heuristic", "subcase"):
         if col not in header:
             raise DataFormatError(path, line, f"expected a HANS column {col!r}, found the header {header}")
+    check_columns(path, line, header, ["gold_label", "sentence1", "sentence2", "heuristic", "subcase"])
     ix = {c: header.index(c) for c in ("gold_label", "sentence1", "sentence2", "heuristic", "subcase")}
     out: dict[str, list] = {"text": [], "text_pair": [], "label": [], "heuristic": [], "subcase": []}
+    gold_of: dict[str, tuple[str, int]] = {}  # subcase -> (its gold label, the line that first gave it)
     for line, f in records:
         if len(f) != len(header):  # more: a tab inside a sentence, the columns after it shifted
             raise DataFormatError(path, line, f"expected {len(header)} tab-separated fields, found {len(f)}")
@@ -264,9 +267,16 @@ def read_hans(path: str | Path) -> dict[str, list]:
             if not f[ix[col]].strip():
                 raise DataFormatError(path, line, f"expected a text in column {col!r}, found an empty field (a pair "
                                       "needs both texts): fill it or remove the row")
+        for col in ("heuristic", "subcase"):  # the report's rows: an empty one would be a group of its own
+            if not f[ix[col]].strip():
+                raise DataFormatError(path, line, f"expected a HANS {col} in column {col!r}, found an empty field")
         gold = f[ix["gold_label"]].strip()
         if gold not in HANS_LABELS:
             raise DataFormatError(path, line, f"unknown gold_label {gold!r}, expected one of {HANS_LABELS}")
+        first = gold_of.setdefault(f[ix["subcase"]].strip(), (gold, line))
+        if first[0] != gold:  # each HANS subcase has one gold label, under which the report lists it
+            raise DataFormatError(path, line, f"subcase {f[ix['subcase']].strip()!r} has gold_label {gold!r} here and "
+                                  f"{first[0]!r} on line {first[1]}: expected one gold label per subcase")
         out["text"].append(f[ix["sentence1"]].strip())
         out["text_pair"].append(f[ix["sentence2"]].strip())
         out["label"].append(HANS_LABELS.index(gold))

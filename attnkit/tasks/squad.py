@@ -25,6 +25,7 @@ from typing import Sequence
 
 from attnkit.errors import DataFormatError, UserError
 from attnkit.runfiles.json_files import path_problem, read_json
+from attnkit.runfiles.names import WRITTEN_BY
 from attnkit.tasks.controls import joined_by_controls, say_control
 from attnkit.tasks.registry import default_data_dir
 
@@ -69,6 +70,7 @@ def read_squad(path: str | os.PathLike) -> list[dict]:
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
         raise DataFormatError(path, None, "expected a SQuAD file: a JSON object with a 'data' list of articles")
     rows: list[dict] = []
+    seen: dict[str, str] = {}  # question id -> where it was first given
     for ai, art in enumerate(raw["data"]):
         paragraphs = _field(art, "paragraphs", list, (path, f"data[{ai}]"))
         title = art.get("title", "") if isinstance(art, dict) else ""
@@ -78,12 +80,25 @@ def read_squad(path: str | os.PathLike) -> list[dict]:
             for qi, qa in enumerate(_field(par, "qas", list, where)):
                 qwhere = (path, f"{where[1]}.qas[{qi}]")
                 qid = str(_field(qa, "id", (str, int), qwhere))
+                if qid in seen:  # the answers are keyed by id: one question would be scored with another's answer
+                    raise DataFormatError(path, None, f"{qwhere[1]}: question id {qid!r} is also the id of {seen[qid]}: "
+                                          "expected each question's own id")
+                if qid == WRITTEN_BY:
+                    raise DataFormatError(path, None, f"{qwhere[1]}: question id {qid!r} is the key attnkit marks its "
+                                          "answers files with: give the question another id")
+                seen[qid] = qwhere[1]
                 qwhere = (path, f"{qwhere[1]} (id {qid})")
                 question = _field(qa, "question", str, qwhere)
+                if not question.strip():
+                    raise DataFormatError(path, None, f"{qwhere[1]}: expected a question, found "
+                                          f"{'an empty one' if not question else 'only spaces'}")
                 texts, starts = [], []
                 for k, ans in enumerate(_field(qa, "answers", list, qwhere)):
                     awhere = (path, f"{qwhere[1]} answer {k}")
                     text = _field(ans, "text", str, awhere)
+                    if not text.strip():  # (it scores every prediction 0 F1, or an empty one 100)
+                        raise DataFormatError(path, None, f"{awhere[1]}: expected an answer's text, found "
+                                              f"{'an empty one' if not text else 'only spaces'}")
                     start = _field(ans, "answer_start", int, awhere)
                     if start < 0 or context[start : start + len(text)] != text:
                         found = context[max(start, 0) : max(start, 0) + len(text)]

@@ -20,7 +20,15 @@ from attnkit.attention.normalisers import LEARNED
 from attnkit.errors import UserError
 from attnkit.models.pooling import layer_weight_parameters
 from attnkit.models.resolve import check_max_length, resolve_model
-from attnkit.runfiles.atomic import is_main_process, launch_ranks, rendezvous, write_json_atomic
+from attnkit.runfiles.atomic import (
+    TORCH_WRITE_FAILED,
+    disk_hint,
+    is_disk_failure,
+    is_main_process,
+    launch_ranks,
+    rendezvous,
+    write_json_atomic,
+)
 from attnkit.runfiles.names import WRITTEN_BY
 from attnkit.runfiles.ownership import make_way, write_folder_manifest
 from attnkit.training.checkpoints import (
@@ -352,9 +360,9 @@ def fit(trainer, cfg: TrainConfig):
         if isinstance(e, UserError) and not isinstance(e, OSError):  # a refusal from the model (what it computes while
             raise  # saving), not the disk's: said as it is, and a rerun would meet it again
         why = write_failure(e)
-        raise UserError(f"cannot write the checkpoint {out / pending}: {why} (is the disk full, or the folder read-only?); "
-                        "the half-written checkpoint was removed: run the same command again to resume from the last "
-                        "complete one") from None
+        raise UserError(f"cannot write the checkpoint {out / pending}: {why}{disk_hint(e)}; the half-written checkpoint "
+                        "was removed" + (": run the same command again to resume from the last complete one"
+                                         if is_disk_failure(e) else "")) from None
     finally:
         trainer.remove_callback(recorder)
         del trainer.training_step  # the class's own again
@@ -408,7 +416,7 @@ def _set_summary_loss(trainer, loss: float) -> None:
 def write_failure(e: BaseException) -> str:
     """What went wrong in a failed write, in a few words (torch's stream writer says it in C++ terms)."""
     why = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[-1]
-    if "inline_container" in why or "PytorchStreamWriter" in why or "file write failed" in why:
+    if any(s in why for s in TORCH_WRITE_FAILED):
         return "a file could not be written in full"
     return why
 

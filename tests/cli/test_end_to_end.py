@@ -9,15 +9,15 @@ import sys
 import pytest
 
 from attnkit.cli import main
+from helpers import merged
 
 pytestmark = pytest.mark.slow
 
 
 def train_args(model, data, out, *extra):
-    return [
+    return merged([
         "train", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
-        "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--logging-steps", "5", *extra,
-    ]
+        "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--logging-steps", "5"], extra)
 
 
 @pytest.fixture(scope="module")

@@ -328,3 +328,24 @@ def test_an_option_given_twice_is_refused(argv, option, tmp_path, capsys, monkey
 
     a = build_parser().parse_args(["adapt", "--text-file", "a.txt", "--text-file", "b.txt", "--task", "sst2", "--task", "cola"])
     assert a.text_file == ["a.txt", "b.txt"] and a.task == ["sst2", "cola"]
+
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["train", "--se", "--no-se"], "argument --no-se: given after --se: give one of --se / --no-se once"),
+    (["predict", "--model", "m", "a", "--output", "o.jsonl", "b"],
+     "unrecognized arguments: b (the texts go together: an option between two texts ends them"),
+    (["explain", "--model", "m", "a", "b"], "unrecognized arguments: b (explain reads one text: put quotes around"),
+    (["train", "--output-dir", os.fsdecode(b"run\xff")], r"argument --output-dir: run\xff is not valid UTF-8 (the byte 0xff)"),
+])
+def test_flags_given_both_ways_texts_split_by_an_option_and_names_not_in_utf8_are_said(argv, needle, tmp_path, capsys,
+                                                                                        monkeypatch):
+    """`--se --no-se` trained without SE (the last kept); a text after an option was an 'unrecognized argument'; an
+    --output-dir whose name is not UTF-8 trained to the end, then failed to save, blaming the disk (sweep 2026-11-28x
+    GA, GD, GE)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert needle in capsys.readouterr().err.strip().splitlines()[-1]
+    assert not list(tmp_path.iterdir())

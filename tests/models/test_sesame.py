@@ -414,10 +414,19 @@ def test_hans_original_format_and_errors(tmp_path):
     for body, needle in (("entailment\ta\tb\tex0\th\ts\nentailment\ta\t \tex1\th\ts\n",
                           r"line 3: expected a text in column 'sentence2', found an empty field"),
                          ("", r"bad.tsv: expected at least one HANS row under the header, found none"),
-                         ("entailment\ta\tb\tex0\th\ts\textra\n", r"line 2: expected 6 tab-separated fields, found 7")):
+                         ("entailment\ta\tb\tex0\th\ts\textra\n", r"line 2: expected 6 tab-separated fields, found 7"),
+                         # an empty heuristic or subcase, a subcase under both gold labels (the report listed it under
+                         # its first row's): sweep 2026-11-28x GB
+                         ("entailment\ta\tb\tex0\t \ts\n", r"line 2: expected a HANS heuristic in column 'heuristic'"),
+                         ("entailment\ta\tb\tex0\th\t\n", r"line 2: expected a HANS subcase in column 'subcase'"),
+                         ("entailment\ta\tb\tex0\th\ts\nnon-entailment\ta\tc\tex1\th\ts\n",
+                          r"line 3: subcase 's' has gold_label 'non-entailment' here and 'entailment' on line 2")):
         _write(tmp_path / "bad.tsv", head + "\n" + body)
         with pytest.raises(DataFormatError, match=needle):
             read_hans(tmp_path / "bad.tsv")
+    _write(tmp_path / "bad.tsv", head + "\tgold_label\nentailment\ta\tb\tex0\th\ts\tentailment\n")
+    with pytest.raises(DataFormatError, match=r"line 1: column 'gold_label' is named 2 times"):
+        read_hans(tmp_path / "bad.tsv")
 
 
 # ----------------------------------------------------------------------------- CLI end to end

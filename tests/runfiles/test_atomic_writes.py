@@ -236,3 +236,19 @@ def test_a_legal_name_too_long_for_the_temporary_suffix_is_written(tmp_path):
         assert (tmp_path / name).read_text() == "x\n"
         write_json_atomic(tmp_path / name, {"a": 1})
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)  # no temporary file left
+
+
+
+def test_a_failed_write_blames_the_disk_only_for_the_systems_errors():
+    """A save that failed on a name that is not UTF-8 said "is the disk full, or the folder read-only?" and to run
+    again, which failed the same way (sweep 2026-11-28x GE): the disk is named for the system's errors (and torch's
+    stream writer's), the error's kind otherwise."""
+    import errno
+
+    from attnkit.runfiles.atomic import disk_hint, is_disk_failure
+
+    assert is_disk_failure(OSError(errno.ENOSPC, "No space left on device"))
+    assert is_disk_failure(RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0"))
+    assert "disk full" in disk_hint(OSError(errno.EROFS, "Read-only file system"))
+    bad = UnicodeEncodeError("utf-8", "run\udcff", 3, 4, "surrogates not allowed")
+    assert not is_disk_failure(bad) and disk_hint(bad) == " (UnicodeEncodeError)"

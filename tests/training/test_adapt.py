@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from attnkit.cli import main
-from helpers import one_line_error
+from helpers import merged, one_line_error
 from helpers import two_step_train_args
 
 pytestmark = pytest.mark.slow
@@ -24,8 +24,8 @@ SENTS = ["a great movie and a really good story", "the plot was dull"]
 
 
 def adapt_args(model, data, out, *extra):
-    return ["adapt", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
-            "--batch-size", "8", "--max-length", "16", "--logging-steps", "1", "--warmup", "0", *extra]
+    return merged(["adapt", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
+                   "--batch-size", "8", "--max-length", "16", "--logging-steps", "1", "--warmup", "0"], extra)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from helpers import logits_of
+from helpers import logits_of, merged
 
 from attnkit.attention.entmax import entmax_bisect
 from attnkit.attention.learned import learned_values
@@ -75,8 +75,8 @@ def test_entmax_maps_under_autocast_in_a_model(tiny_bert):
 
 
 def args(model, data, out, *extra):
-    return ["train", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
-            "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--no-heatmap", "--max-steps", "6", "--eval-steps", "3", *extra]
+    return merged(["train", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
+            "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--no-heatmap", "--max-steps", "6", "--eval-steps", "3"], extra)
 
 
 def test_train_entmax15_from_the_command_line(tiny_bert, tiny_task, tmp_path, capsys):

@@ -9,11 +9,11 @@ import pytest
 
 from attnkit.cli import main
 from attnkit.runfiles.names import RUN_RECORD
-from helpers import batch_8_args, batch_8_train_args, one_line_error_without, snapshot_without_lock
+from helpers import batch_8_args, merged, batch_8_train_args, one_line_error_without, snapshot_without_lock
 
 
 def adapt_args(model, data, out, *extra):
-    return ["adapt", *batch_8_args(model, data), "--output-dir", str(out), "--max-steps", "2", "--warmup", "0", "--attention", "sparsemax", *extra]
+    return merged(["adapt", *batch_8_args(model, data), "--output-dir", str(out), "--max-steps", "2", "--warmup", "0", "--attention", "sparsemax"], extra)
 
 
 @pytest.fixture(scope="module")

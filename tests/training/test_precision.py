@@ -8,13 +8,14 @@ import torch
 
 from attnkit.attention.spec import AttentionSpec
 from attnkit.cli import main
+from helpers import merged
 
 pytestmark = pytest.mark.slow
 
 
 def args(model, data, out, *extra):
-    return ["train", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out), "--seed", "3",
-            "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--no-heatmap", "--max-steps", "4", "--eval-steps", "4", "--logging-steps", "1", *extra]
+    return merged(["train", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out), "--seed", "3",
+            "--batch-size", "16", "--lr", "3e-3", "--max-length", "16", "--no-heatmap", "--max-steps", "4", "--eval-steps", "4", "--logging-steps", "1"], extra)
 
 
 @pytest.mark.parametrize("attention", ["softmax", "entmax15"])

@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from attnkit.cli import main
+from helpers import merged
 
 pytestmark = pytest.mark.slow
 
@@ -22,10 +23,10 @@ REPO = Path(__file__).resolve().parents[2]
 def adapt_args(model, data, out, *extra):
     # 20 texts in batches of 8: 3 steps an epoch, so the checkpoints at 2, 4, 6 fall inside an epoch and at its end;
     # entmax15 annealed over the first steps, the head alone at step 1, dropout on: every random draw is exercised
-    return ["adapt", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
+    return merged(["adapt", "--task", "csv", "--data-dir", str(data), "--model", str(model), "--output-dir", str(out),
             "--attention", "entmax15", "--max-train-samples", "20", "--batch-size", "8", "--max-length", "16",
             "--max-steps", "8", "--save-steps", "2", "--head-warmup", "1", "--logging-steps", "1", "--warmup", "0",
-            "--seed", "5", *extra]
+            "--seed", "5"], extra)
 
 
 def pretrain_args(data, out):

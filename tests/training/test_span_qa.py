@@ -76,6 +76,37 @@ def test_reader_reads_and_checks(tmp_path):
     with pytest.raises(DataFormatError, match=r"id q0\): missing field 'question'"):
         read_squad(p)
 
+    # an id given twice (or 5 beside "5"), the answers file's own key as an id, a question or an answer of no text:
+    # read and scored wrong without a word (sweep 2026-11-28x GC, GF)
+    def edited(change):
+        d = squad_json(2, "q")
+        change(d["data"][0]["paragraphs"])
+        p.write_text(json.dumps(d))
+        return p
+
+    def same_id(pars):
+        pars[1]["qas"][0]["id"] = "q0"
+
+    def int_id(pars):
+        pars[0]["qas"][0]["id"], pars[1]["qas"][0]["id"] = 5, "5"
+
+    def marker_id(pars):
+        pars[1]["qas"][0]["id"] = "written_by"
+
+    def blank_question(pars):
+        pars[1]["qas"][0]["question"] = "   "
+
+    def empty_answer(pars):
+        pars[1]["qas"][0]["answers"][0].update(text="", answer_start=0)
+
+    for change, needle in ((same_id, r"paragraphs\[1\]\.qas\[0\]: question id 'q0' is also the id of data\[0\]\.paragraphs\[0\]\.qas\[0\]"),
+                           (int_id, r"question id '5' is also the id of"),
+                           (marker_id, r"question id 'written_by' is the key attnkit marks its answers files with"),
+                           (blank_question, r"\(id q1\): expected a question, found only spaces"),
+                           (empty_answer, r"\(id q1\) answer 0: expected an answer's text, found an empty one")):
+        with pytest.raises(DataFormatError, match=needle):
+            read_squad(edited(change))
+
     p.write_text('{"data": [\n{"paragraphs": [}]}')
     with pytest.raises(DataFormatError, match=r"s\.json, line 2: not valid JSON"):
         read_squad(p)

@@ -247,7 +247,7 @@ def test_a_sweep_that_stops_keeps_every_earlier_record_and_one_over_a_smaller_gr
     assert "keeps 1 cell(s) of an earlier sweep outside this grid: lam -3, seed 1" in capsys.readouterr().out
     assert lams() == ["softmax", -1.0, -3.0] and "| -3 |" in (out / "sweep.md").read_text()
     # other settings over a grid that shares no cell with it (another seed): refused, naming the earlier cell
-    assert main(["sweep", "--lams", "-1", *common[:-11], "--seeds", "2", "--data-dir", str(data), "--model", str(tiny_bert),
+    assert main(["sweep", "--lams", "-1", "--seeds", "2", "--data-dir", str(data), "--model", str(tiny_bert),
                  "--max-steps", "3", "--eval-steps", "3", "--batch-size", "16", "--max-length", "16", "--output-dir",
                  str(out), "--no-heatmap", "--task", "csv"]) == 2
     err = capsys.readouterr().err
