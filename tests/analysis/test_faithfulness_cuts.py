@@ -4,7 +4,7 @@
 import pytest
 
 from attnkit.cli import main
-from helpers import snapshot, strict_json, write_csv_task
+from helpers import merged, snapshot, strict_json, write_csv_task
 
 
 @pytest.mark.slow
@@ -21,7 +21,7 @@ def test_faithfulness_records_and_says_what_it_cut(sparsemax_classifier, tmp_pat
     assert len(notices) == 1 and "2 of the 3 texts are longer than --max-length 16 tokens" in notices[0], notices
     rep = strict_json(out)
     assert rep["max_length"] == 16 and rep["texts_cut"] == 2 and rep["examples"] == 3
-    assert main([*base, "--max-length", "64", "--output", str(tmp_path / "g.json")]) == 0
+    assert main(merged(base, ["--max-length", "64", "--output", str(tmp_path / "g.json")])) == 0
     assert "notice" not in capsys.readouterr().out
     rep = strict_json(tmp_path / "g.json")
     assert rep["max_length"] == 64 and rep["texts_cut"] == 0
