@@ -68,8 +68,11 @@ def gaussian_blur(x: torch.Tensor, kernel: torch.Tensor, valid: torch.Tensor | N
 
 @functools.lru_cache(maxsize=32)
 def cached_kernel(size: int, sigma: float, dtype, device) -> torch.Tensor:
-    """:func:`gaussian_kernel`, built once per (size, sigma, dtype, device), not in every layer of every forward."""
-    return gaussian_kernel(size, sigma, dtype=dtype, device=device)
+    """:func:`gaussian_kernel`, built once per (size, sigma, dtype, device), not in every layer of every forward; never
+    an inference tensor (a first call under ``torch.inference_mode`` cached one, and every later forward that needed
+    gradients failed: "Inference tensors cannot be saved for backward")."""
+    with torch.inference_mode(False):
+        return gaussian_kernel(size, sigma, dtype=dtype, device=device)
 
 
 def valid_keys(attention_mask: torch.Tensor | None, batch: int, length: int) -> torch.Tensor | None:

@@ -155,8 +155,9 @@ def _run_command(a, restore: ExitStack) -> int:
         COMMANDS,  # the whole stack: only when a command runs
     )
     from attnkit.cli.outputs import output_locks
-    from attnkit.cli.settings import prepare_model_length
+    from attnkit.cli.settings import check_environment, prepare_model_length
 
+    check_environment()
     if a.command not in ("train", "sweep", "pretrain", "adapt") and hasattr(a, "max_length"):
         prepare_model_length(a)
     with output_locks():  # a command writing into a run folder holds its lock until it is done
@@ -206,7 +207,7 @@ def _main(a, restore: ExitStack) -> int:
               file=sys.stderr)
         return 2
     except (UserError, OSError) as e:  # attnkit's refusals (DataFormatError is one) and the system's: one line
-        print(f"attnkit {a.command}: error: {_one_line(_os_error_line(e))}", file=sys.stderr)
+        print(f"attnkit {a.command}: error: {_one_line(_os_error_line(e))}{_data_dir_origin(a, str(e))}", file=sys.stderr)
         return 2
     except RuntimeError as e:
         if str(e).startswith("Could not determine home directory"):  # pathlib's expanduser() of ~name, name unknown
@@ -220,6 +221,19 @@ def _main(a, restore: ExitStack) -> int:
         return 2
     except Exception as e:  # noqa: BLE001  anything else is a bug, not the user's mistake: its traceback, then one line
         return _bug(a.command, e)
+
+
+def _data_dir_origin(a, line: str) -> str:
+    """Where an error names a path in the data folder that no --data-dir gave: that it came from $ATTNKIT_DATA, quoted
+    (a stray space in it showed only as a double space)."""
+    env = os.environ.get("ATTNKIT_DATA")
+    if not env or getattr(a, "data_dir", "") is not None or "$ATTNKIT_DATA" in line:
+        return ""
+    try:
+        root = str(default_data_dir())
+    except (UserError, RuntimeError):
+        return ""
+    return f" (the data folder comes from $ATTNKIT_DATA={env!r})" if root in line else ""
 
 
 def _bug(command: str, e: Exception) -> int:

@@ -10,6 +10,8 @@ from attnkit.analysis.inference import (
     model_dir,
     run_info,
 )
+from attnkit.attention.forward import attention_path
+from attnkit.attention.kernels import kernel_choice
 from attnkit.attention.normalisers import names_with, normaliser
 from attnkit.errors import UserError
 from attnkit.models.checkpoint import unbuildable
@@ -33,6 +35,13 @@ from attnkit.training.config import (
 )
 from attnkit.training.recipes import apply_recipe
 
+
+
+def check_environment() -> None:
+    """attnkit's run-time variables (ATTNKIT_KERNEL, ATTNKIT_ATTENTION) checked before any work: a wrong value was
+    refused only where a sparse map ran, and a softmax model's run ignored it without a word."""
+    kernel_choice()
+    attention_path()
 
 def map_options_ignored(a, attention: str, lam: bool = True) -> list[str]:
     """--lam and --alpha given for a map that has no such setting (``train``, ``adapt``; ``sweep`` sweeps lam itself)."""

@@ -95,3 +95,24 @@ def test_a_blurs_shape_without_a_blur_is_refused_as_the_command_line_refuses_it(
     assert AttentionSpec.from_dict({"attention": "sparsemax", "blur": "none", "blur_sigma": 0.5}) == AttentionSpec("sparsemax")
     # a training config's default shape without a blur (as the studies give it) is no blur, not a refusal
     assert TrainConfig(attention="sparsemax", blur_sigma=0.5).spec() == AttentionSpec("sparsemax")
+
+
+def test_a_blurred_model_first_run_under_inference_mode_still_takes_gradients(tiny_bert):
+    """The blur's kernel is cached: built first under torch.inference_mode it was an inference tensor, and every later
+    forward that needed gradients failed ("Inference tensors cannot be saved for backward"), so `faithfulness` on any
+    blurred model was an internal error (sweep 2026-11-28y HA)."""
+    import torch
+
+    from attnkit.attention.blur import cached_kernel
+    from attnkit.attention.spec import AttentionSpec
+    from attnkit.models.build import build_classifier
+
+    cached_kernel.cache_clear()
+    for blur in ("context", "value"):
+        model = build_classifier(str(tiny_bert), 2, AttentionSpec("sparsemax", blur=blur, blur_size=3, blur_sigma=0.7)).eval()
+        ids = torch.tensor([[2, 5, 6, 7, 3]])
+        with torch.inference_mode():
+            model(input_ids=ids)
+        emb = model.get_input_embeddings()(ids).detach().requires_grad_(True)
+        model(inputs_embeds=emb).logits.sum().backward()
+        assert emb.grad is not None and emb.grad.abs().sum() > 0

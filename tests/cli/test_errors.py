@@ -349,3 +349,25 @@ def test_flags_given_both_ways_texts_split_by_an_option_and_names_not_in_utf8_ar
     assert e.value.code == 2
     assert needle in capsys.readouterr().err.strip().splitlines()[-1]
     assert not list(tmp_path.iterdir())
+
+
+def test_attnkit_variables_are_checked_for_every_model_and_the_data_folders_origin_is_said(tmp_path, capsys, monkeypatch):
+    """ATTNKIT_KERNEL=bogus was refused only where a sparse map ran (a softmax model's run ignored it); a data folder
+    from $ATTNKIT_DATA was not named as such, and a stray space in it showed only as a double space (sweep
+    2026-11-28y HB, HC)."""
+    from attnkit.attention import kernels
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(kernels, "MODE", "bogus")  # (read when attnkit.attention.kernels is imported)
+    assert main(["predict", "--model", "no-such-model", "a text"]) == 2
+    assert "ATTNKIT_KERNEL='bogus' is not a kernel choice" in capsys.readouterr().err
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTNKIT_ATTENTION", "fast")
+    assert main(["predict", "--model", "no-such-model", "a text"]) == 2
+    assert "ATTNKIT_ATTENTION='fast': expected auto, flash or materialised" in capsys.readouterr().err
+    monkeypatch.delenv("ATTNKIT_ATTENTION")
+    monkeypatch.setenv("ATTNKIT_DATA", f" {tmp_path / 'data'}")
+    assert main(["train", "--task", "sst2", "--output-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"(the data folder comes from $ATTNKIT_DATA=' {tmp_path / 'data'}')" in err, err
