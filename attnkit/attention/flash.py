@@ -302,11 +302,21 @@ def sparse_attention(q, k, v, mask=None, *, attention="entmax15", alpha=None, la
     matrix in the forward or the backward; gradients for q, k, v and a tensor ``alpha``. ``dropout``: the weights
     dropped with that probability (kept ones scaled by 1 / (1 - dropout)), as ``nn.functional.dropout`` on the
     materialised map would, the mask redrawn from a seed in the backward (the blocked backend: Triton's kernels take
-    none). See the module's docstring."""
+    none). First derivatives only (a double backward is refused by torch), and not under torch.func's transforms
+    (refused: the maps of :mod:`attnkit.attention.maps` and :mod:`~attnkit.attention.entmax` on the materialised
+    scores run there). See the module's docstring."""
     q, k, v, bias, alpha_t, scale_f = _prepare(q, k, v, mask, attention, alpha, lam, scale)
     drop = _check_dropout(dropout)
     backend = backend_for(q) if drop is None else flash_cpu
-    return _FlashSparseAttention.apply(q, k, v, bias, alpha_t, scale_f, backend, drop, fixed_alpha(attention))
+    try:
+        return _FlashSparseAttention.apply(q, k, v, bias, alpha_t, scale_f, backend, drop, fixed_alpha(attention))
+    except RuntimeError as e:
+        if "functorch transforms" not in str(e):
+            raise
+        raise _err("sparse_attention does not run under torch.func's transforms (grad, vmap, jacrev, jvp): its backward "
+                   "recomputes blocks in one pass; there, apply the map to the materialised scores, "
+                   "attnkit.sparsemax(scale * q @ k.transpose(-1, -2)) @ v (or entmax15, entmax_bisect, sparsegen_lin), "
+                   "which run under them") from None
 
 
 def attention_weights(q, k, v, mask=None, *, attention="entmax15", alpha=None, lam=None, scale=None) -> torch.Tensor:

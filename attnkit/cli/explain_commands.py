@@ -87,7 +87,8 @@ def cmd_explain(a) -> int:
     print(f"attention: {maps.attention}")
     print("span head: start/end logits per token" if is_qa_model_folder(model) else f"classifier reads: the {head_of(model.config).describe()}")
     print(f"tokens: {' '.join(maps.tokens)}")
-    print(f"exact zeros: {st['zero_fraction']:.1%}; support per row: mean {st['mean_support']:.2f}, max {st['max_support']}")
+    print(f"exact zeros: {st['zero_fraction']:.1%}; support per row: mean {st['mean_support']:.2f}, max {st['max_support']} "
+          "(over every layer and head)")
     chosen = maps.rationale(head=a.head)
     if chosen is not None:
         layer, words, n = chosen

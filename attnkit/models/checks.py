@@ -12,6 +12,7 @@ from pathlib import Path
 
 from safetensors import safe_open
 
+from attnkit.attention.normalisers import LEARNED
 from attnkit.attention.spec import CONFIG_KEY, AttentionSpec
 from attnkit.errors import DataFormatError, UserError
 from attnkit.models.mini import MODEL_TYPE as MINI_MODEL_TYPE
@@ -208,11 +209,29 @@ def _check_weights_agree(folder: Path, cfg_file: Path, raw: dict) -> None:
         raise ModelFolderError(f"{cfg_file} says max_position_embeddings {n_pos} but {shapes[pos][1].name} holds "
                                f"{shapes[pos][0][0]} positions ({pos}): {_MISMATCH}")
     _check_labels(cfg_file, raw, shapes)
+    _check_learned(cfg_file, raw, shapes)
     if bad is not None:
         wf, k, n, total = bad
         raise ModelFolderError(
             f"{wf} holds {n} NaN or infinite values (of {total}) in {k}: the model would give NaN outputs (a diverged "
             "run?); retrain, or restore the file from a copy")
+
+
+def _check_learned(cfg_file: Path, raw: dict, shapes: dict) -> None:
+    """The setting the attention learns per head (the attnkit block's ``learned``) is the one the weights hold: else the
+    model would run values started afresh, or drop the learned ones, without a word."""
+    block = raw.get(CONFIG_KEY)
+    if not isinstance(block, dict):
+        return
+    learned = block.get("learned")
+    for kind, entry in LEARNED.items():
+        held = next((k for k in sorted(shapes) if k == entry.param or k.endswith("." + entry.param)), None)
+        if learned == kind and held is None:
+            raise ModelFolderError(f"{cfg_file} says the attention learns {kind} per head ({CONFIG_KEY}.learned), but "
+                                   f"the weights hold no learned {kind} ({entry.param}): {_MISMATCH}")
+        if held is not None and learned != kind:
+            raise ModelFolderError(f"{cfg_file} says the attention learns {learned or 'nothing'} per head "
+                                   f"({CONFIG_KEY}.learned), but the weights hold {kind} learned per head ({held}): {_MISMATCH}")
 
 
 def _scan_weights(folder: Path):

@@ -111,8 +111,8 @@ def check_max_length(max_length: int, config, model: str = "the model") -> int:
     """``max_length`` if it is a usable input length for ``config``'s model, else ValueError naming the limit."""
     limit = max_positions(config)
     if not isinstance(max_length, int) or max_length < 2:
-        raise UserError(f"--max-length {max_length}: expected a whole number of tokens of at least 2 (a model's own [CLS] and [SEP] and one "
-                         "token of text need 3)")
+        raise UserError(f"--max-length {max_length}: expected a whole number of tokens, enough for a model's own tokens and the text (at least 3: "
+                         "[CLS], one token of text, [SEP])")
     if limit is not None and max_length > limit:
         raise UserError(f"--max-length {max_length} is longer than {model} takes ({limit} tokens, its position embeddings)")
     return max_length

@@ -163,8 +163,8 @@ class TrainConfig:
         if not isinstance(self.logging_steps, int) or self.logging_steps < 1:
             raise UserError(f"--logging-steps {self.logging_steps}: expected a whole number >= 1")
         if not isinstance(self.max_length, int) or self.max_length < 2:
-            raise UserError(f"--max-length {self.max_length}: expected a whole number of tokens of at least 2 (a model's own [CLS] and "
-                            "[SEP] and one token of text need 3)")
+            raise UserError(f"--max-length {self.max_length}: expected a whole number of tokens, enough for a model's own tokens and the text (at least 3: "
+                            "[CLS], one token of text, [SEP])")
         for name, v in (("--max-train-samples", self.max_train_samples), ("--max-eval-samples", self.max_eval_samples), ("--eval-steps", self.eval_steps)):
             if v is not None and v < 1:
                 raise UserError(f"{name} {v}: expected a whole number >= 1")

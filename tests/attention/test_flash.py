@@ -558,3 +558,20 @@ def test_a_tensor_lam_or_scale_is_named_as_a_tensor(gen):
         sparse_attention(q, k, v, attention="sparsegen-lin", lam=torch.tensor(0.5))
     with pytest.raises(ValueError, match=r"scale must be a Python number .* not a tensor: give scale=0\.5 as a float"):
         sparse_attention(q, k, v, attention="sparsemax", scale=torch.tensor(0.5))
+
+
+def test_torch_func_transforms_are_refused_naming_the_way_that_runs(gen):
+    """sparse_attention under torch.func.grad / vmap failed with torch's "must override the setup_context staticmethod"
+    (sweep 2026-11-28z IB): refused in one line naming the maps on the materialised scores, which run there (checked:
+    the same gradient)."""
+    import attnkit
+
+    q, k, v = (torch.randn(1, 2, 5, 4, generator=gen, dtype=torch.float64) for _ in range(3))
+    for transform, x in ((lambda f: torch.func.grad(lambda x: f(x).sum()), q), (torch.func.vmap, torch.stack([q, q]))):
+        with pytest.raises(ValueError, match=r"^sparse_attention does not run under torch\.func's transforms .* "
+                                             r"attnkit\.sparsemax\(scale \* q @ k\.transpose\(-1, -2\)\) @ v"):
+            transform(lambda x: attnkit.sparse_attention(x, k, v, attention="sparsemax"))(x)
+    g = torch.func.grad(lambda x: (attnkit.sparsemax(x @ k.transpose(-1, -2) / 2.0) @ v).sum())(q)  # (scale 1/sqrt(4))
+    q1 = q.clone().requires_grad_(True)
+    attnkit.sparse_attention(q1, k, v, attention="sparsemax").sum().backward()
+    torch.testing.assert_close(g, q1.grad)

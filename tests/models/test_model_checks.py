@@ -75,6 +75,14 @@ def nan_weight(folder: Path):
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
 
 
+def learned_in_config(folder: Path):
+    """The attnkit block says lam is learned per head, which the weights do not hold (sweep 2026-11-28z IA: the model
+    ran lams started afresh without a word)."""
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["attnkit"]["learned"] = "lam"
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+
+
 def garbled_config(folder: Path):
     (folder / "config.json").write_text('{"model_type": "attnkit", "hidden_size": 32,')
 
@@ -90,6 +98,8 @@ DAMAGES = {
     "no attention block": (edit_config(attnkit=None), ["config.json", "no 'attnkit' block", "softmax"]),
     "bad attention block": (edit_config(attnkit={"attention": "sparsemaxx"}), ["config.json", "not a valid attention"]),
     "garbled config": (garbled_config, ["config.json", "not readable JSON"]),
+    "learned lam in config": (learned_in_config, ["config.json", "learns lam per head (attnkit.learned)",
+                                                  "the weights hold no learned lam"]),
     "no tokenizer": (remove("tokenizer.json"), ["has no tokenizer", "tokenizer.json"]),
     "no tokenizer settings": (remove("tokenizer_config.json"), ["tokenizer_config.json", "no padding token"]),
     # item 8: no tokenizer file at all gave a five-line sentencepiece message
