@@ -59,11 +59,8 @@ class StoreOnce(argparse._StoreAction):
     (``predict --file a.txt --file b.txt`` labelled b.txt alone). The repeatable options say so (action="append")."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        earlier = parser.given.get(self.dest)
-        if earlier is not None:
-            parser.error(f"argument {option_string}: given twice ({earlier[0]} {_shown(earlier[1])}, then {option_string} "
-                         f"{_shown(values)}): give it once")
-        parser.given[self.dest] = (option_string, values)
+        _once(parser, self.dest, option_string, values, lambda earlier: (
+            f"given twice ({earlier[0]} {_shown(earlier[1])}, then {option_string} {_shown(values)}): give it once"))
         super().__call__(parser, namespace, values, option_string)
 
 
@@ -72,11 +69,18 @@ class BooleanOnce(argparse.BooleanOptionalAction):
     trained without SE)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        earlier = parser.given.get(self.dest)
-        if earlier is not None:
-            parser.error(f"argument {option_string}: given after {earlier[0]}: give one of {' / '.join(self.option_strings)} once")
-        parser.given[self.dest] = (option_string, None)
+        _once(parser, self.dest, option_string, None, lambda earlier: (
+            f"given after {earlier[0]}: give one of {' / '.join(self.option_strings)} once"))
         super().__call__(parser, namespace, values, option_string)
+
+
+def _once(parser, dest: str, option_string, values, refusal) -> None:
+    """Record that ``dest`` was given (as ``option_string``, ``values``); where it was already, the parser's error
+    with ``refusal(the earlier (option, values))``."""
+    earlier = parser.given.get(dest)
+    if earlier is not None:
+        parser.error(f"argument {option_string}: {refusal(earlier)}")
+    parser.given[dest] = (option_string, values)
 
 
 def _shown(values) -> str:
