@@ -210,6 +210,7 @@ def _check_weights_agree(folder: Path, cfg_file: Path, raw: dict) -> None:
                                f"{shapes[pos][0][0]} positions ({pos}): {_MISMATCH}")
     _check_labels(cfg_file, raw, shapes)
     _check_learned(cfg_file, raw, shapes)
+    _check_head(cfg_file, raw, shapes)
     if bad is not None:
         wf, k, n, total = bad
         raise ModelFolderError(
@@ -232,6 +233,34 @@ def _check_learned(cfg_file: Path, raw: dict, shapes: dict) -> None:
         if held is not None and learned != kind:
             raise ModelFolderError(f"{cfg_file} says the attention learns {learned or 'nothing'} per head "
                                    f"({CONFIG_KEY}.learned), but the weights hold {kind} learned per head ({held}): {_MISMATCH}")
+
+
+def _check_head(cfg_file: Path, raw: dict, shapes: dict) -> None:
+    """The classifier's layer pooling (config.json's ``attnkit_head``) is a valid one, and the one the weights were
+    trained with: SE's weights (``se.*``) and the weighted average's (``layer_mix``) are there exactly when it says so.
+    Else the head would be refused as untrained, or its layer weights dropped or started afresh, without the cause."""
+    from attnkit.models.pooling import HEAD_KEY, HeadSpec
+
+    block = raw.get(HEAD_KEY)
+    if block is not None:
+        if not isinstance(block, dict):
+            raise ModelFolderError(f"{cfg_file}: its {HEAD_KEY!r} is {json.dumps(block)}, not a block of settings such as "
+                                   '{"pooling": "last", "se": false}: restore the config.json written with the weights')
+        try:
+            head = HeadSpec.from_dict(block)
+        except (TypeError, ValueError) as e:
+            raise ModelFolderError(f"{cfg_file}: its {HEAD_KEY!r} block is not a valid layer pooling "
+                                   f"({str(e).splitlines()[0]}): restore the config.json written with the weights") from None
+    else:
+        head = HeadSpec()
+    se = next((k for k in sorted(shapes) if k.startswith("se.")), None)
+    mix = "layer_mix" if "layer_mix" in shapes else None
+    said = f"{HEAD_KEY}: {json.dumps(block)}" if block is not None else f"it has no {HEAD_KEY!r} block"
+    if (se is not None) != head.se or (mix is not None) != (head.pooling == "weighted"):
+        held = " and ".join(w for w in (se and "SE over layers (" + se + ")", mix and "a weighted average of the layers "
+                                        "(layer_mix)") if w) or "neither SE nor a weighted average of the layers"
+        raise ModelFolderError(f"{cfg_file} says the classifier reads the {head.describe()} ({said}), but the "
+                               f"weights hold {held}: {_MISMATCH}")
 
 
 def _scan_weights(folder: Path):

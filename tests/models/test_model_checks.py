@@ -345,3 +345,60 @@ def test_layer_weights_of_a_model_without_them_says_so_before_asking_for_data(go
     assert main(["layer-weights", "--model", str(good), "--task", "sst2", "--data-dir", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert "has no learned layer weights" in err and "nowhere" not in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.fixture(scope="module")
+def pooled(tiny_bert, tmp_path_factory) -> Path:
+    """A classifier reading SE-weighted layers through a learned weighted average (SesameBERT's head)."""
+    from attnkit.models.pooling import HeadSpec
+
+    out = tmp_path_factory.mktemp("checks_pooled") / "model"
+    torch.manual_seed(0)
+    net = build_classifier(str(tiny_bert), 2, head=HeadSpec(pooling="weighted", se=True, se_ratio=2))
+    save_checkpoint(net, out, tokenizer=load_tokenizer(str(tiny_bert)), extra={"task": "csv", "max_length": 16})
+    return out
+
+
+def _head(change):
+    def damage(folder: Path):
+        cfg = json.loads((folder / "config.json").read_text())
+        change(cfg)
+        (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    return damage
+
+
+HEAD_DAMAGES = {
+    # sweep z's ID: it was called "no trained classification head" (the weights are there; the config lost its block)
+    "head block deleted": (_head(lambda c: c.pop("attnkit_head")), ["config.json", "no 'attnkit_head' block",
+                                                                    "the weights hold SE over layers", "layer_mix"]),
+    # sweep z's IE: "unknown layer pooling 'cls'" named neither the file nor the field
+    "unknown pooling": (_head(lambda c: c["attnkit_head"].update(pooling="cls")),
+                        ["config.json", "'attnkit_head' block is not a valid layer pooling", "'cls'"]),
+    "head not a block": (_head(lambda c: c.update(attnkit_head="weighted")), ["config.json", "not a block of settings"]),
+    "se switched off": (_head(lambda c: c["attnkit_head"].update(se=False)), ["config.json", "reads the weighted layer",
+                                                                             "the weights hold SE over layers"]),
+    "other pooling": (_head(lambda c: c["attnkit_head"].update(pooling="first")), ["config.json", "SE + first layer",
+                                                                                   "weighted average of the layers"]),
+}
+
+
+@pytest.mark.parametrize("damage", list(HEAD_DAMAGES))
+def test_a_layer_pooling_that_does_not_fit_the_weights_is_refused_naming_the_field(damage, pooled, tmp_path, capsys):
+    change, needles = HEAD_DAMAGES[damage]
+    folder = tmp_path / "pooled model"
+    shutil.copytree(pooled, folder)
+    change(folder)
+    before = snapshot(folder)
+    capsys.readouterr()
+    assert main(["predict", "--model", str(folder), "good movie"]) == 2
+    one_line_error(capsys, str(folder), *needles)
+    with pytest.raises(ModelFolderError, match="config.json"):
+        load_model(folder)
+    assert snapshot(folder) == before
+
+
+def test_a_pooled_model_as_saved_passes_and_a_plain_one_is_not_asked_for_pooling_weights(pooled, good, capsys):
+    check_model_folder(pooled)
+    check_model_folder(good)
+    assert main(["predict", "--model", str(pooled), "good movie"]) == 0
+    assert json.loads(capsys.readouterr().out)["text"] == "good movie"
