@@ -35,14 +35,11 @@ def add_head_parameters(model: nn.Module, values: list[list[float]] | None = Non
     return params
 
 
-def remove_head_parameters(model: nn.Module, kind: str) -> int:
-    """Take the parameters that hold ``kind`` ("lam", "alpha") per head out of every attention module of ``model``;
-    returns how many modules held one."""
+def remove_head_parameters(model: nn.Module, kind: str) -> None:
+    """Take the parameters that hold ``kind`` ("lam", "alpha") per head out of every attention module of ``model``."""
     name = LEARNED[kind].param
-    held = [m for m in attention_modules(model) if name in m._parameters]
-    for m in held:
-        del m._parameters[name]
-    return len(held)
+    for m in attention_modules(model):
+        m._parameters.pop(name, None)
 
 
 def learned_values(model: nn.Module, kind: str) -> list[list[float]] | None:

@@ -42,7 +42,7 @@ from attnkit.models.modeling_attnkit import (
 )
 from attnkit.models.pooling import PooledEncoderForSequenceClassification, head_of
 from attnkit.models.resolve import is_qa_model, resolve_model
-from attnkit.runfiles.atomic import disk_hint
+from attnkit.runfiles.atomic import disk_hint, write_failure
 from attnkit.runfiles.json_files import finite_record, read_json
 from attnkit.runfiles.names import RUN_INFO
 from attnkit.runfiles.ownership import (
@@ -185,8 +185,7 @@ def save_checkpoint(model, out_dir: str | os.PathLike, tokenizer=None, extra: di
         remove_written(tmp)
         if isinstance(e, (KeyboardInterrupt, SystemExit, UserError)):
             raise
-        why = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[-1]
-        raise UserError(f"cannot write the model {out}: {why}{disk_hint(e)}; nothing "
+        raise UserError(f"cannot write the model {out}: {write_failure(e)}{disk_hint(e)}; nothing "
                         "was left half-written") from None
     old = None
     if out.exists():

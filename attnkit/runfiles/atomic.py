@@ -300,6 +300,14 @@ def is_disk_failure(e: BaseException) -> bool:
     return isinstance(e, OSError) or any(s in str(e) for s in TORCH_WRITE_FAILED)
 
 
+def write_failure(e: BaseException) -> str:
+    """What went wrong in a failed write, in a few words (torch's stream writer says it in C++ terms)."""
+    why = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[-1]
+    if any(s in why for s in TORCH_WRITE_FAILED):
+        return "a file could not be written in full"
+    return why
+
+
 def disk_hint(e: BaseException) -> str:
     """What to look at after a failed write: the disk for the system's errors, else the error's kind."""
     return " (is the disk full, or the folder read-only?)" if is_disk_failure(e) else f" ({type(e).__name__})"

@@ -21,12 +21,12 @@ from attnkit.errors import UserError
 from attnkit.models.pooling import layer_weight_parameters
 from attnkit.models.resolve import check_max_length, resolve_model
 from attnkit.runfiles.atomic import (
-    TORCH_WRITE_FAILED,
     disk_hint,
     is_disk_failure,
     is_main_process,
     launch_ranks,
     rendezvous,
+    write_failure,
     write_json_atomic,
 )
 from attnkit.runfiles.names import WRITTEN_BY
@@ -411,14 +411,6 @@ def _set_summary_loss(trainer, loss: float) -> None:
         if "train_loss" in entry:
             entry["train_loss"] = loss
             return
-
-
-def write_failure(e: BaseException) -> str:
-    """What went wrong in a failed write, in a few words (torch's stream writer says it in C++ terms)."""
-    why = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[-1]
-    if any(s in why for s in TORCH_WRITE_FAILED):
-        return "a file could not be written in full"
-    return why
 
 
 def _schedule_done(trainer, saved: dict) -> bool:
