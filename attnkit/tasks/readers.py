@@ -43,9 +43,21 @@ def require_file(path: Path, task: str) -> Path:
     return path
 
 
+#: the first bytes of compressed files (a data file given packed, under the text's name)
+COMPRESSED = ((re.compile(rb"\x1f\x8b"), "a gzip-compressed file"), (re.compile(rb"BZh[1-9]1AY&SY"), "a bzip2-compressed file"),
+              (re.compile(rb"PK\x03\x04"), "a zip archive"), (re.compile(rb"\xfd7zXZ\x00"), "an xz-compressed file"),
+              (re.compile(rb"\x28\xb5\x2f\xfd"), "a zstd-compressed file"))
+COMPRESSED_TOOL = {"a gzip-compressed file": "gunzip", "a bzip2-compressed file": "bunzip2", "a zip archive": "unzip",
+                   "an xz-compressed file": "unxz", "a zstd-compressed file": "unzstd"}
+
+
 def decode(path: Path, raw: bytes) -> str:
     """UTF-8 text with a leading BOM dropped; bad UTF-8 is reported with its line, and UTF-16 (with its byte-order mark,
     or without, where every other byte of its start is 0) as UTF-16."""
+    packed = next((k for magic, k in COMPRESSED if magic.match(raw)), None)
+    if packed is not None:
+        raise DataFormatError(path, 1, f"expected UTF-8 text, found {packed} (its first bytes): unpack it first, e.g. "
+                                       f"with {COMPRESSED_TOOL[packed]}, and give the text file")
     if looks_utf16(raw):
         raise DataFormatError(path, 1, "expected UTF-8 text, found UTF-16 (" + ("its byte-order mark" if raw[:2] in (
             b"\xff\xfe", b"\xfe\xff") else "every other byte 0") + "): convert it to UTF-8, e.g. with iconv -f UTF-16 -t UTF-8")
@@ -104,7 +116,9 @@ def iter_records(path: Path, text: str, delimiter: str, quoting: int) -> Iterato
     # a field may be as long as the file (csv's default limit, 131072 characters, refused a long text as "malformed"
     # where jsonl took it; texts are cut to --max-length anyway)
     csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
+    # strict: a quote inside a quoted field that is not doubled, or a quoted field never closed, is refused (the
+    # lenient reader dropped the quote, or ran the field on over the following lines, merging records)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting, strict=True)
     while True:
         start = reader.line_num + 1
         try:
@@ -112,7 +126,11 @@ def iter_records(path: Path, text: str, delimiter: str, quoting: int) -> Iterato
         except StopIteration:
             return
         except csv.Error as e:
-            raise DataFormatError(path, start, f"expected a {delimiter!r}-separated record, found a malformed one ({e})") from None
+            hint = ("; a field that starts with a quote runs to its closing quote, which must end the field: write a quote "
+                    'inside a quoted field twice ("")' if quoting != csv.QUOTE_NONE and ('"' in str(e) or "end of data" in str(e))
+                    else "")
+            raise DataFormatError(path, start, f"expected a {delimiter!r}-separated record, found a malformed one ({e})"
+                                  f"{hint}") from None
         if any(f.strip() for f in row):
             yield start, row
 

@@ -127,6 +127,22 @@ def test_bad_utf8_names_the_line(tmp_path):
         load_task("sst2", d)
 
 
+@pytest.mark.parametrize("pack,kind", [("gzip", "a gzip-compressed file"), ("bz2", "a bzip2-compressed file"),
+                                       ("lzma", "an xz-compressed file")])
+def test_a_compressed_file_under_a_text_name_is_named_as_such(tmp_path, pack, kind):
+    """It was 'expected UTF-8 text, found byte b'\\x8b'' (sweep s23a): the file is whole, only packed."""
+    import importlib
+
+    text = "text,label\nok,a\nfine,b\n"
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.csv").write_bytes(importlib.import_module(pack).compress(text.encode()))
+    with pytest.raises(DataFormatError, match=rf"train\.csv, line 1: expected UTF-8 text, found {kind} .*unpack it"):
+        load_task("csv", tmp_path)
+    from attnkit.tasks.readers import read_text
+
+    assert read_text(write(tmp_path / "texts.txt", "BZh1AY is a word\n")) == "BZh1AY is a word\n"  # text, not bzip2
+
+
 # ----------------------------------------------------------------------------- SST-5 trees
 
 TREE = r"(3 (2 It) (4 (2 -LRB-) (4 (4 great) (2 -RRB-)) (2 writer\/director)))"
@@ -406,7 +422,7 @@ def test_generic_jsonl_int_labels_and_unlabelled_test(tmp_path):
 
 def test_generic_csv_quoting_and_custom_files(tmp_path):
     write(tmp_path / "tr.csv", 'text,label\n"one, two",a\n"multi\nline",b\n,\nthree,a\n')
-    write(tmp_path / "va.csv", 'text,label\n"x",b\n"y"z,c\n')
+    write(tmp_path / "va.csv", 'text,label\n"x",b\n"y ""z""",c\n')
     with pytest.raises(DataFormatError, match=r"va\.csv, line 3: unknown label 'c', expected one of \['a', 'b'\]"):
         load_task("csv", tmp_path, train_file="tr.csv", validation_file="va.csv")
     write(tmp_path / "va.csv", 'text,label\n"x",b\n')
@@ -419,7 +435,11 @@ def test_generic_csv_quoting_and_custom_files(tmp_path):
     "fmt,train,pattern",
     [
         ("csv", "text,label\nok,a\n\ntoo,many,fields\n", r"train\.csv, line 4: expected 2 fields \(text, label\), found 3"),
-        ("csv", 'text,label\nok,a\n"unclosed,a\nmore,b\n', r"train\.csv, line 3: expected 2 fields"),
+        # a quoted field never closed ran on to the end (one record); a quote inside one not doubled was dropped, or
+        # closed the field lines later, merging the records between into one text (sweep s23a)
+        ("csv", 'text,label\nok,a\n"unclosed,a\nmore,b\n', r"train\.csv, line 3: .*malformed one \(unexpected end of data\); .*twice \(\"\"\)"),
+        ("csv", 'text,label\nok,a\n"the so-called "best" film,a\n', r"train\.csv, line 3: .*malformed one \(',' expected after '\"'\)"),
+        ("csv", 'text,label\nok,a\n"opened here,a\nnice,b\nclosed" here,b\nbad,a\n', r"train\.csv, line 3: .*',' expected after"),
         ("csv", "sentence,label\nok,a\n", r"train\.csv, line 1: expected column 'text', found columns \['sentence', 'label'\]"),
         ("csv", "text,y\nok,a\n", r"train\.csv, line 1: expected column 'label', found columns \['text', 'y'\]"),
         ("csv", "text\tlabel\nok\ta\n", r"found columns \['text\\tlabel'\] \(the header is tab-separated: --task tsv reads it\)"),
