@@ -122,6 +122,7 @@ def check_model_folder(path: str | os.PathLike, *, weights: bool = True, tokeniz
     if weights and _weights_files(folder):
         check_weights_file(folder)
         _check_weights_agree(folder, cfg_file, raw)
+        _check_config_as_saved(folder, cfg_file, raw)
     if tokenizer and not any((folder / f).is_file() for f in _TOKENIZER_FILES):
         raise ModelFolderError(
             f"{folder} has no tokenizer (tokenizer.json, or a vocabulary such as vocab.txt): without it every word would "
@@ -233,6 +234,39 @@ def _check_learned(cfg_file: Path, raw: dict, shapes: dict) -> None:
         if held is not None and learned != kind:
             raise ModelFolderError(f"{cfg_file} says the attention learns {learned or 'nothing'} per head "
                                    f"({CONFIG_KEY}.learned), but the weights hold {kind} learned per head ({held}): {_MISMATCH}")
+
+
+#: config.json's entries that may differ from the ones saved with the weights: the labels' names, the attention (the
+#: attnkit block: checked on its own, and changed on purpose to compare maps on one checkpoint), bookkeeping, and what
+#: changes only training (dropout) or what a forward returns. Any other (the heads' split, an activation, a norm's eps,
+#: a position scheme, ...) changes what the same weights compute.
+_FREE_CONFIG_KEYS = {"id2label", "label2id", CONFIG_KEY, "_name_or_path", "transformers_version", "architectures",
+                     "torch_dtype", "dtype", "output_attentions", "output_hidden_states", "return_dict", "use_cache",
+                     "problem_type", "finetuning_task", "chunk_size_feed_forward"}
+
+
+def _check_config_as_saved(folder: Path, cfg_file: Path, raw: dict) -> None:
+    """Where attnkit's manifest records the config written with these weights (and the weights are unchanged since),
+    config.json computes as it did: a hand edit of a value no weight's shape shows (``num_attention_heads`` 12 -> 4,
+    ``hidden_act``, ``layer_norm_eps``) would run the weights as another model, without a word."""
+    manifest = read_folder_manifest(folder)
+    saved = manifest.get("config") if manifest else None
+    files = manifest.get("files") if manifest else None
+    if not isinstance(saved, dict) or not isinstance(files, dict):
+        return
+    for wf in _weights_files(folder):  # other weights saved since (save_pretrained over the folder): the record is old
+        entry = files.get(wf.name)  # (by size: a copy of the folder, `cp -r`, has new times)
+        if not isinstance(entry, list) or not entry or entry[0] != wf.stat().st_size:
+            return
+    changed = [k for k in sorted(set(saved) | set(raw)) if k not in _FREE_CONFIG_KEYS and "dropout" not in k
+               and saved.get(k) != raw.get(k)]
+    if changed:
+        said = "; ".join(f"{k} {json.dumps(raw[k]) if k in raw else '(none)'} ({json.dumps(saved[k]) if k in saved else 'none'} "
+                         "when saved)" for k in changed[:3]) + (f"; and {len(changed) - 3} more" if len(changed) > 3 else "")
+        raise ModelFolderError(f"{cfg_file} is not the config written with these weights ({FOLDER_MANIFEST} records it): "
+                               f"it says {said}; the model would compute other outputs from the same weights. Restore the "
+                               "config.json written with them (or, if you saved other weights there yourself, delete "
+                               f"{FOLDER_MANIFEST}: it describes the folder attnkit wrote)")
 
 
 def _check_head(cfg_file: Path, raw: dict, shapes: dict) -> None:

@@ -162,7 +162,11 @@ def write_folder_manifest(folder: str | os.PathLike, by: str, complete: bool = T
     folder = Path(folder)
     files = folder_files(folder) if complete else {}
     hashes = {name: file_sha256(folder / name) for name, (size, _) in files.items() if size <= HASHED_UP_TO}
-    write_json_atomic(folder / FOLDER_MANIFEST, {WRITTEN_BY: by, "complete": complete, "files": files, "sha256": hashes})
+    record = {WRITTEN_BY: by, "complete": complete, "files": files, "sha256": hashes}
+    if "config.json" in files:  # a model folder: its config as written with the weights (see models.checks)
+        with contextlib.suppress(OSError, ValueError):
+            record["config"] = read_json(folder / "config.json", "a model's config")
+    write_json_atomic(folder / FOLDER_MANIFEST, record)
 
 
 def read_folder_manifest(folder: str | os.PathLike) -> dict | None:

@@ -100,6 +100,11 @@ DAMAGES = {
     "garbled config": (garbled_config, ["config.json", "not readable JSON"]),
     "learned lam in config": (learned_in_config, ["config.json", "learns lam per head (attnkit.learned)",
                                                   "the weights hold no learned lam"]),
+    # sweep s23a: values no weight's shape shows ran the same weights as another model, without a word
+    "heads split in config": (edit_config(num_attention_heads=2), ["config.json", "not the config written with these weights",
+                                                                   "num_attention_heads 2 (4 when saved)", ".attnkit-files.json"]),
+    "activation in config": (edit_config(hidden_act="relu", layer_norm_eps=1e-5),
+                             ["config.json", 'hidden_act "relu" ("gelu" when saved); layer_norm_eps 1e-05 (1e-12 when saved)']),
     "no tokenizer": (remove("tokenizer.json"), ["has no tokenizer", "tokenizer.json"]),
     "no tokenizer settings": (remove("tokenizer_config.json"), ["tokenizer_config.json", "no padding token"]),
     # item 8: no tokenizer file at all gave a five-line sentencepiece message
@@ -402,3 +407,21 @@ def test_a_pooled_model_as_saved_passes_and_a_plain_one_is_not_asked_for_pooling
     check_model_folder(good)
     assert main(["predict", "--model", str(pooled), "good movie"]) == 0
     assert json.loads(capsys.readouterr().out)["text"] == "good movie"
+
+
+def test_edits_that_do_not_change_what_the_weights_compute_are_free(good, tmp_path, capsys):
+    """Label names, dropout, the attention block (compared on one checkpoint on purpose) may be edited; a folder whose
+    manifest is deleted (other weights saved there by hand) is no longer compared with what attnkit saved."""
+    folder = tmp_path / "edited"
+    shutil.copytree(good, folder)
+    edit_config(id2label={"0": "neg", "1": "pos"}, label2id={"neg": 0, "pos": 1}, hidden_dropout_prob=0.3,
+                attnkit={"attention": "sparsemax"})(folder)
+    check_model_folder(folder)
+    assert main(["predict", "--model", str(folder), "good movie"]) == 0
+    assert set(json.loads(capsys.readouterr().out)["probabilities"]) == {"neg", "pos"}
+    edit_config(num_attention_heads=2)(folder)
+    with pytest.raises(ModelFolderError, match="num_attention_heads 2 .4 when saved."):
+        check_model_folder(folder)
+    (folder / ".attnkit-files.json").unlink()
+    check_model_folder(folder)
+    assert load_model(folder).config.num_attention_heads == 2
