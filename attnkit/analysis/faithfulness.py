@@ -307,6 +307,8 @@ def faithfulness_report(clf: WordClassifier, texts: Sequence[str], *, rationales
             row["plausibility_examples"] = len(ap[e])
         report["explanations"][e] = row
     report["kendall_tau"] = {f"{a} vs {g}": (float(np.mean(ts)) if ts else None) for (a, g), ts in taus.items()}
+    # the texts each mean is over: a text of one word, or one an explanation scores flat, has no rank correlation
+    report["kendall_tau_texts"] = {f"{a} vs {g}": len(ts) for (a, g), ts in taus.items()}
     if tally.active:
         report["rationale"] = tally.report(len(texts))
     return report

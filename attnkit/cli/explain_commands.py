@@ -209,8 +209,13 @@ def cmd_faithfulness(a) -> int:
         ap = row.get("plausibility_auprc")
         print(f"{name:<22} {row['aopc_comprehensiveness']:>10.4f} {row['aopc_sufficiency']:>10.4f}"
               + (f"  {ap:.4f}" if ap is not None else ("  —" if rationales is not None else "")))
+    over = report.get("kendall_tau_texts", {})
     for pair, tau in report["kendall_tau"].items():
-        print(f"kendall tau {pair}: {'—' if tau is None else f'{tau:.3f}'}")
+        n = over.get(pair, report["examples"])
+        print(f"kendall tau {pair}: " + ("— (no text of two or more words that both score apart: a rank correlation "
+                                         "needs them)" if tau is None else f"{tau:.3f}" + (
+                                             f" (over {n} of the {report['examples']} texts: the others have one word, "
+                                             "or one of the two scores their words alike)" if n < report["examples"] else "")))
     print_rationale(report.get("rationale"))
     print(f"[attnkit] measures written to {out}; curves drawn to {plot}")
     return 0

@@ -155,6 +155,8 @@ def test_report_on_a_one_word_model(one_word):
     rnd = rep["explanations"]["random"]
     assert rnd["aopc_comprehensiveness"] < gap - 0.05 and rnd["aopc_sufficiency"] > 0.05
     assert rep["kendall_tau"]["attention vs grad_x_input"] is not None
+    # "good" alone has no rank correlation: the mean is over the other 3 texts, and the report says so (sweep s23a)
+    assert rep["kendall_tau_texts"]["attention vs grad_x_input"] == 3
     # the share of top-k slots that ties decided, per explanation: the random ranking has no ties; the attention of a
     # model that reads one word is zero on every other word, so past "good" its top-k slots are the tie's
     assert rep["tie_draws"] == 5 and rnd["tie_share"] == 0.0
@@ -188,6 +190,16 @@ def test_faithfulness_command(tiny_bert, tiny_task, tmp_path, capsys):
     assert main(["faithfulness", "--model", str(run), "--data-dir", str(tiny_task), "--max-examples", "2", "--ig-steps", "2"]) == 0
     assert "has no test split: explaining its validation split" in capsys.readouterr().out
     assert json.loads((run / "model" / "faithfulness_csv_validation.json").read_text())["split"] == "validation"
+    # texts of one word have no rank correlation: said, not a bare "—" (sweep s23a)
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "train.csv").write_text("text,label\nnice,positive\nawful,negative\n")
+    (one / "dev.csv").write_text("text,label\ngood,positive\nbad,negative\nfine,positive\n")
+    assert main(["faithfulness", "--model", str(run), "--data-dir", str(one), "--split", "validation", "--ig-steps", "1",
+                 "--output", str(tmp_path / "one.json")]) == 0
+    text = capsys.readouterr().out
+    assert "kendall tau attention vs grad_x_input: — (no text of two or more words" in text, text
+    assert json.loads((tmp_path / "one.json").read_text())["kendall_tau_texts"]["attention vs grad_x_input"] == 0
 
 
 def test_integrated_gradients_in_batches_of_steps_give_the_same_attributions(sparsemax_classifier, monkeypatch):
