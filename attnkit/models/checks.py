@@ -17,6 +17,7 @@ from attnkit.attention.spec import CONFIG_KEY, AttentionSpec
 from attnkit.errors import DataFormatError, UserError
 from attnkit.models.mini import MODEL_TYPE as MINI_MODEL_TYPE
 from attnkit.models.modeling_attnkit import MODEL_TYPE, set_folder_check
+from attnkit.models.pooling import HEAD_KEY, HeadSpec
 from attnkit.runfiles.json_files import read_json
 from attnkit.runfiles.names import FOLDER_MANIFEST
 from attnkit.runfiles.ownership import file_sha256, read_folder_manifest
@@ -273,8 +274,6 @@ def _check_head(cfg_file: Path, raw: dict, shapes: dict) -> None:
     """The classifier's layer pooling (config.json's ``attnkit_head``) is a valid one, and the one the weights were
     trained with: SE's weights (``se.*``) and the weighted average's (``layer_mix``) are there exactly when it says so.
     Else the head would be refused as untrained, or its layer weights dropped or started afresh, without the cause."""
-    from attnkit.models.pooling import HEAD_KEY, HeadSpec
-
     block = raw.get(HEAD_KEY)
     if block is not None:
         if not isinstance(block, dict):
