@@ -117,9 +117,16 @@ def hold_out(ds, fraction: float, seed: int):
     return ds.select(sorted(order[k:].tolist())), ds.select(sorted(order[:k].tolist()))
 
 
-def _check_classes(cfg: TrainConfig, data, labels, what: str) -> None:
-    """A classifier trained on one class learns nothing and reports a meaningless accuracy: refuse it."""
+def _check_classes(cfg: TrainConfig, data, labels, what: str, before=None) -> None:
+    """A classifier trained on one class learns nothing and reports a meaningless accuracy: refuse it. Classes of the
+    whole training split (``before``) that none of ``labels`` has are said in one line: the model never learns them."""
     seen = sorted(set(labels))
+    lost = sorted(set(before) - set(seen)) if before is not None else []
+    if lost and len(seen) >= 2:
+        names = [repr(data.label_names[i]) if 0 <= i < len(data.label_names) else str(i) for i in lost]
+        log.warning("the %s hold no example of %d of the %d classes (%s%s): the model is never trained on them (a "
+                    "larger share left for training, or more examples of those classes, keeps them)", what, len(lost), len(lost) + len(seen),
+                    ", ".join(names[:5]), ", ..." if len(names) > 5 else "")
     if len(seen) < 2:
         names = [data.label_names[i] for i in seen if 0 <= i < len(data.label_names)]
         raise UserError(f"task {cfg.task}: the {what} holds one class only ({', '.join(map(repr, names)) or 'none'}"
@@ -254,7 +261,8 @@ def _datasets(cfg: TrainConfig, data, enc):
     check_warmups(cfg, len(train_ds))
     if data.metric != "regression" and (cfg.max_train_samples is not None or cfg.holdout):
         what = "--max-train-samples" if not cfg.holdout else "--holdout" if cfg.max_train_samples is None else "--max-train-samples, --holdout"
-        _check_classes(cfg, data, train_ds["label"], f"{len(train_ds)} training examples left for training ({what})")
+        _check_classes(cfg, data, train_ds["label"], f"{len(train_ds)} training examples left for training ({what})",
+                       before=enc["train"]["label"])
     # every other labelled split is evaluated at the end (test, MNLI's validation_mismatched, ...)
     others = {k: subsample(v, cfg.max_eval_samples, cfg.seed) for k, v in enc.items() if k not in ("train", "validation") and _labelled(v)}
     if heldout is not None:

@@ -232,3 +232,27 @@ def test_pooling_lr_trains_sesamebert_layer_weights_on_their_own_learning_rate(t
     for bad in (dict(se=False, pooling="last", pooling_lr=1e-3), dict(pooling_lr=0.0), dict(pooling_lr=float("nan"))):
         with pytest.raises(ValueError, match="--pooling-lr"):
             TrainConfig(**{**base, **bad}).validate()
+
+
+def test_a_holdout_that_takes_every_example_of_a_class_says_so(tiny_bert, tmp_path, caplog):
+    """50 classes of one example each, --holdout 0.2: the classes held out whole are never trained on; it ran without a
+    word (sweep s23b). Where every class keeps an example, nothing is said."""
+    import logging
+
+    data = tmp_path / "c50"
+    data.mkdir()
+    for split, word in (("train", "good"), ("dev", "fine")):
+        (data / f"{split}.csv").write_text("text,label\n" + "".join(f"{word} {i},c{i}\n" for i in range(50)))
+    base = dict(task="csv", data_dir=str(data), model=str(tiny_bert), attention="softmax", max_steps=1, batch_size=16,
+                max_length=16, seed=3)
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        m = train(TrainConfig(**base, holdout=0.2, output_dir=str(tmp_path / "h")))
+    said = [r.getMessage() for r in caplog.records if "never trained on them" in r.getMessage()]
+    assert m["train_size"] == 40 and len(said) == 1, caplog.text
+    assert "the 40 training examples left for training (--holdout) hold no example of 10 of the 50 classes" in said[0]
+    caplog.clear()
+    (data / "train.csv").write_text("text,label\n" + "".join(f"good {i},c{i % 2}\n" for i in range(50)))
+    (data / "dev.csv").write_text("text,label\nfine,c0\nbad,c1\n")
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        train(TrainConfig(**base, holdout=0.2, output_dir=str(tmp_path / "two")))
+    assert "never trained on them" not in caplog.text
