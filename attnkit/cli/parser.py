@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 
 from attnkit.attention.names import KINDS, NormaliserChoices
 from attnkit.training.config import DEFAULT_MINI_LR, DEFAULT_VOCAB, HEAD_MODES, SCORE_SCALES, PretrainConfig, TrainConfig
@@ -39,6 +40,7 @@ class Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         self.given = {}
+        self._check_dashes(args)
         namespace, rest = super().parse_known_args(args, namespace)
         for dest in PATH_OPTIONS:  # an unset shell variable (--output "$OUT") would silently mean the default
             value = getattr(namespace, dest, None)
@@ -52,6 +54,35 @@ class Parser(argparse.ArgumentParser):
                                f"is not valid UTF-8 (the byte {ord(bad[0]) - 0xdc00:#x}): expected a name in UTF-8; "
                                "rename it")
         return namespace, rest
+
+
+    def _check_dashes(self, args) -> None:
+        """An option typed with a typographic dash (``—max-length 16``: a word processor or web page turned ``--``
+        into an em dash) is refused naming it: ``predict`` took it, and its value, for two more texts to label."""
+        for arg in args if args is not None else sys.argv[1:]:
+            if arg == "--":
+                return
+            if not isinstance(arg, str) or not arg or arg[0] not in TYPOGRAPHIC_DASHES:
+                continue
+            name = "--" + arg.lstrip(TYPOGRAPHIC_DASHES + "-").split("=", 1)[0]
+            if name in _option_strings(self):
+                self.error(f"{arg.split('=', 1)[0]} is the option {name} typed with a {arg[0]!r} (U+{ord(arg[0]):04X}, "
+                           "a typographic dash, as a word processor or web page writes --): type it with two hyphens")
+
+
+#: dashes a text editor or web page puts for a typed "-" or "--" (en and em dash, minus sign, ...)
+TYPOGRAPHIC_DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d"
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option string of ``parser`` and its commands' parsers."""
+    found = set()
+    for action in parser._actions:
+        found.update(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _option_strings(sub)
+    return found
 
 
 class StoreOnce(argparse._StoreAction):

@@ -338,6 +338,11 @@ def test_an_option_given_twice_is_refused(argv, option, tmp_path, capsys, monkey
      "unrecognized arguments: b (the texts go together: an option between two texts ends them"),
     (["explain", "--model", "m", "a", "b"], "unrecognized arguments: b (explain reads one text: put quotes around"),
     (["train", "--output-dir", os.fsdecode(b"run\xff")], r"argument --output-dir: run\xff is not valid UTF-8 (the byte 0xff)"),
+    # an option typed with a typographic dash: predict labelled it, and its value, as two more texts (sweep s23b)
+    (["predict", "--model", "m", "\u2014max-length", "16", "good film"],
+     "\u2014max-length is the option --max-length typed with a '\u2014' (U+2014, a typographic dash"),
+    (["explain", "--model", "m", "good film", "\u2013layer=2"], "\u2013layer is the option --layer typed with a '\u2013' (U+2013"),
+    (["train", "\u2014\u2014max-steps", "2"], "\u2014\u2014max-steps is the option --max-steps"),
 ])
 def test_flags_given_both_ways_texts_split_by_an_option_and_names_not_in_utf8_are_said(argv, needle, tmp_path, capsys,
                                                                                         monkeypatch):
@@ -350,6 +355,13 @@ def test_flags_given_both_ways_texts_split_by_an_option_and_names_not_in_utf8_ar
     assert e.value.code == 2
     assert needle in capsys.readouterr().err.strip().splitlines()[-1]
     assert not list(tmp_path.iterdir())
+
+
+def test_a_text_that_starts_with_a_dash_is_still_a_text():
+    from attnkit.cli.parser import build_parser
+
+    a = build_parser().parse_args(["predict", "--model", "m", "\u2014great film", "\u2013 layer", "--", "\u2014max-length"])
+    assert a.texts == ["\u2014great film", "\u2013 layer", "\u2014max-length"]  # (after --, a text whatever it looks like)
 
 
 def test_attnkit_variables_are_checked_for_every_model_and_the_data_folders_origin_is_said(tmp_path, capsys, monkeypatch):
