@@ -131,14 +131,16 @@ def test_resaving_with_plain_save_pretrained_keeps_the_guard(tiny_bert, tmp_path
     assert "refused" in _run(code, tmp_path / "resaved", tmp_path, block_attnkit=True)
 
 
-@pytest.mark.parametrize("how", ["attnkit.register()", "import attnkit.models", "transformers first"])
+@pytest.mark.parametrize("how", ["attnkit.register()", "import attnkit.models", "transformers first", "attnkit first"])
 def test_registration_is_explicit_and_each_way_registers_everything(tiny_bert, tmp_path, how):
-    """``attnkit.register()``, ``import attnkit.models``, or ``import attnkit`` after transformers: each registers the
-    model type, so the Auto classes load attnkit's checkpoints as attnkit models."""
+    """``attnkit.register()``, ``import attnkit.models``, or ``import attnkit`` before or after transformers: each
+    registers the model type, so the Auto classes load attnkit's checkpoints as attnkit models (attnkit first: refused
+    with transformers' "pass trust_remote_code=True", sweep s23b)."""
     _, d = _save(tiny_bert, tmp_path, "plain")
     first = {"attnkit.register()": "import attnkit\nimport transformers\nattnkit.register()\n",
              "import attnkit.models": "import transformers\nimport attnkit.models\n",
-             "transformers first": "import transformers\nimport attnkit\n"}[how]
+             "transformers first": "import transformers\nimport attnkit\n",
+             "attnkit first": "import attnkit\n"}[how]
     code = (
         first + "from transformers import AutoModelForSequenceClassification as A\n"
         "m = A.from_pretrained(sys.argv[1])\n"
