@@ -57,6 +57,7 @@ class GlueTask:
     submission: dict[str, str]  # split -> GLUE submission file name
     files: dict[str, str] = field(default_factory=lambda: {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv"})
     label_names: list[str] | None = None  # names shown to users, if not the file's
+    score_range: tuple[float, float] | None = None  # a regression task's scale (STS-B: 0 to 5)
 
 
 GLUE: dict[str, GlueTask] = {
@@ -64,7 +65,7 @@ GLUE: dict[str, GlueTask] = {
     for t in [
         GlueTask("cola", "CoLA", "sentence", None, "label", ["0", "1"], "mcc", {"test": "CoLA.tsv"}, label_names=["unacceptable", "acceptable"]),
         GlueTask("mrpc", "MRPC", "#1 String", "#2 String", "Quality", ["0", "1"], "f1", {"test": "MRPC.tsv"}, label_names=["not_equivalent", "equivalent"]),
-        GlueTask("stsb", "STS-B", "sentence1", "sentence2", "score", None, "regression", {"test": "STS-B.tsv"}),
+        GlueTask("stsb", "STS-B", "sentence1", "sentence2", "score", None, "regression", {"test": "STS-B.tsv"}, score_range=(0.0, 5.0)),
         GlueTask("qnli", "QNLI", "question", "sentence", "label", NLI2, "accuracy", {"test": "QNLI.tsv"}),
         GlueTask("rte", "RTE", "sentence1", "sentence2", "label", NLI2, "accuracy", {"test": "RTE.tsv"}),
         GlueTask("wnli", "WNLI", "sentence1", "sentence2", "label", ["0", "1"], "accuracy", {"test": "WNLI.tsv"}, label_names=["not_entailment", "entailment"]),
@@ -104,8 +105,10 @@ def _rows(path: Path, task: GlueTask) -> dict[str, list]:
     ti, pi = header.index(task.text), header.index(task.pair) if task.pair else None
     li = header.index(task.label) if labelled else None
     for n, (line, fields) in enumerate(records):
-        if len(fields) < len(header):
-            raise DataFormatError(path, line, f"expected {len(header)} tab-separated fields ({', '.join(header)}), found {len(fields)}")
+        if len(fields) != len(header):  # more: a tab inside a text, which would be cut there without a word
+            raise DataFormatError(path, line, f"expected {len(header)} tab-separated fields ({', '.join(header)}), found "
+                                  f"{len(fields)}" + (" (a tab inside a text? GLUE's files have none: replace it by a space)"
+                                                      if len(fields) > len(header) else ""))
         for col, i in ((task.text, ti), (task.pair, pi)):
             if i is not None and not fields[i].strip():  # a model would read [CLS] [SEP] (a pair: one side alone)
                 raise DataFormatError(path, line, f"expected a text in column {col!r}, found an empty field"
@@ -122,11 +125,17 @@ def _rows(path: Path, task: GlueTask) -> dict[str, list]:
                 score = None
             if score is None or not math.isfinite(score):  # nan, inf, 1e400: no score a correlation or a loss can use
                 raise DataFormatError(path, line, f"expected a finite number in column {task.label!r}, found {fields[li]!r}")
+            if task.score_range and not task.score_range[0] <= score <= task.score_range[1]:
+                raise DataFormatError(path, line, f"expected a score from {task.score_range[0]:g} to {task.score_range[1]:g} "
+                                      f"in column {task.label!r} ({task.name}'s similarity scale), found {fields[li]!r}")
             out["label"].append(score)
         else:
             value = fields[li].strip()
             if value not in task.labels:
-                raise DataFormatError(path, line, f"unknown label {value!r} in column {task.label!r}, expected one of {task.labels}")
+                hint = (f" (CoLA's train and dev files have no header row: remove line {line})"
+                        if task.name == "cola" and header is _COLA_COLUMNS and n == 0 and value == "label" else "")
+                raise DataFormatError(path, line, f"unknown label {value!r} in column {task.label!r}, expected one of "
+                                      f"{task.labels}{hint}")
             out["label"].append(task.labels.index(value))
         idx = fields[header.index(idx_col)].strip() if idx_col else str(n)
         out["idx"].append(int(idx) if idx.isdigit() else n)

@@ -192,7 +192,9 @@ def _read_ptb_file(path: Path, phrases: bool, binary: bool = False) -> list[Exam
     """
     rows: list[Example] = []
     seen: set[str] = set()
+    trees = 0
     for tree in _read_trees(path):
+        trees += 1
         nodes = tree.phrases() if phrases else [(tree.label, tree.text())]
         for label, text in nodes:
             if binary and (label := _binary(label)) is None:
@@ -201,6 +203,9 @@ def _read_ptb_file(path: Path, phrases: bool, binary: bool = False) -> list[Exam
                 continue
             seen.add(text)
             rows.append(Example(text, label))
+    if binary and trees and not rows:  # (else "the validation split has no examples", naming neither file nor why)
+        raise DataFormatError(path, None, f"holds {trees} tree{'s' * (trees > 1)}, all neutral (root label 2), which the "
+                              "binary task (SST-2) leaves out: no sentence is left; sst5 reads them all")
     return rows
 
 

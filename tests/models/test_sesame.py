@@ -325,6 +325,20 @@ def test_glue_errors_name_file_and_line(tmp_path):
                f"0\tg\tf\ty\t0\tn\tn\tA.\tB.\t2.5\n1\tg\tf\ty\t0\tn\tn\tA.\tC.\t{bad}\n")
         with pytest.raises(DataFormatError, match=rf"dev.tsv, line 3: expected a finite number in column 'score', found '{bad}'"):
             load_task("stsb", tmp_path)
+    # a score off STS-B's 0-5 scale was trained on; a tab inside a CoLA sentence cut it there; a header row added to
+    # CoLA's headerless train file was an "unknown label 'label'" (sweep s23c)
+    for bad in ("7.5", "-2.0"):
+        _write(tmp_path / "glue/STS-B/dev.tsv", "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+               f"0\tg\tf\ty\t0\tn\tn\tA.\tB.\t{bad}\n")
+        with pytest.raises(DataFormatError, match=rf"dev.tsv, line 2: expected a score from 0 to 5 in column 'score' .*'{bad}'"):
+            load_task("stsb", tmp_path)
+    _write(tmp_path / "glue/CoLA/train.tsv", "gj04\t1\t\tFine.\ngj04\t1\t\tA sentence\twith a tab.\n")
+    _write(tmp_path / "glue/CoLA/dev.tsv", "gj04\t1\t\tFine.\n")
+    with pytest.raises(DataFormatError, match=r"train.tsv, line 2: expected 4 tab-separated fields .* found 5 \(a tab inside a text"):
+        load_task("cola", tmp_path)
+    _write(tmp_path / "glue/CoLA/train.tsv", "source\tlabel\torig_label\tsentence\ngj04\t1\t\tFine.\n")
+    with pytest.raises(DataFormatError, match=r"train.tsv, line 1: unknown label 'label' .*no header row: remove line 1"):
+        load_task("cola", tmp_path)
     # an empty text of a pair: train read it (the model saw [CLS] a [SEP] [SEP]), evaluate refused it naming no file
     for row, col in (("0\tA.\t \tentailment", "sentence2"), ("0\t\tB.\tentailment", "sentence1")):
         _write(tmp_path / "glue/RTE/train.tsv", f"index\tsentence1\tsentence2\tlabel\n1\tA.\tB.\tentailment\n{row}\n")

@@ -222,6 +222,9 @@ def test_sst2_from_trees_drops_neutral_and_labels_test(tmp_path):
     assert rows(t, "train") == [(TREE_TEXT, 1), ("bad It is", 0)]  # sentences only, the neutral one left out
     assert rows(t, "validation") == [("awful film", 0), ("superb film", 1)]  # 0/1 -> negative, 3/4 -> positive
     assert rows(t, "test") == [(TREE_TEXT, 1)]  # labelled, unlike GLUE's test
+    # a file of neutral trees only: named, with why (it was "the validation split has no examples", sweep s23c)
+    with pytest.raises(DataFormatError, match=r"dev\.txt: holds 2 trees, all neutral \(root label 2\), which the binary "):
+        load_task("sst2-ptb", sst5_dir(tmp_path / "n", TREE + "\n", dev=neutral + "\n" + neutral + "\n"))
 
 
 def test_sst5_bad_tree_names_file_and_line(tmp_path):
