@@ -5,6 +5,7 @@ manifests, and earlier files moved aside (never deleted) when they are not prova
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -13,6 +14,7 @@ from attnkit.errors import UserError
 from attnkit.runfiles.atomic import (
     current_batch,
     special_file_problem,
+    write_failure,
     write_json_atomic,
 )
 from attnkit.runfiles.json_files import read_json
@@ -86,7 +88,8 @@ def _ledger_lists(path: Path) -> bool:
 def record_output(path: str | os.PathLike, by: str) -> None:
     """Note in the ledger of ``path``'s folder (OUTPUT_LEDGER) that attnkit (``by``: "attnkit predict") wrote the file
     at ``path`` as it is now, so that a later run of the same command may replace it (a file whose format cannot carry
-    a mark: TSV, JSON lines). A ledger that cannot be written is no error: the output is written, only not marked."""
+    a mark: TSV, JSON lines). A ledger that cannot be written is no error: the output is written, only not marked, and
+    one line says so (the next run will not replace it)."""
     path = Path(path)
     batch = current_batch()
     if batch is not None:  # the file is not in place yet: recorded once the batch is
@@ -98,8 +101,11 @@ def record_output(path: str | os.PathLike, by: str) -> None:
             files = _read_ledger(path.parent)
             files[path.name] = entry
             write_json_atomic(path.parent / OUTPUT_LEDGER, {WRITTEN_BY: "attnkit", "files": files})
-    except (UserError, OSError):
-        pass
+    except (UserError, OSError) as e:  # (a full disk after the output itself was written, a garbled ledger)
+        logging.getLogger("attnkit").warning(
+            "%s is written, but could not be marked as attnkit's in %s (%s): a later run will keep it as a file of yours "
+            "and refuse to replace it; delete it then to have it written again", path, path.parent / OUTPUT_LEDGER,
+            write_failure(e) if isinstance(e, OSError) else str(e).splitlines()[0])
 
 
 def replaced_folder(parent: str | os.PathLike) -> Path:

@@ -226,3 +226,27 @@ def test_commands_recording_outputs_in_one_folder_at_once_keep_every_entry(tmp_p
     assert all(p.wait(timeout=300) == 0 for p in procs)
     files = json.loads((tmp_path / OUTPUT_LEDGER).read_text())["files"]
     assert sorted(files) == sorted(f"p{n}-{i}.tsv" for n in range(4) for i in range(40))
+
+
+def test_an_output_that_cannot_be_marked_as_attnkits_is_said(tmp_path, monkeypatch, caplog):
+    """A full disk after a submission file was written left it unmarked without a word; the next run then refused it
+    as "not written by attnkit" (sweep s23c). Now one line says so when it happens."""
+    import errno
+    import logging
+
+    from attnkit.runfiles import ownership
+    from attnkit.runfiles.names import OUTPUT_LEDGER
+
+    f = tmp_path / "RTE.tsv"
+    f.write_text("index\tprediction\n0\tentailment\n")
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ownership, "write_json_atomic", full)
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        ownership.record_output(f, "attnkit predict")
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and f"{f} is written, but could not be marked as attnkit's in {tmp_path / OUTPUT_LEDGER} " \
+                               "(No space left on device)" in said[0], said
+    assert f.read_text() == "index\tprediction\n0\tentailment\n" and not (tmp_path / OUTPUT_LEDGER).exists()
