@@ -147,6 +147,11 @@ def check_tokenizer_as_saved(path: str | os.PathLike) -> None:
     hashes = manifest.get("sha256")
     for name in TOKENIZER_SAVED:
         entry = files.get(name)
+        if entry is None and manifest.get("complete") is True and (folder / name).is_file():
+            raise ModelFolderError(
+                f"{folder / name} was not saved with these weights ({FOLDER_MANIFEST} lists the tokenizer files written "
+                "with them, and not this one): added since, it changes how every text is read (its special tokens, "
+                "vocabulary or settings); remove it, or restore the folder as it was written")
         if not isinstance(entry, list) or not entry or not isinstance(entry[0], int):
             continue
         try:

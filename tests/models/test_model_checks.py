@@ -105,6 +105,10 @@ DAMAGES = {
                                                                    "num_attention_heads 2 (4 when saved)", ".attnkit-files.json"]),
     "activation in config": (edit_config(hidden_act="relu", layer_norm_eps=1e-5),
                              ["config.json", 'hidden_act "relu" ("gelu" when saved); layer_norm_eps 1e-05 (1e-12 when saved)']),
+    # sweep s23c: a tokenizer file added since (special tokens swapped) read every text otherwise, without a word
+    "added special tokens map": (lambda f: (f / "special_tokens_map.json").write_text(
+        '{"cls_token": "[SEP]", "sep_token": "[CLS]", "pad_token": "[MASK]"}'),
+        ["special_tokens_map.json was not saved with these weights", "changes how every text is read"]),
     "no tokenizer": (remove("tokenizer.json"), ["has no tokenizer", "tokenizer.json"]),
     "no tokenizer settings": (remove("tokenizer_config.json"), ["tokenizer_config.json", "no padding token"]),
     # item 8: no tokenizer file at all gave a five-line sentencepiece message
