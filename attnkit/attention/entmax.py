@@ -45,7 +45,7 @@ import math
 import torch
 
 from .kernels import backend_for, kernel_ops  # relative: this file also runs as a checkpoint's remote code
-from .maps import batch_first, check_dense, check_dim, check_row_setting, rowwise
+from .maps import batch_first, check_dense, check_dim, check_row_setting, nan_rows_stay_nan, rowwise
 from ..errors import UserError
 
 __all__ = ["entmax15", "entmax_bisect", "check_alpha", "bisect_steps"]
@@ -211,9 +211,9 @@ class _EntmaxBisectFunction(torch.autograd.Function):
         backend = backend_for(p, g, backward=True)  # a double backward, and torch.func's transforms: the torch form
         if backend != "torch":  # the kernels give alpha's gradient per row from the same pass
             grad_z, grad_alpha = kernel_ops(backend).entmax_backward(p, g, alpha)
-            return grad_z, (grad_alpha if ctx.needs_input_grad[1] else None), None
+            return nan_rows_stay_nan(p, grad_z), (grad_alpha if ctx.needs_input_grad[1] else None), None
         q = power_on_support(p, 2 - alpha)
-        grad_z = grad_scores(p, g, q)
+        grad_z = nan_rows_stay_nan(p, grad_scores(p, g, q))
         grad_alpha = None
         if ctx.needs_input_grad[1]:
             grad_alpha = (g.double() * dp_dalpha(p, q, alpha)).sum(-1, keepdim=True).to(alpha.dtype)

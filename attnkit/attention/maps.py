@@ -119,6 +119,13 @@ def sparsemax_vjp(p: torch.Tensor, g: torch.Tensor, scale: float) -> torch.Tenso
     return grad * scale if scale != 1.0 else grad
 
 
+def nan_rows_stay_nan(p: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """``grad`` with NaN on the rows whose map is NaN (a NaN score makes its whole row NaN in the forward, as softmax's
+    does): the backward reads ``p`` only through its support, which a NaN row lacks, and gave those rows a zero
+    gradient, hiding the NaN from the parameters below. One element per row is read."""
+    return grad.masked_fill(p[..., :1].isnan(), float("nan")) if p.is_floating_point() and p.shape[-1] else grad
+
+
 def batch_first(info, in_dims, *tensors) -> list:
     """The tensors a ``vmap`` rule gets, each with vmap's batch dim first (one without it expanded to the batch), so
     that their last dim stays the rows' and they run as one larger batch of rows."""
@@ -147,8 +154,8 @@ class _SparsemaxFunction(torch.autograd.Function):
         (p,) = ctx.saved_tensors
         backend = backend_for(p, g, backward=True, differentiable=("cpp",))  # the C++ backward op has its own backward
         if backend == "torch":
-            return sparsemax_vjp(p, g, ctx.scale), None, None
-        return kernel_ops(backend).sparsemax_backward(p, g, ctx.scale), None, None
+            return nan_rows_stay_nan(p, sparsemax_vjp(p, g, ctx.scale)), None, None
+        return nan_rows_stay_nan(p, kernel_ops(backend).sparsemax_backward(p, g, ctx.scale)), None, None
 
     @staticmethod
     def vmap(info, in_dims, z, scale, topk):

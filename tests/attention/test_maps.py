@@ -245,6 +245,28 @@ def test_nan_rows_come_out_nan(gen):
     assert torch.allclose(p[~bad].double(), reference_sparsemax(z[~bad] / 2.0), atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["sparsemax", "sparsegen_lin", "entmax15", "entmax_bisect"])
+@pytest.mark.parametrize("backend", ["torch", "kernel"])
+def test_nan_rows_get_a_nan_gradient_and_other_rows_theirs(name, backend, gen, monkeypatch):
+    """A NaN row's gradient was 0 in sparsemax, sparsegen-lin and alpha-entmax (its support is empty), hiding the NaN
+    from what lies below; softmax and 1.5-entmax give NaN (sweep s23c). Other rows keep their exact gradient."""
+    import attnkit
+
+    if backend == "torch":
+        monkeypatch.setenv("ATTNKIT_KERNEL", "torch")
+    fn = getattr(attnkit, name)
+    z = torch.randn(4, 7, generator=gen, dtype=torch.float64)
+    w = torch.randn(4, 7, generator=gen, dtype=torch.float64)
+    z[1, 2] = math.nan
+    z1 = z.clone().requires_grad_()
+    (fn(z1) * w).sum().backward()
+    ok = torch.tensor([True, False, True, True])
+    clean = z[ok].clone().requires_grad_()
+    (fn(clean) * w[ok]).sum().backward()
+    assert torch.isnan(z1.grad[1]).all()
+    assert torch.allclose(z1.grad[ok], clean.grad, atol=1e-12)
+
+
 # ----------------------------------------------------------------------------- large magnitudes
 
 
