@@ -326,6 +326,11 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
                             f"{out} to keep the recorded cell (its figure is then left out), or pick another --output-dir")
         if done.is_file() or key in earlier:
             rec = _read_cell(done) if done.is_file() else earlier[key]
+            if done.is_file() and (*swept(rec), rec["seed"]) != key:  # (it was reused as this cell, and counted twice)
+                param, value = swept(rec)
+                raise UserError(f"{done} records the cell {param} {value_name(value) if value != 'softmax' else value}, "
+                                f"seed {rec['seed']}, not the cell of its folder ({cell.describe()}): it is another cell's "
+                                f"record (copied or edited); move it out of {out / cell.name} to train the cell again")
             _check_same(rec, base, f"sweep cell {cell.name} in {out}")
             if inputs is None:  # read and fingerprinted once, for every reused cell
                 splits = load_task(base.task, base.data_dir).splits

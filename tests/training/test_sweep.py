@@ -233,6 +233,14 @@ def test_a_sweep_that_stops_keeps_every_earlier_record_and_one_over_a_smaller_gr
     assert main(["sweep", "--lams", "-1", "-3", *common]) == 2
     assert str(cell) in capsys.readouterr().err
     assert json.loads((out / "sweep.json").read_text()) == full
+    # another cell's record in its folder (edited by hand, or copied): it was reused as this cell, then counted twice
+    # under its own lam (seeds "1, 1", t = inf) and this cell's row was gone (sweep s23d)
+    cell.write_text(json.dumps({**json.loads(good), "lam": -3.0}))
+    capsys.readouterr()
+    assert main(["sweep", "--lams", "-1", "-3", *common]) == 2
+    err = capsys.readouterr().err
+    assert f"{cell} records the cell lam -3, seed 1, not the cell of its folder (lam -1, seed 1)" in err, err
+    assert json.loads((out / "sweep.json").read_text()) == full
     cell.write_bytes(good)
     # Ctrl-C while a new first cell trains: softmax reached (reused), -1 and -3 not yet: all three kept
     def interrupted(*a, **k):
