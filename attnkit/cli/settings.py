@@ -4,6 +4,7 @@ command would ignore (refused), the model's length.
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from attnkit.analysis.inference import (
@@ -129,6 +130,13 @@ def mini_train_settings(a, default_attention: str = "sparsegen-lin", default_lr:
                 inherited["sparse_layers"] = stored.sparse_layers  # adapted with --sparse-layers: fine-tuned so too
         else:
             attention = "softmax" if mini else default_attention
+    elif ckpt is not None and getattr(a, "sparse_layers", None) is None and is_main_process():
+        stored = checkpoint_spec(model)
+        if stored is not None and stored.sparse_layers is not None:  # (an encoder adapted with --sparse-layers)
+            logging.getLogger("attnkit").warning(
+                "%s holds %s in layers %s only; --attention %s without --sparse-layers puts its map in every layer: leave "
+                "out --attention to fine-tune as it was adapted (or give --sparse-layers)", ckpt, stored.attention,
+                stored.sparse_layers, attention)
     is_mini_ckpt = ckpt is not None and read_json(ckpt / "config.json", "a model's config").get("model_type") == MINI_MODEL_TYPE
     lr = a.lr if a.lr is not None else (DEFAULT_MINI_LR if (mini or is_mini_ckpt) else default_lr)
     out = {"model": model, "attention": attention, "lam": lam, "lr": lr, "freeze": ",".join(parse_groups(a.freeze)) or None}

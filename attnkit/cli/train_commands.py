@@ -171,5 +171,6 @@ def cmd_adapt(a) -> int:
     if zs:
         print("[attnkit] attention weights exactly 0, per layer: " + " ".join(f"L{i}={z:.0%}" for i, z in enumerate(zs)))
     print(f"[attnkit] encoder {'in' if m.get('already_complete') else 'written to'} {out / MODEL_DIR}")
-    print(f"[attnkit] fine-tune with: attnkit train --model {out} --attention {cfg.attention} --task ...")
+    print(f"[attnkit] fine-tune with: attnkit train --model {out} --task ...")
+    print(f"[attnkit] leave out --attention there: the encoder brings the attention it was adapted to, {cfg.spec().describe()}")
     return 0

@@ -605,6 +605,31 @@ def test_train_takes_the_adapted_map_where_attention_is_not_given(sparse_run, ti
     assert att["attention"] == "entmax-alpha" and att["alpha"] == 2.0
 
 
+def test_attention_given_without_sparse_layers_on_an_encoder_adapted_in_some_layers_is_said(sparse_run, data, tmp_path,
+                                                                                          caplog):
+    """adapt's hint said `--attention sparsemax`, which puts the map in every layer of an encoder adapted in its last
+    layer only, without a word (sweep s23d). The hint leaves --attention out; given anyway, one line says so."""
+    import logging
+
+    a, _ = sparse_run
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        assert main(two_step_train_args(a, data, tmp_path / "t", "--attention", "sparsemax")) == 0
+    said = [r.getMessage() for r in caplog.records if "without --sparse-layers puts its map in every layer" in r.getMessage()]
+    assert len(said) == 1 and "in layers last only" in said[0], caplog.text
+    assert json.loads((tmp_path / "t" / "metrics.json").read_text())["attention"].get("sparse_layers") is None
+
+
+def test_adapts_hint_leaves_the_attention_to_the_encoder(sparse_run, tiny_bert, data, capsys):
+    a, _ = sparse_run
+    capsys.readouterr()
+    assert main(adapt_args(tiny_bert, data, a, "--attention", "sparsemax", "--sparse-layers", "last", "--max-steps", "2")) == 0
+    out = capsys.readouterr().out.splitlines()
+    hint = out[next(i for i, line in enumerate(out) if "fine-tune with:" in line):]
+    assert hint == [f"[attnkit] fine-tune with: attnkit train --model {a} --task ...",
+                    "[attnkit] leave out --attention there: the encoder brings the attention it was adapted to, sparsemax "
+                    "in the last layer (softmax in the others)"], hint
+
+
 def test_explain_and_the_html_view_say_which_layers_are_sparse(sparse_run, tmp_path, capsys, monkeypatch):
     import re
 
