@@ -113,7 +113,7 @@ def cmd_layer_weights(a) -> int:
     figure_path(a.output, f"--output {a.output}: the chart")
     output_path(a, a.output, "--output")
     js = check_side_file(Path(a.output).with_suffix(".json"), f"the layer weights beside --output {a.output}")
-    d, model, tok, task, data, ds = model_and_split(a, check=check_layer_weights)
+    d, model, tok, task, data, ds = model_and_split(a, check=check_layer_weights, say_other_labels=True)
     ds = ds.select(range(min(a.max_samples, len(ds))))
     pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
     w = layer_weights(model, tok, list(ds["text"]), pairs, batch_size=a.batch_size, max_length=a.max_length)
@@ -140,7 +140,7 @@ def cmd_words(a) -> int:
             raise UserError(f"--json {a.json} is also --output: name another file")
     else:
         js = check_side_file(Path(a.output).with_suffix(".json"), f"the ranking beside --output {a.output} (name it with --json)")
-    d, model, tok, task, data, ds = model_and_split(a)
+    d, model, tok, task, data, ds = model_and_split(a, say_other_labels=True)
     texts = list(ds["text"])[: a.max_samples] if a.max_samples else list(ds["text"])
     names = label_names_of(model)
     readings = received_attention(model, tok, texts, batch_size=a.batch_size, max_length=a.max_length)
@@ -168,7 +168,7 @@ def cmd_faithfulness(a) -> int:
         raise UserError(f"--ig-steps {a.ig_steps}: expected at most 1000 (the steps of one text run as one batch)")
     if a.plot:
         figure_path(a.plot, f"--plot {a.plot}: the curves")
-    d, model, tok, task, data, ds = model_and_split(a)
+    d, model, tok, task, data, ds = model_and_split(a, say_other_labels=True)
     if "text_pair" in ds.column_names:
         raise UserError(f"task {task} pairs two texts: faithfulness explains single texts (removing words of a pair is not defined here)")
     if isinstance(tok, LemmatizingTokenizer):

@@ -48,9 +48,11 @@ from attnkit.tasks.readers import check_argument_text, is_blank, read_jsonl, tex
 from attnkit.tasks.squad import evaluate_qa, load_squad, predict_answers
 
 
-def model_and_split(a, check=None):
+def model_and_split(a, check=None, *, say_other_labels: bool = False):
     """The model named by --model and the --split of --task (default: the task it was trained on); ``check(model)``
-    runs once the model is loaded, before any data is read (so that a model the command cannot use says so first)."""
+    runs once the model is loaded, before any data is read (so that a model the command cannot use says so first).
+    ``say_other_labels``: a task whose labels are not the model's is said in one line (the commands that read its texts
+    only, by the model's predicted classes: words, layer-weights, faithfulness)."""
     d, model, tok = load_for_inference(a.model)
     if check is not None:
         check(model)
@@ -64,6 +66,10 @@ def model_and_split(a, check=None):
             print(f"task {task} has no test split: explaining its {a.split} split")
     if a.split not in data.splits:
         raise UserError(f"task {task} has no split {a.split!r} (it has {', '.join(data.splits)})")
+    if say_other_labels and task != "hans" and list(data.label_names) != label_names_of(model):
+        print(f"attnkit: warning: task {task} has labels {list(data.label_names)} but {d} predicts {label_names_of(model)}: "
+              f"its texts are read by a model of another task, by that model's predicted classes (its own task: --task "
+              f"{run_info(d).get('task') or '...'})", file=sys.stderr)
     return d, model, tok, task, data, data.splits[a.split]
 
 

@@ -270,6 +270,18 @@ def test_predict_a_split_of_a_task_with_other_labels_is_refused(good, rte, tmp_p
     assert not out.exists() and snapshot(good) == before
 
 
+def test_reading_a_task_of_other_labels_is_said(good, rte, tmp_path, capsys, monkeypatch):
+    """words (and layer-weights, faithfulness: the same check) read another task's texts by the model's predicted
+    classes, where evaluate and predict refuse the task: it was said nowhere (sweep s23d). One line; the command runs."""
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["words", "--model", str(good), "--task", "rte", "--data-dir", str(rte), "--split", "validation",
+                 "--output", str(tmp_path / "w.png")]) == 0
+    err = capsys.readouterr().err
+    assert "task rte has labels ['entailment', 'not_entailment'] but" in err and "predicts ['negative', 'positive']" in err
+    assert "read by a model of another task" in err, err
+
+
 def test_single_texts_given_to_a_pair_model_are_labelled_and_said(rte_model, tmp_path, capsys):
     """predict and explain labelled one sentence with an RTE model without a word, as if it were a pair (sweep
     2026-11-27h): one line says the model was trained on pairs, and how to give it its own."""
