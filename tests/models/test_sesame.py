@@ -306,35 +306,42 @@ def test_a_published_sets_control_characters_are_read_and_said_in_one_line(tmp_p
     assert not [r for r in caplog.records if "control characters" in r.getMessage()]
 
 
+STSB_HEADER = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+
+
+def _stsb_dev(score: str) -> str:
+    return STSB_HEADER + f"0\tg\tf\ty\t0\tn\tn\tA.\tB.\t2.5\n1\tg\tf\ty\t0\tn\tn\tA.\tC.\t{score}\n"
+
+
+#: (files written, task, the error it must raise): each file of a GLUE layout named with its line
+GLUE_ERRORS = [
+    ({"RTE/train.tsv": "index\tsentence1\tsentence2\tlabel\n0\tA.\tB.\tentailment\n1\tA.\tB.\tmaybe\n"}, "rte",
+     r"train.tsv, line 3: unknown label 'maybe'"),
+    ({"RTE/train.tsv": "index\tpremise\thypothesis\tlabel\n"}, "rte", r"line 1: expected a column 'sentence1'"),
+    ({"STS-B/dev.tsv": _stsb_dev("five")}, "stsb", r"line 3: expected a finite number in column 'score', found 'five'"),
+    # nan and inf were read as scores: pearson 0 "all gold scores are one value", or "training diverged: lower --lr"
+    # (sweep 2026-11-27g); 1e400 overflows to inf; a score off STS-B's 0-5 scale was trained on (sweep s23c)
+    *[({"STS-B/dev.tsv": _stsb_dev(bad)}, "stsb", rf"dev.tsv, line 3: expected a finite number in column 'score', found '{bad}'")
+      for bad in ("nan", "inf", "-inf", "1e400")],
+    *[({"STS-B/dev.tsv": _stsb_dev(bad)}, "stsb", rf"dev.tsv, line 3: expected a score from 0 to 5 in column 'score'.*'{bad}'")
+      for bad in ("7.5", "-2.0")],
+    # a tab inside a CoLA sentence cut it there; a header row added to CoLA's headerless train file was an "unknown
+    # label 'label'" (sweep s23c)
+    ({"CoLA/train.tsv": "gj04\t1\t\tFine.\ngj04\t1\t\tA sentence\twith a tab.\n", "CoLA/dev.tsv": "gj04\t1\t\tFine.\n"},
+     "cola", r"train.tsv, line 2: expected 4 tab-separated fields .* found 5 \(a tab inside a text"),
+    ({"CoLA/train.tsv": "source\tlabel\torig_label\tsentence\ngj04\t1\t\tFine.\n", "CoLA/dev.tsv": "gj04\t1\t\tFine.\n"},
+     "cola", r"train.tsv, line 1: unknown label 'label' .*no header row: remove line 1"),
+]
+
+
 def test_glue_errors_name_file_and_line(tmp_path):
     from attnkit.tasks import DataFormatError, load_task
 
-    _write(tmp_path / "glue/RTE/train.tsv", "index\tsentence1\tsentence2\tlabel\n0\tA.\tB.\tentailment\n1\tA.\tB.\tmaybe\n")
-    with pytest.raises(DataFormatError, match=r"train.tsv, line 3: unknown label 'maybe'"):
-        load_task("rte", tmp_path)
-    _write(tmp_path / "glue/RTE/train.tsv", "index\tpremise\thypothesis\tlabel\n")
-    with pytest.raises(DataFormatError, match=r"line 1: expected a column 'sentence1'"):
-        load_task("rte", tmp_path)
-    _write(tmp_path / "glue/STS-B/dev.tsv", "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n0\tg\tf\ty\t0\tn\tn\tA.\tB.\tfive\n")
-    with pytest.raises(DataFormatError, match=r"line 2: expected a finite number in column 'score', found 'five'"):
-        load_task("stsb", tmp_path)
-    # nan and inf were read as scores: pearson 0 "all gold scores are one value", or "training diverged: lower --lr"
-    # (sweep 2026-11-27g); 1e400 overflows to inf; a score off STS-B's 0-5 scale was trained on (sweep s23c)
-    for bad, problem in [(b, "a finite number") for b in ("nan", "inf", "-inf", "1e400")] + [
-            (b, "a score from 0 to 5") for b in ("7.5", "-2.0")]:
-        _write(tmp_path / "glue/STS-B/dev.tsv", "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
-               f"0\tg\tf\ty\t0\tn\tn\tA.\tB.\t2.5\n1\tg\tf\ty\t0\tn\tn\tA.\tC.\t{bad}\n")
-        with pytest.raises(DataFormatError, match=rf"dev.tsv, line 3: expected {problem} in column 'score'.*found '{bad}'"):
-            load_task("stsb", tmp_path)
-    # a tab inside a CoLA sentence cut it there; a header row added to CoLA's headerless train file was an "unknown
-    # label 'label'" (sweep s23c)
-    _write(tmp_path / "glue/CoLA/train.tsv", "gj04\t1\t\tFine.\ngj04\t1\t\tA sentence\twith a tab.\n")
-    _write(tmp_path / "glue/CoLA/dev.tsv", "gj04\t1\t\tFine.\n")
-    with pytest.raises(DataFormatError, match=r"train.tsv, line 2: expected 4 tab-separated fields .* found 5 \(a tab inside a text"):
-        load_task("cola", tmp_path)
-    _write(tmp_path / "glue/CoLA/train.tsv", "source\tlabel\torig_label\tsentence\ngj04\t1\t\tFine.\n")
-    with pytest.raises(DataFormatError, match=r"train.tsv, line 1: unknown label 'label' .*no header row: remove line 1"):
-        load_task("cola", tmp_path)
+    for files, task, pattern in GLUE_ERRORS:
+        for name, text in files.items():
+            _write(tmp_path / "glue" / name, text)
+        with pytest.raises(DataFormatError, match=pattern):
+            load_task(task, tmp_path)
     # an empty text of a pair: train read it (the model saw [CLS] a [SEP] [SEP]), evaluate refused it naming no file
     for row, col in (("0\tA.\t \tentailment", "sentence2"), ("0\t\tB.\tentailment", "sentence1")):
         _write(tmp_path / "glue/RTE/train.tsv", f"index\tsentence1\tsentence2\tlabel\n1\tA.\tB.\tentailment\n{row}\n")
