@@ -223,7 +223,11 @@ def cmd_faithfulness(a) -> int:
 
 def given_lengths(path: str, texts: list[str]) -> list:
     """The rationale lengths of another faithfulness report, checked to be of these texts in this order."""
-    rep = read_json(path, "attnkit faithfulness's report")
+    try:
+        rep = read_json(path, "attnkit faithfulness's report")
+    except OSError as e:  # (it said "0.5: No such file or directory", naming neither the option nor what it takes)
+        raise UserError(f"--rationale-lengths {path}: {e.strerror or e}: expected the JSON report of an earlier "
+                        "attnkit faithfulness run (its --output)") from None
     rationale = rep.get("rationale")
     lengths = rationale.get("lengths") if isinstance(rationale, dict) else None
     if not isinstance(lengths, list):

@@ -184,6 +184,20 @@ def _check_window(tokenizer, max_length: int, doc_stride: int) -> None:
         raise UserError("question answering needs a fast tokenizer (offset mappings); this checkpoint's tokenizer is not one")
 
 
+def say_long_questions(tokenizer, questions: Sequence[str], max_length: int, done: str) -> None:
+    """One line where questions are longer than the quarter of ``max_length`` a window gives them (they are cut there,
+    :func:`encode_windows`): how many, and the longest (it was silent: two questions differing past the cut got one
+    answer)."""
+    q_max = max_length // 4
+    lengths = [len(ids) for ids in tokenizer([q.strip() for q in questions], add_special_tokens=False)["input_ids"]]
+    cut = [n for n in lengths if n > q_max]
+    if cut:
+        logging.getLogger("attnkit").warning(
+            "%d of the %d questions are longer than %d tokens (a quarter of --max-length %d, the room a window gives a "
+            "question) and were %s from their first %d tokens only (the longest has %d): a larger --max-length reads "
+            "more of them", len(cut), len(lengths), q_max, max_length, done, q_max, max(cut))
+
+
 def encode_windows(tokenizer, questions: Sequence[str], contexts: Sequence[str], max_length: int, doc_stride: int):
     """Tokenise (question, context) pairs into overlapping windows of the context.
 
@@ -235,6 +249,7 @@ def train_features(batch: dict, tokenizer, max_length: int, doc_stride: int) -> 
 def featurize(rows, tokenizer, max_length: int, doc_stride: int):
     """A ``datasets.Dataset`` of windows for ``rows`` (a Dataset with id/context/question/answers)."""
     _check_window(tokenizer, max_length, doc_stride)
+    say_long_questions(tokenizer, rows["question"], max_length, "read")
     rows = rows.add_column("_row", list(range(len(rows))))
     return rows.map(train_features, batched=True, remove_columns=rows.column_names, desc="windows",
                     fn_kwargs={"tokenizer": tokenizer, "max_length": max_length, "doc_stride": doc_stride})
@@ -284,6 +299,7 @@ def predict_answers(model, tokenizer, questions: Sequence[str], contexts: Sequen
     _check_window(tokenizer, max_length, stride)
     say_control(joined_by_controls(tokenizer, list(enumerate(questions, 1)), what="question")
                 + joined_by_controls(tokenizer, list(enumerate(contexts, 1)), what="context"), done="answered")
+    say_long_questions(tokenizer, questions, max_length, "answered")
     enc = encode_windows(tokenizer, questions, contexts, max_length, stride)
     model.eval()
     dev = next(model.parameters()).device

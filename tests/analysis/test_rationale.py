@@ -140,6 +140,11 @@ def test_the_command_prints_the_rationale_and_measures_softmax_at_the_sparse_len
     capsys.readouterr()
     assert main([*base, "--model", str(soft), "--output", str(tmp_path / "y.json"), "--rationale-lengths", str(plain)]) == 2
     assert "has no rationale lengths" in capsys.readouterr().err
+    # a file that is not there: the option and what it takes named (it was "0.5: No such file or directory", s23e)
+    assert main([*base, "--model", str(soft), "--output", str(tmp_path / "y.json"), "--rationale-lengths", "0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("--rationale-lengths 0.5: No such file or directory: expected the JSON report of an earlier "
+                        "attnkit faithfulness run (its --output)") and len(err.splitlines()) == 1, err
     # a hand-made report: a rationale that is not an object, too few lengths, a length past its text's words
     cases = (([1], "has no rationale lengths"), ({"lengths": [1, 1]}, "2 lengths for 3 texts"),
              ({"lengths": [99, 1, 1]}, "length 99 for text 1, which has 7 words"))

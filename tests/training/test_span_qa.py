@@ -310,6 +310,30 @@ def test_long_questions_are_cut_so_windows_keep_context(tiny_bert):
     assert seq.count(0) == 40 // 4 and seq.count(1) == 4
 
 
+def test_questions_cut_to_their_window_share_are_said(tiny_bert, caplog):
+    """A question past a quarter of --max-length was answered from its first tokens without a word: two questions
+    differing after the cut got one answer (sweep s23e). One line says how many and the longest."""
+    import logging
+
+    from attnkit.models.build import build_qa_model
+    from attnkit.models.checkpoint import load_tokenizer
+    from attnkit.tasks.squad import predict_answers
+
+    tok = load_tokenizer(tiny_bert)
+    model = build_qa_model(str(tiny_bert))
+    qs = ["short one?", "x y z " * 10 + "river?"]  # past 40 // 4 tokens
+    n = len(tok(qs[1], add_special_tokens=False)["input_ids"])
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        predict_answers(model, tok, qs, ["the river flows", "the city sleeps"], max_length=40)
+    said = [r.getMessage() for r in caplog.records if "longer than 10 tokens" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("1 of the 2 questions") and f"the longest has {n})" in said[0], caplog.text
+    assert n > 10 >= len(tok(qs[0], add_special_tokens=False)["input_ids"])
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        predict_answers(model, tok, qs[:1], ["the river flows"], max_length=40)
+    assert "longer than" not in caplog.text
+
+
 def test_span_qa_runs_the_attention_warmups_and_checks_their_length(tiny_bert, tiny_squad, tmp_path, capsys, monkeypatch):
     """--alpha-warmup (and --lam-warmup) shape a span-QA run as they shape a classifier's: the map starts dense and
     ends at its target (it was silently ignored); a --warmup step count longer than the run, and --teacher, are refused."""
