@@ -5,6 +5,7 @@ Light on purpose: building the parser imports no torch, so ``--help`` answers at
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import re
 import sys
@@ -459,6 +460,7 @@ def add_tasks_parser(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="attnkit", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="show library logs and warnings")
+    parser.add_argument("--version", action="version", version=f"attnkit {importlib.metadata.version('attnkit')}")
     sub = parser.add_subparsers(dest="command", metavar="{train,sweep,adapt,pretrain,evaluate,predict,explain,words,layer-weights,faithfulness,tasks}")
     for add in (add_train_parser, add_sweep_parser, add_pretrain_parser, add_adapt_parser, add_evaluate_parser, add_predict_parser,
                 add_explain_parser, add_layer_weights_parser, add_words_parser, add_faithfulness_parser, add_tasks_parser):

@@ -384,3 +384,15 @@ def test_attnkit_variables_are_checked_for_every_model_and_the_data_folders_orig
     assert main(["train", "--task", "sst2", "--output-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"(the data folder comes from $ATTNKIT_DATA=' {tmp_path / 'data'}')" in err, err
+
+
+def test_version_and_python_dash_m(capsys):
+    """`attnkit --version` was an unrecognized argument and `python -m attnkit` had no __main__ (sweep s23e)."""
+    import subprocess
+    import sys
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"attnkit {attnkit.__version__}"
+    r = subprocess.run([sys.executable, "-m", "attnkit", "--version"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == f"attnkit {attnkit.__version__}", r.stderr[-2000:]

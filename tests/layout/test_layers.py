@@ -19,7 +19,8 @@ import attnkit
 
 ROOT = Path(attnkit.__file__).resolve().parent
 LAYERS = ["errors", "runfiles", "attention", "models", "tasks", "analysis", "training", "cli"]
-RANK = {"errors": 0, "runfiles": 0, "attention": 1, "models": 2, "tasks": 3, "analysis": 4, "training": 5, "cli": 6}
+RANK = {"errors": 0, "runfiles": 0, "attention": 1, "models": 2, "tasks": 3, "analysis": 4, "training": 5, "cli": 6,
+        "__main__": 7}  # (``python -m attnkit``: the command line's entry, above it)
 
 
 def modules(root: Path) -> dict[str, Path]:
