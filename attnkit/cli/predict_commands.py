@@ -275,6 +275,20 @@ def _predict_qa(a, d: Path, model, tok) -> int:
     return 0
 
 
+#: the names of JSON lines files: predict replaces an existing file under --output only when it has one of them
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+
+
+def check_not_other_kind(output: str) -> None:
+    """An existing file under another kind's name (a copy of a data file, `--output data.csv`) is not replaced by JSON
+    lines: it was, without a word (sweep s23f)."""
+    p = Path(output).expanduser()
+    if p.is_file() and p.suffix.lower() not in JSONL_SUFFIXES:
+        raise UserError(f"--output {output} exists and is not a JSON lines file (its name ends in {p.suffix or 'no suffix'}, "
+                        f"not {', '.join(JSONL_SUFFIXES)}): predict writes JSON lines and would replace it; name another "
+                        "file, e.g. predictions.jsonl")
+
+
 def _predict_split(a) -> int:
     d, model, tok, task, data, ds = model_and_split(a)
     if a.output_dir and not (data.submission or {}).get(a.split):
@@ -331,6 +345,7 @@ def cmd_predict(a) -> int:
     if a.output:
         output_path(a, a.output, "--output")
         check_not_input(a.output, "--output", {"--file": a.file})
+        check_not_other_kind(a.output)
     for i, t in enumerate(a.texts, 1):
         check_argument_text(t, f"text {i} of the command line")
         if is_blank(t):

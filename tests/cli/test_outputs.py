@@ -414,3 +414,13 @@ def test_an_unknown_split_is_quoted(saved_classifier, data, capsys):
     for command in ("predict", "evaluate"):
         assert main([command, "--model", str(saved_classifier), "--task", "csv", "--data-dir", str(data), "--split", " test"]) == 2
         only_stderr_line(capsys, "task csv has no split ' test' (it has train, validation")
+
+
+def test_predict_does_not_replace_an_existing_file_of_another_kind(user_run, tmp_path, capsys):
+    """`predict --output copy-of-train.csv` replaced the csv with one JSON line, without a word (sweep s23f)."""
+    mine = tmp_path / "train copy.csv"
+    mine.write_text("text,label\ngood,1\n")
+    assert main(["predict", "--model", str(user_run), "--output", str(mine), "good film"]) == 2
+    only_stderr_line(capsys, "exists and is not a JSON lines file (its name ends in .csv")
+    assert mine.read_text() == "text,label\ngood,1\n"
+    assert main(["predict", "--model", str(user_run), "--output", str(tmp_path / "p.jsonl"), "good film"]) == 0
