@@ -243,6 +243,9 @@ def _read_qa_file(path: str) -> tuple[list[str], list[str]]:
             raise DataFormatError(p, len(qs) + 1, "expected one question per line, found an empty line")
         if not isinstance(row.get("question"), str) or not isinstance(row.get("context"), str):
             raise DataFormatError(p, line, 'expected {"question": "...", "context": "..."} for a question-answering model')
+        if is_blank(row["question"]):  # (an empty --question is refused; from a file it was answered, sweep s23f)
+            raise DataFormatError(p, line, "expected a question, found an empty one: a question-answering model needs a "
+                                  "question and a context to read")
         qs.append(row["question"])
         cs.append(row["context"])
     return qs, cs

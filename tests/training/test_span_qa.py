@@ -283,6 +283,9 @@ def test_qa_file_errors_name_the_line(tiny_bert, tiny_squad, tmp_path, capsys):
     assert main(["predict", "--model", str(out), "--file", str(f)]) == 2
     err = capsys.readouterr().err
     assert "q.jsonl, line 2" in err and "context" in err
+    f.write_text('{"question": "q", "context": "the movie"}\n{"question": "  ", "context": "the film"}\n')
+    assert main(["predict", "--model", str(out), "--file", str(f)]) == 2  # it was answered (sweep s23f)
+    assert "q.jsonl, line 2: expected a question, found an empty one" in capsys.readouterr().err
     assert main(["train", "--task", "squad", "--data-dir", str(tmp_path / "nowhere"), "--model", str(tiny_bert), "--output-dir", str(tmp_path / "o2")]) == 2
     assert "no dev-v1.1.json" in capsys.readouterr().err
 
