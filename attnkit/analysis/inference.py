@@ -251,6 +251,9 @@ def model_dir(path: str | Path) -> Path:
 def run_info(d: Path) -> dict:
     """What ``attnkit train`` recorded beside a model (task, labels, max length, lemmatisation, ...)."""
     run = d / RUN_INFO
+    if not run.is_file() and d.name.startswith("checkpoint-") and (d.parent / MODEL_DIR / RUN_INFO).is_file():
+        run = d.parent / MODEL_DIR / RUN_INFO  # a kept checkpoint of a finished run: that run's record (its --max-length,
+        # task, labels; it read at 128 and asked for --task, sweep s23f)
     return read_json(run, "what training recorded beside a model") if run.is_file() else {}
 
 

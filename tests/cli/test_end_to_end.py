@@ -293,3 +293,19 @@ def test_batch_size_only_where_more_than_one_text_is_read(capsys):
     with pytest.raises(SystemExit):  # explain draws one sentence: a batch size would be silently ignored
         parser.parse_args(["explain", "--model", "m", "a sentence", "--batch-size", "8"])
     assert "--batch-size" in capsys.readouterr().err
+
+
+def test_a_kept_checkpoint_reads_its_runs_record(tiny_bert, tmp_path, capsys):
+    """`predict --model run/checkpoint-N` read at length 128, not the run's --max-length, and `evaluate` asked for --task
+    (the checkpoint holds no record of its own; its finished run's model/ does, sweep s23f)."""
+    from attnkit.analysis.inference import run_info
+    from helpers import write_tiny_sentiment
+
+    data = write_tiny_sentiment(tmp_path / "data")
+    out = tmp_path / "run"
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--no-heatmap", "--keep-checkpoints")) == 0
+    ck = next(out.glob("checkpoint-*"))
+    assert run_info(ck) == run_info(out / "model") and run_info(ck)["max_length"] == 16
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(ck), "--data-dir", str(data)]) == 0
+    assert "--task is needed" not in capsys.readouterr().err
