@@ -184,11 +184,17 @@ def _check_window(tokenizer, max_length: int, doc_stride: int) -> None:
         raise UserError("question answering needs a fast tokenizer (offset mappings); this checkpoint's tokenizer is not one")
 
 
+def question_room(max_length: int) -> int:
+    """The tokens a window gives its question (a quarter of it): longer questions are cut there, so that a window always
+    has room for context."""
+    return max_length // 4
+
+
 def say_long_questions(tokenizer, questions: Sequence[str], max_length: int, done: str) -> None:
     """One line where questions are longer than the quarter of ``max_length`` a window gives them (they are cut there,
     :func:`encode_windows`): how many, and the longest (it was silent: two questions differing past the cut got one
     answer)."""
-    q_max = max_length // 4
+    q_max = question_room(max_length)
     lengths = [len(ids) for ids in tokenizer([q.strip() for q in questions], add_special_tokens=False)["input_ids"]]
     cut = [n for n in lengths if n > q_max]
     if cut:
@@ -205,7 +211,7 @@ def encode_windows(tokenizer, questions: Sequence[str], contexts: Sequence[str],
     for context. Returns the tokenizer's encoding with ``overflow_to_sample_mapping`` and
     ``offset_mapping`` (character spans in the context; ``None`` outside it).
     """
-    q_max = max_length // 4
+    q_max = question_room(max_length)
     qs = [q.strip() for q in questions]
     lengths = tokenizer(qs, add_special_tokens=False)["input_ids"]
     qs = [tokenizer.decode(ids[:q_max]) if len(ids) > q_max else q for q, ids in zip(qs, lengths)]
