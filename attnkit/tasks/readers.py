@@ -44,20 +44,20 @@ def require_file(path: Path, task: str) -> Path:
 
 
 #: the first bytes of compressed files (a data file given packed, under the text's name)
-COMPRESSED = ((re.compile(rb"\x1f\x8b"), "a gzip-compressed file"), (re.compile(rb"BZh[1-9]1AY&SY"), "a bzip2-compressed file"),
-              (re.compile(rb"PK\x03\x04"), "a zip archive"), (re.compile(rb"\xfd7zXZ\x00"), "an xz-compressed file"),
-              (re.compile(rb"\x28\xb5\x2f\xfd"), "a zstd-compressed file"))
-COMPRESSED_TOOL = {"a gzip-compressed file": "gunzip", "a bzip2-compressed file": "bunzip2", "a zip archive": "unzip",
-                   "an xz-compressed file": "unxz", "a zstd-compressed file": "unzstd"}
+COMPRESSED = ((re.compile(rb"\x1f\x8b"), "a gzip-compressed file", "gunzip"),
+              (re.compile(rb"BZh[1-9]1AY&SY"), "a bzip2-compressed file", "bunzip2"),
+              (re.compile(rb"PK\x03\x04"), "a zip archive", "unzip"),
+              (re.compile(rb"\xfd7zXZ\x00"), "an xz-compressed file", "unxz"),
+              (re.compile(rb"\x28\xb5\x2f\xfd"), "a zstd-compressed file", "unzstd"))
 
 
 def decode(path: Path, raw: bytes) -> str:
     """UTF-8 text with a leading BOM dropped; bad UTF-8 is reported with its line, and UTF-16 (with its byte-order mark,
     or without, where every other byte of its start is 0) as UTF-16."""
-    packed = next((k for magic, k in COMPRESSED if magic.match(raw)), None)
+    packed = next(((kind, tool) for magic, kind, tool in COMPRESSED if magic.match(raw)), None)
     if packed is not None:
-        raise DataFormatError(path, 1, f"expected UTF-8 text, found {packed} (its first bytes): unpack it first, e.g. "
-                                       f"with {COMPRESSED_TOOL[packed]}, and give the text file")
+        raise DataFormatError(path, 1, f"expected UTF-8 text, found {packed[0]} (its first bytes): unpack it first, e.g. "
+                                       f"with {packed[1]}, and give the text file")
     if looks_utf16(raw):
         raise DataFormatError(path, 1, "expected UTF-8 text, found UTF-16 (" + ("its byte-order mark" if raw[:2] in (
             b"\xff\xfe", b"\xfe\xff") else "every other byte 0") + "): convert it to UTF-8, e.g. with iconv -f UTF-16 -t UTF-8")
