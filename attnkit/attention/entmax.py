@@ -126,8 +126,8 @@ class _Entmax15Function(torch.autograd.Function):
         (p,) = ctx.saved_tensors
         backend = backend_for(p, g, backward=True)  # a double backward, and torch.func's transforms: the torch form
         if backend == "torch":
-            return grad_scores(p, g, power_on_support(p, 0.5))
-        return kernel_ops(backend).entmax_backward(p, g, None)[0]
+            return nan_rows_stay_nan(p, grad_scores(p, g, power_on_support(p, 0.5)))
+        return kernel_ops(backend).entmax_backward(p, g, None)[0]  # the kernels give NaN rows NaN
 
     @staticmethod
     def vmap(info, in_dims, z):
@@ -211,12 +211,12 @@ class _EntmaxBisectFunction(torch.autograd.Function):
         backend = backend_for(p, g, backward=True)  # a double backward, and torch.func's transforms: the torch form
         if backend != "torch":  # the kernels give alpha's gradient per row from the same pass
             grad_z, grad_alpha = kernel_ops(backend).entmax_backward(p, g, alpha)
-            return nan_rows_stay_nan(p, grad_z), (grad_alpha if ctx.needs_input_grad[1] else None), None
+            return grad_z, (grad_alpha if ctx.needs_input_grad[1] else None), None  # NaN rows: NaN in both
         q = power_on_support(p, 2 - alpha)
         grad_z = nan_rows_stay_nan(p, grad_scores(p, g, q))
         grad_alpha = None
         if ctx.needs_input_grad[1]:
-            grad_alpha = (g.double() * dp_dalpha(p, q, alpha)).sum(-1, keepdim=True).to(alpha.dtype)
+            grad_alpha = nan_rows_stay_nan(p, (g.double() * dp_dalpha(p, q, alpha)).sum(-1, keepdim=True).to(alpha.dtype))
         return grad_z, grad_alpha, None
 
     @staticmethod

@@ -122,7 +122,8 @@ def sparsemax_vjp(p: torch.Tensor, g: torch.Tensor, scale: float) -> torch.Tenso
 def nan_rows_stay_nan(p: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     """``grad`` with NaN on the rows whose map is NaN (a NaN score makes its whole row NaN in the forward, as softmax's
     does): the backward reads ``p`` only through its support, which a NaN row lacks, and gave those rows a zero
-    gradient, hiding the NaN from the parameters below. One element per row is read."""
+    gradient, hiding the NaN from the parameters below. One element per row is read. The torch path's backwards call
+    it (one more pass over the gradient); the C++ and Triton backwards do the same inside their row loop."""
     return grad.masked_fill(p[..., :1].isnan(), float("nan")) if p.is_floating_point() and p.shape[-1] else grad
 
 
@@ -155,7 +156,7 @@ class _SparsemaxFunction(torch.autograd.Function):
         backend = backend_for(p, g, backward=True, differentiable=("cpp",))  # the C++ backward op has its own backward
         if backend == "torch":
             return nan_rows_stay_nan(p, sparsemax_vjp(p, g, ctx.scale)), None, None
-        return nan_rows_stay_nan(p, kernel_ops(backend).sparsemax_backward(p, g, ctx.scale)), None, None
+        return kernel_ops(backend).sparsemax_backward(p, g, ctx.scale), None, None  # the kernels give NaN rows NaN
 
     @staticmethod
     def vmap(info, in_dims, z, scale, topk):

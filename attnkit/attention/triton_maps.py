@@ -80,7 +80,8 @@ def _sparsemax_bwd(P, G, GZ, stride, n, scale, BLOCK: tl.constexpr, ACC: tl.cons
     sup = p > 0
     k = tl.sum(sup.to(ACC), 0)
     mean = tl.sum(tl.where(sup, g, 0.0), 0) / tl.maximum(k, 1.0)
-    tl.store(GZ + row * stride + offs, tl.where(sup, (g - mean) * scale, 0.0), mask=valid)
+    # a NaN row of the forward (all NaN) has no support: its gradient is NaN, not 0 (which would hide the NaN)
+    tl.store(GZ + row * stride + offs, tl.where(p != p, p, tl.where(sup, (g - mean) * scale, 0.0)), mask=valid)
 
 
 @triton.jit
@@ -137,12 +138,13 @@ def _entmax_bwd(P, G, A, GZ, GA, stride, n, BLOCK: tl.constexpr, ACC: tl.constex
     q = tl.where(sup, tl.exp((2.0 - alpha) * lp), 0.0)
     sq = tl.sum(q, 0)
     mean = tl.where(sq > 0, tl.sum(g * q, 0) / tl.maximum(sq, 1e-30), 0.0)
-    tl.store(GZ + row * stride + offs, q * (g - mean), mask=valid)
+    tl.store(GZ + row * stride + offs, tl.where(p != p, p, q * (g - mean)), mask=valid)  # a NaN row: NaN, not 0
     if not FIXED15:
         d = alpha - 1.0
         h = tl.sum(p * lp, 0)
         ga = (tl.sum(g * p, 0) - mean) / tl.where(d > 0, d * d, 1.0) - (tl.sum(g * p * lp, 0) - h * mean) / tl.where(d > 0, d, 1.0)
-        tl.store(GA + row, tl.where((d > 0) & (sq > 0), ga, 0.0))
+        nan = tl.sum(tl.where(p != p, p, 0.0), 0)  # NaN on a NaN row, else 0
+        tl.store(GA + row, tl.where((d > 0) & (sq > 0), ga, 0.0) + nan)
 
 
 def _rows(t: torch.Tensor) -> tuple[torch.Tensor, int, int]:

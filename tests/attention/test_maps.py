@@ -245,26 +245,37 @@ def test_nan_rows_come_out_nan(gen):
     assert torch.allclose(p[~bad].double(), reference_sparsemax(z[~bad] / 2.0), atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["sparsemax", "sparsegen_lin", "entmax15", "entmax_bisect"])
-@pytest.mark.parametrize("backend", ["torch", "kernel"])
-def test_nan_rows_get_a_nan_gradient_and_other_rows_theirs(name, backend, gen, monkeypatch):
+@pytest.mark.parametrize("name", ["sparsemax", "sparsegen_lin", "entmax15", "entmax_bisect", "learned_alpha"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_nan_rows_get_a_nan_gradient_and_other_rows_theirs(name, dtype, gen):
     """A NaN row's gradient was 0 in sparsemax, sparsegen-lin and alpha-entmax (its support is empty), hiding the NaN
-    from what lies below; softmax and 1.5-entmax give NaN (sweep s23c). Other rows keep their exact gradient."""
+    from what lies below (sweep s23c; 1.5-entmax's torch path too, which the test's old ``ATTNKIT_KERNEL=torch``,
+    read at import, never reached). The kernels' backwards now write the NaN
+    themselves (no extra pass over the gradient), alpha's gradient too; every path (the ``backend`` fixture). Other
+    rows keep their exact gradient."""
     import attnkit
 
-    if backend == "torch":
-        monkeypatch.setenv("ATTNKIT_KERNEL", "torch")
-    fn = getattr(attnkit, name)
-    z = torch.randn(4, 7, generator=gen, dtype=torch.float64)
-    w = torch.randn(4, 7, generator=gen, dtype=torch.float64)
+    alpha = torch.tensor([[1.3], [1.6], [1.8], [1.2]], dtype=dtype)
+    z = torch.randn(4, 7, generator=gen, dtype=dtype)
+    w = torch.randn(4, 7, generator=gen, dtype=dtype)
     z[1, 2] = math.nan
-    z1 = z.clone().requires_grad_()
-    (fn(z1) * w).sum().backward()
     ok = torch.tensor([True, False, True, True])
-    clean = z[ok].clone().requires_grad_()
-    (fn(clean) * w[ok]).sum().backward()
-    assert torch.isnan(z1.grad[1]).all()
-    assert torch.allclose(z1.grad[ok], clean.grad, atol=1e-12)
+
+    def grads(z, w, alpha):
+        z = z.clone().requires_grad_()
+        a = alpha.clone().requires_grad_()
+        p = attnkit.entmax_bisect(z, a) if name == "learned_alpha" else getattr(attnkit, name)(z)
+        (p * w).sum().backward()
+        return z.grad, a.grad
+
+    gz, ga = grads(z, w, alpha)
+    clean_gz, clean_ga = grads(z[ok], w[ok], alpha[ok])
+    assert torch.isnan(gz[1]).all()
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    assert torch.allclose(gz[ok], clean_gz, atol=tol)
+    if name == "learned_alpha":
+        assert torch.isnan(ga[1]).all()
+        assert torch.allclose(ga[ok], clean_ga, atol=tol * 10)
 
 
 # ----------------------------------------------------------------------------- large magnitudes

@@ -150,11 +150,20 @@ void forward_rows(const T* z, T* p, int32_t* support, int64_t rows, int64_t n, d
   });
 }
 
+// A NaN row of the forward (a NaN score makes its whole row NaN) has no support, so the backward's sums would give it
+// a zero gradient and hide the NaN from the parameters below: the backwards give it NaN (and alpha NaN), as softmax's
+// does. One element read per row.
+template <typename T>
+inline bool nan_row(const T* pr, int64_t n) {
+  return n > 0 && std::isnan(pr[0]);
+}
+
 // One row of the backward; restrict pointers and by-value arguments, so the loops
 // vectorise even when called from inside an OpenMP region (captures by reference
 // would otherwise be reloaded after every store).
 template <typename T>
 inline void backward_row(const T* __restrict pr, const T* __restrict gr, T* __restrict out, int64_t n, T scale) {
+  if (nan_row(pr, n)) return std::fill(out, out + n, std::numeric_limits<T>::quiet_NaN());
   T s = 0, k = 0;  // k counted in T: one vector type in the loop
 #pragma omp simd reduction(+ : s, k)
   for (int64_t j = 0; j < n; ++j) {
@@ -672,6 +681,10 @@ inline void entmax_alpha_block_f32(const float* __restrict z, float* __restrict 
 // the package's formula with its O(1/d^2) terms cancelled by hand (in float they would leave ~1e-7 / d^2).
 inline double entmax_backward_row_f32(const float* __restrict pr, const float* __restrict gr, float* __restrict out, int64_t n,
                                       double alpha) {
+  if (nan_row(pr, n)) {
+    std::fill(out, out + n, std::numeric_limits<float>::quiet_NaN());
+    return std::numeric_limits<double>::quiet_NaN();
+  }
   const float d = static_cast<float>(alpha - 1.0), c = 1.0f - d;
   // the support's p, g and columns, compacted (a handful of entries on attention rows), padded with p = 0
   thread_local std::vector<float> pbuf, gbuf, qbuf;
@@ -748,6 +761,10 @@ template <typename T>
 inline double entmax_backward_row(const T* __restrict pr, const T* __restrict gr, T* __restrict out, int64_t n, double alpha,
                                   bool fixed15) {
   using A = double;
+  if (nan_row(pr, n)) {
+    std::fill(out, out + n, std::numeric_limits<T>::quiet_NaN());
+    return std::numeric_limits<double>::quiet_NaN();
+  }
   if (fixed15) {  // 1.5-entmax, q = sqrt(p): vectorised in the rows' own precision, as softmax's backward
     T tq = 0, tgq = 0;
 #pragma omp simd reduction(+ : tq, tgq)
