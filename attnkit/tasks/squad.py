@@ -194,8 +194,12 @@ def say_long_questions(tokenizer, questions: Sequence[str], max_length: int, don
     """One line where questions are longer than the quarter of ``max_length`` a window gives them (they are cut there,
     :func:`encode_windows`): how many, and the longest (it was silent: two questions differing past the cut got one
     answer)."""
+    ids = tokenizer([q.strip() for q in questions], add_special_tokens=False)["input_ids"]
+    _say_cut([len(i) for i in ids], max_length, done)
+
+
+def _say_cut(lengths: Sequence[int], max_length: int, done: str) -> None:
     q_max = question_room(max_length)
-    lengths = [len(ids) for ids in tokenizer([q.strip() for q in questions], add_special_tokens=False)["input_ids"]]
     cut = [n for n in lengths if n > q_max]
     if cut:
         logging.getLogger("attnkit").warning(
@@ -204,16 +208,20 @@ def say_long_questions(tokenizer, questions: Sequence[str], max_length: int, don
             "more of them", len(cut), len(lengths), q_max, max_length, done, q_max, max(cut))
 
 
-def encode_windows(tokenizer, questions: Sequence[str], contexts: Sequence[str], max_length: int, doc_stride: int):
+def encode_windows(tokenizer, questions: Sequence[str], contexts: Sequence[str], max_length: int, doc_stride: int,
+                   say: str | None = None):
     """Tokenise (question, context) pairs into overlapping windows of the context.
 
     Long questions are cut to a quarter of ``max_length`` first, so a window always has room
-    for context. Returns the tokenizer's encoding with ``overflow_to_sample_mapping`` and
+    for context (``say``: the line of :func:`say_long_questions`, ending "were <say> from their first N tokens", from
+    the same tokenisation). Returns the tokenizer's encoding with ``overflow_to_sample_mapping`` and
     ``offset_mapping`` (character spans in the context; ``None`` outside it).
     """
     q_max = question_room(max_length)
     qs = [q.strip() for q in questions]
     lengths = tokenizer(qs, add_special_tokens=False)["input_ids"]
+    if say is not None:
+        _say_cut([len(ids) for ids in lengths], max_length, say)
     qs = [tokenizer.decode(ids[:q_max]) if len(ids) > q_max else q for q, ids in zip(qs, lengths)]
     enc = tokenizer(qs, list(contexts), truncation="only_second", max_length=max_length, stride=doc_stride,
                     return_overflowing_tokens=True, return_offsets_mapping=True)
@@ -305,8 +313,7 @@ def predict_answers(model, tokenizer, questions: Sequence[str], contexts: Sequen
     _check_window(tokenizer, max_length, stride)
     say_control(joined_by_controls(tokenizer, list(enumerate(questions, 1)), what="question")
                 + joined_by_controls(tokenizer, list(enumerate(contexts, 1)), what="context"), done="answered")
-    say_long_questions(tokenizer, questions, max_length, "answered")
-    enc = encode_windows(tokenizer, questions, contexts, max_length, stride)
+    enc = encode_windows(tokenizer, questions, contexts, max_length, stride, say="answered")
     model.eval()
     dev = next(model.parameters()).device
     keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
