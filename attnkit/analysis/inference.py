@@ -178,18 +178,25 @@ def label_names_of(model) -> list[str]:
     return [str(id2label.get(i, id2label.get(str(i), i))) for i in range(model.config.num_labels)]
 
 
+def refuse_labelled_in_part(labels, what: str, to: str) -> None:
+    """Refuse a split some of whose examples have a gold label and some not (an empty label field in a test file):
+    it can neither be scored nor be taken for an unlabelled one. ``to``: what the labels are needed for."""
+    labels = np.asarray(list(labels))
+    missing = int((labels < 0).sum())
+    if 0 < missing < len(labels):  # "no gold labels" was not what it held, nor was skipping it
+        first = int(np.flatnonzero(labels < 0)[0]) + 1
+        raise UserError(f"{missing} of the {len(labels)} examples of {what} {'has' if missing == 1 else 'have'} no "
+                        f"gold label (an empty label field; the first is example {first} of the split, in file "
+                        f"order): give every row its label to {to}, or use `attnkit predict`")
+
+
 def evaluate_split(model, tokenizer, dataset, *, batch_size: int = 64, max_length: int = 128, kind: str = "accuracy",
                    what: str = "this split") -> dict:
     """Metrics of ``model`` on a tokenisable dataset (text, [text_pair], label); ``kind`` as in
     :func:`attnkit.tasks.metrics.task_metrics`; ``what`` names the split in a refusal."""
     labels = np.asarray(list(dataset["label"]))
     if len(labels) == 0 or labels.min() < 0:
-        missing = int((labels < 0).sum())
-        if 0 < missing < len(labels):  # a test file labelled in part: "no gold labels" was not what it held
-            first = int(np.flatnonzero(labels < 0)[0]) + 1
-            raise UserError(f"{missing} of the {len(labels)} examples of {what} {'has' if missing == 1 else 'have'} no "
-                             f"gold label (an empty label field; the first is example {first} of the split, in file "
-                             "order): give every row its label to evaluate it, or use `attnkit predict`")
+        refuse_labelled_in_part(labels, what, "evaluate it")
         raise UserError(f"{what} has no gold labels; use `attnkit predict` instead")
     pairs = list(dataset["text_pair"]) if "text_pair" in dataset.column_names else None
     logits = predict_logits(model, tokenizer, list(dataset["text"]), pairs, batch_size=batch_size, max_length=max_length)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from transformers import DataCollatorWithPadding, set_seed
 from attnkit.analysis.explain import plot_learned_lam
-from attnkit.analysis.inference import text_lengths, truncation_line
+from attnkit.analysis.inference import refuse_labelled_in_part, text_lengths, truncation_line
 from attnkit.attention import kernels
 from attnkit.attention.learned import learned_values
 from attnkit.attention.normalisers import LEARNED
@@ -263,8 +263,18 @@ def _datasets(cfg: TrainConfig, data, enc):
         what = "--max-train-samples" if not cfg.holdout else "--holdout" if cfg.max_train_samples is None else "--max-train-samples, --holdout"
         _check_classes(cfg, data, train_ds["label"], f"{len(train_ds)} training examples left for training ({what})",
                        before=enc["train"]["label"])
-    # every other labelled split is evaluated at the end (test, MNLI's validation_mismatched, ...)
-    others = {k: subsample(v, cfg.max_eval_samples, cfg.seed) for k, v in enc.items() if k not in ("train", "validation") and _labelled(v)}
+    # every other labelled split is evaluated at the end (test, MNLI's validation_mismatched, ...); one without labels is
+    # said (it was skipped without a word), one labelled in part refused now, not found out after training
+    others = {}
+    for k, v in enc.items():
+        if k in ("train", "validation") or v is None or len(v) == 0:
+            continue
+        if _labelled(v):
+            others[k] = subsample(v, cfg.max_eval_samples, cfg.seed)
+            continue
+        refuse_labelled_in_part(v["label"], f"the {k} split of task {cfg.task}", "score it at the end of the run")
+        log.warning("the %s split of task %s has no labels: it is not scored (`attnkit predict --model <run> --split %s` "
+                    "labels its texts)", k, cfg.task, k)
     if heldout is not None:
         if "heldout" in enc:
             raise UserError(f"task {cfg.task} has a split named 'heldout' already: --holdout would hide it")

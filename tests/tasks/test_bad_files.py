@@ -4,6 +4,7 @@ inside a text."""
 
 from __future__ import annotations
 
+import logging
 
 import pytest
 
@@ -67,6 +68,37 @@ def test_evaluating_a_split_labelled_in_part_says_how_many_lack_a_label(saved_cl
     assert len(err.splitlines()) == 1 and f"2 of the 4 examples of the test split of task csv in {data} have no gold label" in err, err
     assert "the first is example 2 of the split" in err  # (dull film: sweep 2026-11-28v remark)
     assert not out.exists() and snapshot(data) == before
+
+
+@pytest.mark.parametrize("labels", ["in part", "none"])
+def test_training_with_a_test_split_without_labels_says_so(tiny_bert, tmp_path, capsys, caplog, labels):
+    """`train` skipped a test split that is not wholly labelled without a word (one empty label field in test.csv: no
+    test accuracy, exit 0; sweep s24). A split labelled in part is refused before training, naming how many rows
+    lack a label and the first; a wholly unlabelled one is said in one line, and the run goes on."""
+    from attnkit.cli import main
+    from helpers import two_step_train_args, write_tiny_sentiment
+
+    data = write_tiny_sentiment(tmp_path / "data", n_train=32, n_dev=8)
+    test = "text,label\ngreat film,positive\ndull film,\nfine plot,negative\n" if labels == "in part" else \
+        "text\ngreat film\ndull film\n"
+    (data / "test.csv").write_text(test)
+    before = snapshot(data)
+    out = tmp_path / "run"
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        code = main(two_step_train_args(tiny_bert, data, out, "--threads", "1"))
+    err = capsys.readouterr().err
+    if labels == "in part":
+        assert code == 2 and not out.exists(), err
+        line = [ln for ln in err.splitlines() if "error" in ln]
+        assert len(line) == 1 and "1 of the 3 examples of the test split of task csv has no gold label" in line[0], err
+        assert "the first is example 2 of the split" in line[0]
+    else:
+        assert code == 0, err
+        said = [r.getMessage() for r in caplog.records if "has no labels" in r.getMessage()]
+        assert said == ["the test split of task csv has no labels: it is not scored (`attnkit predict --model <run> "
+                        "--split test` labels its texts)"], caplog.text
+        assert "test" not in __import__("json").loads((out / "metrics.json").read_text())
+    assert snapshot(data) == before
 
 
 def test_a_text_of_invisible_characters_only_is_empty(saved_classifier, tmp_path, capsys):
