@@ -166,6 +166,8 @@ def cmd_faithfulness(a) -> int:
     check_seed(a.seed)
     if a.ig_steps > 1000:
         raise UserError(f"--ig-steps {a.ig_steps}: expected at most 1000 (the steps of one text run as one batch)")
+    if a.output:  # (--output data.csv replaced the user's file by JSON: sweep s24)
+        check_suffix(a.output, (".json",), f"--output {a.output}: the measures")
     if a.plot:
         figure_path(a.plot, f"--plot {a.plot}: the curves")
     d, model, tok, task, data, ds = model_and_split(a, say_other_labels=True)

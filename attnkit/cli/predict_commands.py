@@ -30,7 +30,7 @@ from attnkit.cli.outputs import (
 from attnkit.errors import DataFormatError, UserError
 from attnkit.models.resolve import is_qa_model
 from attnkit.runfiles.names import WRITTEN_BY
-from attnkit.runfiles.ownership import check_not_input, check_side_file, check_suffix, record_output
+from attnkit.runfiles.ownership import check_link_target_kind, check_not_input, check_side_file, check_suffix, record_output
 from attnkit.runfiles.atomic import output_batch, write_json_atomic, write_text_atomic
 from attnkit.runfiles.json_files import path_problem, read_json
 from attnkit.tasks import default_data_dir, is_qa_task, load_task
@@ -290,6 +290,7 @@ def check_not_other_kind(output: str) -> None:
         raise UserError(f"--output {output} exists and is not a JSON lines file (its name ends in {p.suffix or 'no suffix'}, "
                         f"not {', '.join(JSONL_SUFFIXES)}): predict writes JSON lines and would replace it; name another "
                         "file, e.g. predictions.jsonl")
+    check_link_target_kind(p, JSONL_SUFFIXES, f"--output {output}: the predictions")
 
 
 def _predict_split(a) -> int:

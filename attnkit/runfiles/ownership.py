@@ -245,7 +245,19 @@ def check_suffix(path: str | os.PathLike, suffixes: tuple[str, ...], what: str) 
         raise UserError(f"{what} file has no name before {path.name!r}: name the file, e.g. {path.with_name('out' + path.name)}")
     if path.suffix.lower() not in suffixes:
         raise UserError(f"{what} file must end in {' or '.join(suffixes)}, got {path.name!r}")
+    check_link_target_kind(path, suffixes, what)
     return path
+
+
+def check_link_target_kind(path: Path, suffixes: tuple[str, ...], what: str) -> None:
+    """An output named as a link to an existing file of another kind (``out.png -> data.csv``) is refused: writes go
+    through a link (:func:`attnkit.runfiles.atomic.atomic_path`), and the data file was replaced by a chart or by JSON
+    without a word (sweep s24). A link to a file of the output's own kind is written through as before."""
+    if path.is_symlink() and path.is_file():
+        target = Path(os.path.realpath(path))
+        if target.suffix.lower() not in suffixes:
+            raise UserError(f"{what} file {str(path)!r} is a link to {target}, whose name does not end in "
+                            f"{' or '.join(suffixes)}: writing through the link would replace that file; name another file")
 
 
 #: attnkit's bookkeeping files in a folder, by name: never a command's output, wherever it is aimed

@@ -424,3 +424,41 @@ def test_predict_does_not_replace_an_existing_file_of_another_kind(user_run, tmp
     only_stderr_line(capsys, "exists and is not a JSON lines file (its name ends in .csv")
     assert mine.read_text() == "text,label\ngood,1\n"
     assert main(["predict", "--model", str(user_run), "--output", str(tmp_path / "p.jsonl"), "good film"]) == 0
+
+
+@pytest.mark.parametrize("argv,link", [
+    (["predict", "good film", "--output", "{link}"], "p.jsonl"),
+    (["evaluate", "--data-dir", "{data}", "--output", "{link}"], "m.json"),
+    (["explain", "good film", "--output", "{link}"], "h.png"),
+    (["explain", "good film", "--output", "{tmp}/h.svg", "--html", "{link}"], "page.html"),
+    (["explain", "good film", "--output", "{tmp}/h.svg", "--stats", "{link}"], "s.json"),
+    (["words", "--data-dir", "{data}", "--min-count", "1", "--output", "{link}"], "w.png"),
+    (["faithfulness", "--data-dir", "{data}", "--max-examples", "2", "--output", "{link}"], "f.json"),
+])
+def test_an_output_named_as_a_link_to_a_file_of_another_kind_is_refused(user_run, data, tmp_path, capsys, argv, link):
+    """`--output out.png` where out.png is a link to the user's data.csv: the write went through the link and the csv
+    became a chart (or JSON), without a word (sweep s24). Refused in one line naming the link and its target; the
+    file stays byte for byte."""
+    mine = tmp_path / "mine.csv"
+    mine.write_text("text,label\ngood,1\n")
+    (tmp_path / link).symlink_to(mine)
+    fill = {"link": str(tmp_path / link), "tmp": str(tmp_path), "data": str(data)}
+    assert main([argv[0], "--model", str(user_run), *(x.format(**fill) for x in argv[1:])]) == 2
+    only_stderr_line(capsys, f"is a link to {mine}, whose name does not end in .")
+    assert mine.read_text() == "text,label\ngood,1\n"
+
+
+def test_faithfulness_output_must_be_named_json(user_run, data, tmp_path, capsys):
+    """`faithfulness --output data.csv` replaced the user's csv by the JSON report (sweep s24); a link to a JSON file is
+    written through, as every output's link to a file of its own kind."""
+    mine = tmp_path / "data.csv"
+    mine.write_text("text,label\ngood,1\n")
+    assert main(["faithfulness", "--model", str(user_run), "--data-dir", str(data), "--max-examples", "2", "--output", str(mine)]) == 2
+    only_stderr_line(capsys, f"--output {mine}: the measures file must end in .json, got 'data.csv'")
+    assert mine.read_text() == "text,label\ngood,1\n"
+    real = tmp_path / "real.json"
+    assert main(["faithfulness", "--model", str(user_run), "--data-dir", str(data), "--max-examples", "2", "--output", str(real)]) == 0
+    (tmp_path / "via.json").symlink_to(real)
+    assert main(["faithfulness", "--model", str(user_run), "--data-dir", str(data), "--max-examples", "2", "--output",
+                 str(tmp_path / "via.json"), "--plot", str(tmp_path / "c2.png")]) == 0
+    assert (tmp_path / "via.json").is_symlink() and '"comprehensiveness"' in real.read_text()
