@@ -377,7 +377,8 @@ def add_sweep_parser(sub) -> None:
     w.add_argument("--report-only", action="store_true",
                    help="train nothing: write sweep.json/.md and the figures from the cells finished so far in --output-dir")
     add_train_options(w)
-    w.set_defaults(output_dir="runs/sweep")
+    w.set_defaults(output_dir="runs/sweep", seed=None)  # each cell's seed is one of --seeds: a --seed is refused
+    next(x for x in w._actions if x.dest == "seed").help = "not taken: each cell's seed is one of --seeds"
 
 
 def add_evaluate_parser(sub) -> None:

@@ -33,7 +33,7 @@ from attnkit.runfiles.ownership import make_way
 from attnkit.tasks import is_qa_task, load_task
 from attnkit.training.adapt import adapt
 from attnkit.training.adapt_config import AdaptConfig
-from attnkit.training.config import METRICS_FILE, MODEL_DIR, PretrainConfig, is_mini_alias
+from attnkit.training.config import METRICS_FILE, MODEL_DIR, PretrainConfig, TrainConfig, is_mini_alias
 from attnkit.training.finetune import train
 from attnkit.training.pretrain import pretrain
 from attnkit.training.recipes import recipe_options
@@ -101,6 +101,10 @@ def cmd_sweep(a) -> int:
     ignored = [f"--{name} {getattr(a, name)}" for name in ("attention", "lam") if getattr(a, name) is not None]
     if a.no_resume:
         raise UserError("--no-resume: a sweep reuses its finished cells; give another --output-dir to train afresh")
+    if a.seed is not None:  # it was ignored without a word: the cells trained seeds 1 and 2 (sweep s24)
+        raise UserError(f"--seed {a.seed}: attnkit sweep trains one cell per seed of --seeds (default 1 2); give --seeds "
+                        f"{a.seed} for that seed")
+    a.seed = TrainConfig.seed  # (each cell's own seed replaces it)
     if param == "lam" and (a.alpha is not None or a.learn_alpha or a.alpha_lr is not None or a.alpha_warmup):
         ignored.append("--alpha/--learn-alpha/--alpha-lr/--alpha-warmup")
     if param == "alpha" and (a.alpha is not None or a.learn_alpha or a.learn_lam or a.lam_lr is not None or a.lam_warmup):

@@ -144,6 +144,8 @@ def test_inference_options_that_would_be_ignored_or_misread(user_run, data, tmp_
     (["train", "--se-ratio", "3"], "--se-ratio 3"),
     (["sweep", "--lams", "-2", "--no-resume"], "--no-resume: a sweep reuses"),
     (["sweep", "--alphas", "2.5"], "--alphas 2.5"),
+    # the cells trained seeds 1 and 2 and --seed 5 went unread (sweep s24)
+    (["sweep", "--lams", "-2", "--seed", "5"], "--seed 5: attnkit sweep trains one cell per seed of --seeds (default 1 2)"),
 ])
 def test_explicit_defaults_and_sweep_options_are_not_ignored(tiny_bert, data, tmp_path, capsys, argv, needle):
     base = ["--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(tmp_path / "o"), "--max-steps", "2"]
