@@ -20,6 +20,7 @@ from attnkit.models.checks import check_model_folder
 from attnkit.models.freeze import parse_groups
 from attnkit.models.mini import MODEL_TYPE as MINI_MODEL_TYPE
 from attnkit.models.resolve import (
+    adapted_record,
     check_max_length,
     checkpoint_dir,
     checkpoint_spec,
@@ -130,13 +131,19 @@ def mini_train_settings(a, default_attention: str = "sparsegen-lin", default_lr:
                 inherited["sparse_layers"] = stored.sparse_layers  # adapted with --sparse-layers: fine-tuned so too
         else:
             attention = "softmax" if mini else default_attention
-    elif ckpt is not None and getattr(a, "sparse_layers", None) is None and is_main_process():
+    elif ckpt is not None and is_main_process():
         stored = checkpoint_spec(model)
-        if stored is not None and stored.sparse_layers is not None:  # (an encoder adapted with --sparse-layers)
+        if stored is None:
+            pass
+        elif stored.sparse_layers is not None and getattr(a, "sparse_layers", None) is None:  # (adapted with --sparse-layers)
             logging.getLogger("attnkit").warning(
                 "%s holds %s in layers %s only; --attention %s without --sparse-layers puts its map in every layer: leave "
                 "out --attention to fine-tune as it was adapted (or give --sparse-layers)", ckpt, stored.attention,
                 stored.sparse_layers, attention)
+        elif attention != stored.attention and adapted_record(ckpt) is not None:  # it ran without a word (sweep s24)
+            logging.getLogger("attnkit").warning(
+                "%s was adapted to %s (attnkit adapt); --attention %s fine-tunes it with another map: leave out --attention "
+                "to fine-tune with the map it was adapted to", ckpt, stored.describe(), attention)
     is_mini_ckpt = ckpt is not None and read_json(ckpt / "config.json", "a model's config").get("model_type") == MINI_MODEL_TYPE
     lr = a.lr if a.lr is not None else (DEFAULT_MINI_LR if (mini or is_mini_ckpt) else default_lr)
     out = {"model": model, "attention": attention, "lam": lam, "lr": lr, "freeze": ",".join(parse_groups(a.freeze)) or None}

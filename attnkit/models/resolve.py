@@ -14,7 +14,7 @@ from huggingface_hub import constants, try_to_load_from_cache
 from attnkit.attention.spec import AttentionSpec
 from attnkit.errors import UserError
 from attnkit.runfiles.json_files import path_problem, read_json
-from attnkit.runfiles.names import MODEL_DIR
+from attnkit.runfiles.names import MODEL_DIR, RUN_INFO
 from attnkit.runfiles.ownership import unfinished_run
 
 DEFAULT_MODEL = "minilm"
@@ -139,3 +139,12 @@ def checkpoint_spec(model: str) -> AttentionSpec | None:
     cfg = read_json(d / "config.json", "a model's config")
     stored = cfg.get("attnkit")
     return AttentionSpec.from_dict(stored) if stored else None
+
+
+def adapted_record(model_path) -> dict | None:
+    """The ``adapted`` record of an encoder written by ``attnkit adapt`` (None for any other model)."""
+    f = Path(str(model_path)).expanduser() / RUN_INFO
+    try:
+        return read_json(f, "what training recorded beside a model").get("adapted") if f.is_file() else None
+    except (OSError, ValueError):
+        return None

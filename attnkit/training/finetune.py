@@ -19,6 +19,7 @@ from attnkit.attention.normalisers import LEARNED
 from attnkit.errors import UserError
 from attnkit.models.build import build_classifier
 from attnkit.models.checkpoint import load_tokenizer, save_checkpoint
+from attnkit.models.resolve import adapted_record
 from attnkit.models.freeze import freeze_parameters
 from attnkit.runfiles.names import RUN_INFO
 from attnkit.runfiles.json_files import finite_record, read_json
@@ -212,7 +213,7 @@ def _train_classifier(cfg: TrainConfig, out: Path) -> dict:
         metrics["frozen"] = {k: v for k, v in frozen.items() if k != "names"}
     if teacher_path is not None:
         metrics["teacher"] = {"model": teacher_path, "weight": cfg.distill_weight, "temperature": cfg.distill_temperature}
-    adapted = _adapted_record(model_path)
+    adapted = adapted_record(model_path)
     if adapted is not None:
         metrics["adapted"] = adapted  # how the encoder this run started from was adapted (attnkit adapt)
     metrics["log_history"] = history
@@ -320,15 +321,6 @@ def _save_classifier(cfg: TrainConfig, data, out: Path, trainer, tokenizer, lang
     for kind, values in learned.items():
         for ext in ("png", "svg"):
             plot_learned_lam(values, out / f"{kind}_learned.{ext}", start=getattr(spec, kind), title=f"{cfg.task}: learned {kind}", name=kind)
-
-
-def _adapted_record(model_path) -> dict | None:
-    """The ``adapted`` record of an encoder written by ``attnkit adapt`` (None for any other model)."""
-    f = Path(str(model_path)).expanduser() / RUN_INFO
-    try:
-        return read_json(f, "what training recorded beside a model").get("adapted") if f.is_file() else None
-    except (OSError, ValueError):
-        return None
 
 
 def initial_classifier(cfg: TrainConfig, data, model_path: str | None = None):

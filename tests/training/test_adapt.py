@@ -619,6 +619,24 @@ def test_attention_given_without_sparse_layers_on_an_encoder_adapted_in_some_lay
     assert json.loads((tmp_path / "t" / "metrics.json").read_text())["attention"].get("sparse_layers") is None
 
 
+def test_another_map_given_for_an_adapted_encoder_is_said(tiny_bert, data, tmp_path, caplog):
+    """`train --model <encoder adapted to 1.5-entmax> --attention sparsemax` fine-tuned with another map than the one
+    it was adapted to without a word (sweep s24): one line says so; the same map, or none given, says nothing."""
+    import logging
+
+    a = tmp_path / "a"
+    assert main(adapt_args(tiny_bert, data, a, "--attention", "entmax15", "--max-steps", "1")) == 0
+    for i, (extra, expected) in enumerate(((["--attention", "sparsemax"], 1), (["--attention", "entmax15"], 0), ([], 0))):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="attnkit"):
+            assert main(two_step_train_args(a, data, tmp_path / f"t{i}", *extra)) == 0
+        said = [r.getMessage() for r in caplog.records if "was adapted to" in r.getMessage()]
+        assert len(said) == expected, (extra, caplog.text)
+        if expected:
+            assert said[0] == (f"{a / 'model'} was adapted to 1.5-entmax (attnkit adapt); --attention sparsemax fine-tunes "
+                               "it with another map: leave out --attention to fine-tune with the map it was adapted to")
+
+
 def test_adapts_hint_leaves_the_attention_to_the_encoder(sparse_run, tiny_bert, data, capsys):
     a, _ = sparse_run
     capsys.readouterr()
