@@ -23,11 +23,16 @@ def check_sparse_layers(text) -> str | None:
         return None
     if s == "last":
         return s
+    seen: set[int] = set()
     for part in s.split(","):
         bounds = part.split("-")
         if not (1 <= len(bounds) <= 2 and all(b.isdigit() for b in bounds)) or (len(bounds) == 2 and int(bounds[0]) > int(bounds[1])):
             raise UserError(f"sparse_layers={text!r}: expected 'all', 'last', a layer such as 5, a range such as 4-5 "
                              "or a list such as 0,5 (layers counted from 0)")
+        layers = set(range(int(bounds[0]), int(bounds[-1]) + 1))
+        if layers & seen:  # ('0,0' was taken and recorded as written: a run of layer 0 under another name)
+            raise UserError(f"sparse_layers={text!r}: layer {min(layers & seen)} is named twice; name each layer once")
+        seen |= layers
     return s
 
 

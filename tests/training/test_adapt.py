@@ -403,6 +403,18 @@ def test_sparse_layers_parse(text, canonical, layers):
     assert sparse_layer_set(canonical, 6) == frozenset(layers)
 
 
+@pytest.mark.parametrize("bad,twice", [("0,0", 0), ("0-3,2", 2), ("4, 4-5", 4)])
+def test_a_layer_named_twice_is_refused(bad, twice, tiny_bert, data, tmp_path, capsys):
+    """`--sparse-layers 0,0` was taken and recorded as written (sweep s24): layer 0 under another name."""
+    from attnkit.attention.placement import check_sparse_layers
+
+    with pytest.raises(ValueError, match=f"layer {twice} is named twice"):
+        check_sparse_layers(bad)
+    assert main(two_step_train_args(tiny_bert, data, tmp_path / "o", "--attention", "sparsemax", "--sparse-layers", bad)) == 2
+    one_line_error(capsys, f"layer {twice} is named twice")
+    assert check_sparse_layers("0,2-3,5") == "0,2-3,5"
+
+
 @pytest.mark.parametrize("bad", ["", "5-4", "a", "1-2-3", "-1", "1,,2", "first", "1.5"])
 def test_bad_sparse_layers_are_refused(bad, tiny_bert, data, tmp_path, capsys):
     from attnkit.attention.placement import check_sparse_layers
