@@ -131,11 +131,8 @@ def mini_train_settings(a, default_attention: str = "sparsegen-lin", default_lr:
                 inherited["sparse_layers"] = stored.sparse_layers  # adapted with --sparse-layers: fine-tuned so too
         else:
             attention = "softmax" if mini else default_attention
-    elif ckpt is not None and is_main_process():
-        stored = checkpoint_spec(model)
-        if stored is None:
-            pass
-        elif stored.sparse_layers is not None and getattr(a, "sparse_layers", None) is None:  # (adapted with --sparse-layers)
+    elif ckpt is not None and is_main_process() and (stored := checkpoint_spec(model)) is not None:
+        if stored.sparse_layers is not None and getattr(a, "sparse_layers", None) is None:  # (adapted with --sparse-layers)
             logging.getLogger("attnkit").warning(
                 "%s holds %s in layers %s only; --attention %s without --sparse-layers puts its map in every layer: leave "
                 "out --attention to fine-tune as it was adapted (or give --sparse-layers)", ckpt, stored.attention,
