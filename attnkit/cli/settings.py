@@ -132,15 +132,18 @@ def mini_train_settings(a, default_attention: str = "sparsegen-lin", default_lr:
         else:
             attention = "softmax" if mini else default_attention
     elif ckpt is not None and is_main_process() and (stored := checkpoint_spec(model)) is not None:
+        # `attnkit sweep` sets the attention itself (a.swept: the option it sweeps), so it is not the user's --attention
+        swept = getattr(a, "swept", None)
+        given, way_out = ((f"the sweep's {attention} (at each {swept} value)", "") if swept else
+                          (f"--attention {attention}", ": leave out --attention to fine-tune as it was adapted"))
         if stored.sparse_layers is not None and getattr(a, "sparse_layers", None) is None:  # (adapted with --sparse-layers)
             logging.getLogger("attnkit").warning(
-                "%s holds %s in layers %s only; --attention %s without --sparse-layers puts its map in every layer: leave "
-                "out --attention to fine-tune as it was adapted (or give --sparse-layers)", ckpt, stored.attention,
-                stored.sparse_layers, attention)
+                "%s holds %s in layers %s only; %s without --sparse-layers puts its map in every layer%s (or give "
+                "--sparse-layers)", ckpt, stored.attention, stored.sparse_layers, given, way_out)
         elif attention != stored.attention and adapted_record(ckpt) is not None:  # it ran without a word (sweep s24)
             logging.getLogger("attnkit").warning(
-                "%s was adapted to %s (attnkit adapt); --attention %s fine-tunes it with another map: leave out --attention "
-                "to fine-tune with the map it was adapted to", ckpt, stored.describe(), attention)
+                "%s was adapted to %s (attnkit adapt); %s fine-tunes it with another map%s", ckpt, stored.describe(),
+                given, way_out.replace("as it was adapted", "with the map it was adapted to"))
     is_mini_ckpt = ckpt is not None and read_json(ckpt / "config.json", "a model's config").get("model_type") == MINI_MODEL_TYPE
     lr = a.lr if a.lr is not None else (DEFAULT_MINI_LR if (mini or is_mini_ckpt) else default_lr)
     out = {"model": model, "attention": attention, "lam": lam, "lr": lr, "freeze": ",".join(parse_groups(a.freeze)) or None}

@@ -113,6 +113,7 @@ def cmd_sweep(a) -> int:
         raise UserError(f"{', '.join(ignored)}: attnkit sweep trains {SWEPT[param]} at each --{param}s value and a "
                         f"softmax baseline per seed, so it takes no such option")
     a.attention = SWEPT[param]  # the base settings every cell shares are those of the swept normaliser
+    a.swept = f"--{param}s"  # (so that a note on the model's own attention names the sweep, not an --attention)
     base = train_config(a)
     base.validate()
     print_blur_note(base)

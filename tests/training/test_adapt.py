@@ -647,6 +647,13 @@ def test_another_map_given_for_an_adapted_encoder_is_said(tiny_bert, data, tmp_p
         if expected:
             assert said[0] == (f"{a / 'model'} was adapted to 1.5-entmax (attnkit adapt); --attention sparsemax fine-tunes "
                                "it with another map: leave out --attention to fine-tune with the map it was adapted to")
+    caplog.clear()  # a sweep sets the map itself: the line names the sweep, and no --attention to leave out
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        assert main(["sweep", "--task", "csv", "--data-dir", str(data), "--model", str(a), "--output-dir", str(tmp_path / "s"),
+                     "--lams", "-2", "--seeds", "1", "--max-steps", "1", "--max-length", "16", "--no-heatmap"]) == 0
+    said = [r.getMessage() for r in caplog.records if "was adapted to" in r.getMessage()]
+    assert said == [f"{a / 'model'} was adapted to 1.5-entmax (attnkit adapt); the sweep's sparsegen-lin (at each --lams "
+                    "value) fine-tunes it with another map"], caplog.text
 
 
 def test_adapts_hint_leaves_the_attention_to_the_encoder(sparse_run, tiny_bert, data, capsys):
