@@ -180,8 +180,9 @@ def add_teacher_and_precision_options(t: argparse.ArgumentParser, d: TrainConfig
                       help="mixed precision in float16 with loss scaling (CUDA GPUs only)")
 
 
-def add_train_options(t: argparse.ArgumentParser) -> None:
-    """Every option of ``attnkit train`` (also taken by ``attnkit sweep``)."""
+def add_train_options(t: argparse.ArgumentParser, sweep: bool = False) -> None:
+    """Every option of ``attnkit train`` (also taken by ``attnkit sweep``, whose cells take their seeds from --seeds:
+    its --seed is refused)."""
     d = TrainConfig()
     t.add_argument("--task", default=d.task, help=f"dataset (default {d.task}); see `attnkit tasks`")
     t.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
@@ -197,7 +198,8 @@ def add_train_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay")
     t.add_argument("--max-length", type=int, default=d.max_length, help=f"truncate inputs to this many tokens (default {d.max_length})")
     t.add_argument("--doc-stride", type=int, default=None, help="span QA (--task squad): overlap of context windows in tokens (default max-length // 3)")
-    t.add_argument("--seed", type=int, default=d.seed, help=f"random seed (default {d.seed})")
+    t.add_argument("--seed", type=int, default=None if sweep else d.seed,
+                   help="not taken: each cell's seed is one of --seeds" if sweep else f"random seed (default {d.seed})")
     t.add_argument("--output-dir", default=d.output_dir, help=f"run folder (default {d.output_dir}); an unfinished run there is resumed, a finished one with the same settings kept as it is, one with other settings refused")
     t.add_argument("--no-resume", action="store_true", help="start afresh even if the output folder holds checkpoints or a finished run (moved aside to <output-dir>/.replaced-<date>/, not deleted)")
     t.add_argument("--keep-checkpoints", action="store_true", help="keep the checkpoint-N folders (optimizer state) after the run finishes")
@@ -376,9 +378,8 @@ def add_sweep_parser(sub) -> None:
     w.add_argument("--view-head", type=int, default=0, help="head (0-based) of the side-by-side attention figure (default 0)")
     w.add_argument("--report-only", action="store_true",
                    help="train nothing: write sweep.json/.md and the figures from the cells finished so far in --output-dir")
-    add_train_options(w)
-    w.set_defaults(output_dir="runs/sweep", seed=None)  # each cell's seed is one of --seeds: a --seed is refused
-    next(x for x in w._actions if x.dest == "seed").help = "not taken: each cell's seed is one of --seeds"
+    add_train_options(w, sweep=True)
+    w.set_defaults(output_dir="runs/sweep")
 
 
 def add_evaluate_parser(sub) -> None:
