@@ -247,6 +247,8 @@ def _starting_model(cfg: TrainConfig, splits, out: Path) -> str:
     weights) made from the training text only."""
     if str(cfg.model).lower() not in ("mini", "minibert"):
         return cfg.model
+    if not cfg.head().is_default:  # refused before mini_init is written: it replaced a finished run's (sweep s24b)
+        raise UserError("--layer-pooling/--se take a BERT-family encoder, not MiniBERT")
     train = splits["train"]
     texts = list(train["text"]) + (list(train["text_pair"]) if "text_pair" in train.column_names else [])
     return str(init_mini_checkpoint(texts, out / "mini_init", cfg.mini_shape(), cfg.spec(), seed=cfg.seed, extra={"task": cfg.task}))

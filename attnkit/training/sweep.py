@@ -373,11 +373,10 @@ def _write_reports(base: TrainConfig, records: list[dict], out: Path) -> None:
             plot_sweep(records, make_way(out / f"sweep.{ext}"), title=title)
 
 
-def _run_dir(rec: dict) -> Path:
-    """A cell's run folder, a relative one taken from where the sweep that trained it ran (the folder it may be rerun
-    from is another)."""
-    p = Path(str(rec["run_dir"])).expanduser()
-    return Path(rec[WORKING_DIR]) / p if WORKING_DIR in rec and not p.is_absolute() else p
+def _run_dir(rec: dict, out: Path) -> Path:
+    """A cell's run folder: the folder of its name inside the sweep folder ``out`` being reported (not the folder the
+    record names, which is where the sweep first ran: a copied sweep's figure showed the original's models, sweep s24b)."""
+    return out / Path(str(rec["run_dir"])).name
 
 
 def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Path, *, layer: int | None = None, head: int = 0) -> Path | None:
@@ -392,12 +391,13 @@ def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Pat
     texts, pairs = _dev_texts(base)
     i = view_sentence(texts)
     maps = []
-    missing = [r for r in chosen if not (_run_dir(r) / MODEL_DIR / "config.json").is_file()]
+    out = Path(path).parent
+    missing = [r for r in chosen if not (_run_dir(r, out) / MODEL_DIR / "config.json").is_file()]
     chosen = [r for r in chosen if r not in missing]
     if not chosen:
         return None
     for r in chosen:
-        model_dir = _run_dir(r) / MODEL_DIR
+        model_dir = _run_dir(r, out) / MODEL_DIR
         m = attention_maps(load_model(model_dir), load_tokenizer(model_dir), texts[i], None if pairs is None else pairs[i], base.max_length)
         L = m.weights.shape[0]
         ly = L - 1 if layer is None else layer

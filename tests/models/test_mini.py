@@ -647,3 +647,20 @@ def test_a_vocabulary_smaller_than_the_alphabet_is_said(caplog):
         tok = train_tokenizer(["great film", "awful film"], 6)
     assert len(tok) > 6
     assert f"note: --vocab-size 6 is below what the texts' characters and the special tokens need: the vocabulary has {len(tok)} entries" in caplog.text
+
+
+def test_a_refused_minibert_rerun_leaves_the_finished_run_as_it_was(tmp_path, capsys):
+    """`train --model mini --se --no-resume` into a finished MiniBERT run was refused (SE takes a BERT-family
+    encoder) only after it had written a new mini_init/ over the run's (sweep s24b): the refusal comes first now."""
+    from helpers import snapshot, write_tiny_sentiment
+
+    data = write_tiny_sentiment(tmp_path / "data", n_train=32, n_dev=8)
+    out = tmp_path / "m"
+    base = ["train", "--task", "csv", "--data-dir", str(data), "--model", "mini", "--vocab-size", "120", "--max-steps", "2",
+            "--threads", "1", "--no-heatmap", "--output-dir", str(out)]
+    assert main(base + ["--seed", "1"]) == 0
+    before = snapshot(out)
+    capsys.readouterr()
+    assert main(base + ["--seed", "2", "--layers", "3", "--se", "--no-resume"]) == 2
+    assert "--layer-pooling/--se take a BERT-family encoder, not MiniBERT" in capsys.readouterr().err
+    assert snapshot(out) == before

@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -261,3 +262,20 @@ def test_a_sweep_that_stops_keeps_every_earlier_record_and_one_over_a_smaller_gr
     err = capsys.readouterr().err
     assert "the earlier cell" in err and "was trained with other settings" in err and "--max-steps: 2 there, 3 now" in err, err
     assert json.loads((out / "sweep.json").read_text()) == full
+
+
+def test_a_copied_sweeps_attention_figure_is_drawn_from_its_own_cells(tiny_bert, data, tmp_path, monkeypatch):
+    """`sweep --report-only` on a copy of a sweep folder drew its attention figure from the models of the folder the
+    sweep first ran in (each record's run_dir), not the copy's, without a word (sweep s24b)."""
+    from attnkit.training import sweep as sweep_module
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    args = ["--lams", "-2", "--seeds", "1", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert),
+            "--max-steps", "1", "--batch-size", "16", "--max-length", "16"]
+    assert main(["sweep", *args, "--output-dir", str(a)]) == 0
+    shutil.copytree(a, b)
+    loaded = []
+    real = sweep_module.load_model
+    monkeypatch.setattr(sweep_module, "load_model", lambda d, *k, **kw: loaded.append(Path(d)) or real(d, *k, **kw))
+    assert main(["sweep", *args, "--output-dir", str(b), "--report-only"]) == 0
+    assert len(loaded) == 2 and all(b in p.parents for p in loaded), loaded
