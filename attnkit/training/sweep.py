@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import textwrap
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -417,6 +418,10 @@ def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Pat
         ax.set_title(f"{name}\n{(w > 0).sum(-1).mean():.1f} non-zeros/row", fontsize=8)
         ax.set_xticks(range(len(m.tokens)), m.tokens, rotation=90, fontsize=6)
         ax.set_yticks(range(len(m.tokens)), m.tokens, fontsize=6)
-    note = f"; {len(missing)} cell(s) without a saved model left out" if missing else ""
-    fig.suptitle(f"{base.task}, seed {seed}: layer {maps[0][2]}, head {head} (white = exactly 0){note}", fontsize=9)
+    title = f"{base.task}, seed {seed}: layer {maps[0][2]}, head {head} (white = exactly 0)"
+    if missing:  # named, on lines of their own: one long line ran past a one-panel figure's edge (sweep s25)
+        names = ", ".join(f"{swept(r)[0]} {value_name(swept(r)[1])}" if swept(r)[1] != "softmax" else "softmax" for r in missing)
+        title += f"\nleft out, no saved model: {names}"
+    width = max(24, int(size * n * 11))  # characters of a 9-point title across the figure
+    fig.suptitle("\n".join(textwrap.fill(line, width) for line in title.split("\n")), fontsize=9)
     return save_figure(fig, path)

@@ -279,3 +279,22 @@ def test_a_copied_sweeps_attention_figure_is_drawn_from_its_own_cells(tiny_bert,
     monkeypatch.setattr(sweep_module, "load_model", lambda d, *k, **kw: loaded.append(Path(d)) or real(d, *k, **kw))
     assert main(["sweep", *args, "--output-dir", str(b), "--report-only"]) == 0
     assert len(loaded) == 2 and all(b in p.parents for p in loaded), loaded
+
+
+def test_a_cell_without_its_model_is_named_on_the_attention_figure(tiny_bert, data, tmp_path, monkeypatch):
+    """A cell whose model is gone is left out of the attention figure and named in its title, wrapped to the figure's
+    width: one long line ran past a one-panel figure's edge and was cut at 'without a s' (sweep s25)."""
+    from attnkit.training import sweep as sweep_module
+
+    out = tmp_path / "s"
+    args = ["--lams", "-2", "--seeds", "1", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert),
+            "--max-steps", "1", "--batch-size", "16", "--max-length", "16", "--output-dir", str(out)]
+    assert main(["sweep", *args]) == 0
+    shutil.rmtree(out / "lam-2_seed1" / "model")
+    titles = []
+    real = sweep_module.save_figure
+    monkeypatch.setattr(sweep_module, "save_figure", lambda fig, p: titles.append((fig._suptitle.get_text(), fig.get_figwidth())) or real(fig, p))
+    assert main(["sweep", *args, "--report-only"]) == 0
+    text, width = next(t for t in titles if "white = exactly 0" in t[0])
+    assert "left out, no saved model: lam -2" in text.replace("\n", " "), text
+    assert max(len(line) for line in text.split("\n")) <= width * 11, text
