@@ -201,6 +201,16 @@ def save_checkpoint(model, out_dir: str | os.PathLike, tokenizer=None, extra: di
     return out
 
 
+def umask_modes(folder: Path) -> None:
+    """Give every file in ``folder`` the mode the umask gives a new file: safetensors writes its file 0600, so a saved
+    model's (or a Trainer checkpoint's) weights were the one file others could not read."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for f in Path(folder).iterdir():
+        if f.is_file() and not f.is_symlink():
+            os.chmod(f, 0o666 & ~mask)
+
+
 def _write_checkpoint(model, tmp: Path, tokenizer=None, extra: dict | None = None) -> None:
     """The files of a saved model, written into the (new, empty) folder ``tmp``."""
     spec = spec_of(model.config)
@@ -219,10 +229,6 @@ def _write_checkpoint(model, tmp: Path, tokenizer=None, extra: dict | None = Non
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True, allow_nan=False) + "\n")  # strict JSON: no NaN
     if extra:
         (tmp / RUN_INFO).write_text(json.dumps(finite_record(extra), indent=2, sort_keys=True, default=str, allow_nan=False) + "\n")
-    mask = os.umask(0)
-    os.umask(mask)
-    for f in tmp.iterdir():  # safetensors writes its file 0600; every file gets the mode the others have
-        if f.is_file():
-            os.chmod(f, 0o666 & ~mask)
+    umask_modes(tmp)
     if any(tmp.glob("*.bin")):
         raise RuntimeError(f"non-safetensors weights were written to {tmp}")

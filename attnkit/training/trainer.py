@@ -18,6 +18,7 @@ from transformers.trainer_utils import TrainOutput
 from attnkit.analysis.explain import plot_curves
 from attnkit.attention.normalisers import LEARNED
 from attnkit.errors import UserError
+from attnkit.models.checkpoint import umask_modes
 from attnkit.models.pooling import layer_weight_parameters
 from attnkit.models.resolve import check_max_length, resolve_model
 from attnkit.runfiles.atomic import (
@@ -113,6 +114,7 @@ class RunRecorder(TrainerCallback):
             write_json_atomic(self.out / name / LOSS_FILE, {WRITTEN_BY: "attnkit", "total_loss": total,
                                                             "global_step": state.global_step,
                                                             "train_seconds": self.seconds_so_far()})
+            umask_modes(self.out / name)  # the Trainer's safetensors file is 0600
             write_folder_manifest(self.out / name, "attnkit train")  # what it holds, so that only that is ever deleted
         rec = read_record(self.out) or start_record(self.out, "attnkit train")
         rec["saving"] = self.saving = None

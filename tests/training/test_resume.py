@@ -124,3 +124,18 @@ def test_no_resume_moves_checkpoints_aside_only_once_training_can_start(tiny_ber
     assert (out / "checkpoint-5").is_dir() and not list(out.glob(".replaced-*"))
 
 
+
+
+def test_a_kept_checkpoints_files_have_the_umasks_mode(tiny_bert, data, tmp_path):
+    """The Trainer's checkpoint weights were written 0600 (safetensors' mode) beside 0644 files: the one file of a
+    kept checkpoint others could not read (sweep s25)."""
+    import os
+    import stat
+
+    out = tmp_path / "kept"
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "2", "--eval-steps", "2", "--keep-checkpoints")) == 0
+    mask = os.umask(0)
+    os.umask(mask)
+    (ckpt,) = out.glob("checkpoint-*")
+    modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in ckpt.iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o666 & ~mask}, modes
