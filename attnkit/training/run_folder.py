@@ -178,8 +178,8 @@ def finished_metrics(cfg, out: Path | None = None, free: tuple = _FINISHED_FREE)
     old = _read_json(out / "run_config.json")
     diffs = settings_differences(old, asdict(cfg), free, fields)
     if diffs and kept and not settings_differences(old, asdict(cfg), _RESUME_FREE, fields):
-        # only the length differs and the run kept its checkpoints (--keep-checkpoints): train it on from there
-        log.warning("continuing the finished run in %s from its last checkpoint (%s)", out, "; ".join(diffs))
+        # only the length differs and the run kept its checkpoints (--keep-checkpoints): train it on from there (the
+        # line saying so is check_resume's, as for a run cut short)
         return None
     if diffs:
         raise UserError(
@@ -367,6 +367,13 @@ def check_resume(cfg: TrainConfig, out: Path, splits=None) -> None:
             "settings to resume it, add --no-resume to start afresh there, or pick another --output-dir"
         )
     check_sources(cfg, out, splits)
+    longer = settings_differences(_read_json(saved), asdict(cfg), _FINISHED_FREE, TrainConfig.__dataclass_fields__)
+    if longer:  # free on resume (a run cut short may be lengthened or shortened), but said: it was without a word (sweep s25)
+        rec = read_record(out) or {}
+        finished = bool(rec.get("finished")) or (out / METRICS_FILE).is_file()
+        log.warning("resuming the %srun in %s from its last checkpoint with another length (%s): its learning rate "
+                    "follows the new length from there on, so the model is not the one either length trained from the "
+                    "start gives (add --no-resume for that)", "finished " if finished else "", out, "; ".join(longer))
 
 
 def move_aside(out: Path, keep: tuple = ()) -> Path | None:

@@ -139,3 +139,23 @@ def test_a_kept_checkpoints_files_have_the_umasks_mode(tiny_bert, data, tmp_path
     (ckpt,) = out.glob("checkpoint-*")
     modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in ckpt.iterdir()}
     assert "model.safetensors" in modes and set(modes.values()) == {0o666 & ~mask}, modes
+
+
+def test_resuming_a_run_cut_short_with_another_length_says_so(tiny_bert, data, tmp_path, caplog):
+    """A run cut short and rerun with another --max-steps (or --epochs) resumed with no word: its model is neither
+    length's from the start, as its learning rate followed the first length up to the checkpoint (sweep s25)."""
+    out = tmp_path / "cut"
+    base = ["--eval-steps", "2", "--keep-checkpoints"]
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "4", *base)) == 0
+    for p in ("model", "metrics.json", "checkpoint-4"):  # as if killed after checkpoint-2
+        shutil.rmtree(out / p) if (out / p).is_dir() else (out / p).unlink()
+    write_run_record(out, "checkpoint-2")
+    caplog.clear()
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "4", *base)) == 0  # the same length: no word
+    assert "another length" not in caplog.text
+    for p in ("model", "metrics.json", "checkpoint-4"):
+        shutil.rmtree(out / p) if (out / p).is_dir() else (out / p).unlink()
+    write_run_record(out, "checkpoint-2")
+    assert main(train_args(tiny_bert, data, out, "--max-steps", "6", *base)) == 0
+    assert "resuming the run in" in caplog.text and "another length (--max-steps: 4 there, 6 now)" in caplog.text, caplog.text
+    assert json.loads((out / "metrics.json").read_text())["train"]["resumed_from"] == "checkpoint-2"
