@@ -5,8 +5,9 @@ baseline trained with the same options; ``--alphas`` sweeps alpha-entmax's alpha
 (cells ``<out>/alpha<alpha>_seed<seed>``, records with ``"param": "alpha"``). A cell's run folder is ``<out>/lam<lam>_seed<seed>``
 (``<out>/softmax_seed<seed>``); a finished cell (its ``sweep_cell.json``) is reused when the sweep
 is run again, an unfinished one resumes from its checkpoints; ``report_only`` (``--report-only``) trains nothing
-and writes the files below from the cells finished so far (a sweep cut short, or run as several processes, one
-per seed, into the same folder). Written after every cell:
+and writes the files below from the cells finished so far (a sweep cut short, or run as several commands into the
+same folder one after another, say one per seed: one process at a time writes a sweep folder, a second is refused
+in one line while the first holds it). Written after every cell:
 
     <out>/sweep.json            a record per cell: lam (or "softmax"), seed, dev and test main metric,
                                 mean non-zeros per attention row on dev (and per layer)
