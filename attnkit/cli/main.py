@@ -164,6 +164,28 @@ def _run_command(a, restore: ExitStack) -> int:
         return COMMANDS[a.command](a)
 
 
+def _hold_interrupts(restore: ExitStack | None = None) -> None:
+    """Ignore Ctrl-C, SIGTERM and SIGHUP from now on (put back by ``restore``, if given): the process is stopping
+    already, and one more signal while it says so or runs its exit handlers printed a traceback (sweep s25: a second
+    SIGINT reached tqdm's exit handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            before = signal.signal(sig, signal.SIG_IGN)
+            if restore is not None:
+                restore.callback(signal.signal, sig, before)
+
+
+def console_main() -> int:
+    """The ``attnkit`` command: :func:`main`, and a process stopped by a signal stays deaf to more of them while it
+    exits (its exit handlers run after :func:`main` has put the handlers back)."""
+    code = main()
+    if code in (130, 128 + signal.SIGTERM, 128 + getattr(signal, "SIGHUP", signal.SIGTERM)):
+        _hold_interrupts()
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
@@ -184,6 +206,7 @@ def _main(a, restore: ExitStack) -> int:
             expand_home(a)
             return _run_command(a, restore)
     except KeyboardInterrupt as e:
+        _hold_interrupts(restore)  # a second Ctrl-C (or the one `timeout` passes on) must not cut the line below short
         out = getattr(a, "output_dir", None)
         how = f"stopped ({signal.Signals(e.signum).name})" if isinstance(e, Stopped) else "interrupted"
         if a.command in ("train", "sweep", "adapt") and out:
