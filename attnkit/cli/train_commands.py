@@ -119,8 +119,8 @@ def cmd_sweep(a) -> int:
     print_blur_note(base)
     out = Path(a.output_dir)
     records = run_sweep(base, values, a.seeds, out, param=param, view_layer=a.view_layer, view_head=a.view_head, report_only=a.report_only)
-    print(f"[attnkit] {len(records)} cells; records in {out / 'sweep.json'}; figures {out / 'sweep.png'}, {out / 'sweep.svg'}, "
-          f"{out / 'sweep_attention.png'}")
+    figures = [out / "sweep.png", out / "sweep.svg"] + [p for p in [out / "sweep_attention.png"] if p.is_file()]
+    print(f"[attnkit] {len(records)} cells; records in {out / 'sweep.json'}; figures {', '.join(map(str, figures))}")
     return 0
 
 

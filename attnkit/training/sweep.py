@@ -357,7 +357,11 @@ def _sweep(base: TrainConfig, cells: list[Cell], out: Path, view_layer: int | No
     if report_only:  # (every earlier record of the grid was reused: known() holds the reached cells and those outside)
         _write_reports(base, known(), out)
     records = list(reached.values())
-    plot_sweep_attention(base, records, make_way(out / "sweep_attention.png"), layer=view_layer, head=view_head)
+    figure = make_way(out / "sweep_attention.png")  # a file of the user's there is moved aside; attnkit's is redrawn
+    if plot_sweep_attention(base, records, figure, layer=view_layer, head=view_head) is None:
+        # no cell kept its model: an earlier figure would stand for models that are gone, and be named as written
+        figure.unlink(missing_ok=True)
+        log(f"[sweep] no cell of seed {records[0]['seed']} has a saved model: no attention figure")
     return records
 
 

@@ -298,3 +298,20 @@ def test_a_cell_without_its_model_is_named_on_the_attention_figure(tiny_bert, da
     text, width = next(t for t in titles if "white = exactly 0" in t[0])
     assert "left out, no saved model: lam -2" in text.replace("\n", " "), text
     assert max(len(line) for line in text.split("\n")) <= width * 11, text
+
+
+def test_a_sweep_whose_cells_kept_no_model_has_no_attention_figure(tiny_bert, data, tmp_path, capsys):
+    """With every model of the figure's seed gone, --report-only left the earlier sweep_attention.png in place and named
+    it among the figures written (sweep s25): it is removed, and the line says why."""
+    out = tmp_path / "s"
+    args = ["--lams", "-2", "--seeds", "1", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert),
+            "--max-steps", "1", "--batch-size", "16", "--max-length", "16", "--output-dir", str(out)]
+    assert main(["sweep", *args]) == 0
+    assert (out / "sweep_attention.png").is_file()
+    for cell in ("lam-2_seed1", "softmax_seed1"):
+        shutil.rmtree(out / cell / "model")
+    capsys.readouterr()
+    assert main(["sweep", *args, "--report-only"]) == 0
+    text = capsys.readouterr().out
+    assert not (out / "sweep_attention.png").exists()
+    assert "no cell of seed 1 has a saved model: no attention figure" in text and "sweep_attention.png" not in text, text
