@@ -34,8 +34,10 @@ def parse_groups(spec: str | list[str] | None) -> list[str]:
             continue
         if n not in GROUPS:
             raise UserError(f"--freeze {n!r}: unknown parameter group; expected a comma-separated list of {', '.join(GROUPS)}")
-        if n not in out:
-            out.append(n)
+        if n in out:  # as --sparse-layers 0,0: a group named twice is likely a slip for another (sweep s24b)
+            raise UserError(f"--freeze {spec if isinstance(spec, str) else ','.join(spec)!r}: {n} is named twice; name each "
+                            f"parameter group once ({', '.join(GROUPS)})")
+        out.append(n)
     if not out:
         raise UserError(f"--freeze {spec!r} names no parameter group; expected a comma-separated list of {', '.join(GROUPS)}")
     return out

@@ -326,6 +326,16 @@ def test_an_empty_freeze_is_refused(tiny_bert, data, tmp_path, capsys, value):
     assert not run.exists()
 
 
+def test_a_freeze_group_named_twice_is_refused(tiny_bert, data, tmp_path, capsys):
+    """`--freeze attention,attention` was taken as `attention` without a word, where `--sparse-layers 0,0` is refused:
+    a group named twice is likely a slip for another (sweep s24b)."""
+    run = tmp_path / "run"
+    assert main(["train", "--task", "csv", "--data-dir", str(data), "--model", str(tiny_bert), "--output-dir", str(run),
+                 "--max-steps", "1", "--batch-size", "4", "--max-length", "16", "--no-heatmap", "--freeze", "attention,Attention"]) == 2
+    one_line_error(capsys, "--freeze 'attention,Attention'", "attention is named twice")
+    assert not run.exists()
+
+
 def test_a_min_count_that_leaves_no_word_is_refused(good, data, tmp_path, capsys):
     png, js = tmp_path / "w.png", tmp_path / "w.json"
     argv = ["words", "--model", str(good), "--task", "csv", "--data-dir", str(data), "--split", "validation",
