@@ -313,10 +313,13 @@ def save_figure(fig, path: str | Path) -> Path:
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
     key = "Software" if fmt == "png" else "Creator"
+    metadata = {key: FIGURE_CREATOR}
+    if fmt == "svg":  # no date, and ids from a fixed salt: the same figure is the same bytes (a report redrawn from
+        metadata["Date"] = None  # its records, as `sweep --report-only`, leaves an unchanged SVG unchanged)
     try:
         fig.tight_layout()
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=110, format=fmt, metadata={key: FIGURE_CREATOR})
+        with atomic_path(path) as tmp, plt.rc_context({"svg.hashsalt": FIGURE_CREATOR}):
+            fig.savefig(tmp, dpi=110, format=fmt, metadata=metadata)
     finally:
         plt.close(fig)
     return path

@@ -89,6 +89,11 @@ def test_sweep_trains_every_cell_writes_records_and_figures_and_reuses(tiny_bert
     assert main(args) == 0
     assert capsys.readouterr().out.count("finished before, reused") == 6
     assert (out / "lam-2_seed1/metrics.json").stat().st_mtime == mtime
+    # the same report redrawn is the same bytes (the SVG's date and random ids made every redraw differ)
+    svg = (out / "sweep.svg").read_bytes()
+    assert main(args + ["--report-only"]) == 0
+    capsys.readouterr()
+    assert (out / "sweep.svg").read_bytes() == svg
     # --report-only with a lam never trained: reports the finished cells, trains nothing
     (out / "sweep.json").unlink()  # as if another process's partial sweep.json had overwritten it: the cells' files count
     assert main(args[:2] + ["-4"] + args[2:] + ["--report-only"]) == 0
