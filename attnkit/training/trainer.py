@@ -377,10 +377,11 @@ def fit(trainer, cfg: TrainConfig):
         metrics.pop("train_loss", None)
         metrics["train_loss_note"] = (f"resumed from {resume}, which does not record the loss of its steps: the mean "
                                       "training loss of the whole run is not known")
+        _set_summary(trainer, metrics)
         return TrainOutput(result.global_step, float("nan"), metrics)
     loss = recorder.loss_so_far() / max(steps, 1)  # the whole run's mean, summed as a run never resumed sums it
     metrics["train_loss"] = loss
-    _set_summary_loss(trainer, loss)
+    _set_summary(trainer, metrics)
     return TrainOutput(result.global_step, loss, metrics)
 
 
@@ -406,12 +407,21 @@ def whole_run_speed(metrics: dict, seconds: float | None, resume, samples: float
     return out
 
 
-def _set_summary_loss(trainer, loss: float) -> None:
-    """The Trainer's closing log entry of a resumed run says the whole run's mean loss (as ``train_loss`` does), not
-    the mean over the resumed steps only."""
+#: what the Trainer's closing log entry says of the whole run
+SUMMARY_KEYS = ("train_loss", "train_runtime", "train_samples_per_second", "train_steps_per_second")
+
+
+def _set_summary(trainer, metrics: dict) -> None:
+    """The Trainer's closing log entry of a resumed run says what ``metrics`` (the run's ``train`` record) says of the
+    whole run: its mean loss, time and speeds, not the resumed process's alone (its time was the resumed part's, sweep
+    s25); one that ``metrics`` leaves out (not known) is left out there too."""
     for entry in reversed(trainer.state.log_history):
-        if "train_loss" in entry:
-            entry["train_loss"] = loss
+        if any(k in entry for k in SUMMARY_KEYS):
+            for k in SUMMARY_KEYS:
+                if k in metrics:
+                    entry[k] = metrics[k]
+                else:
+                    entry.pop(k, None)
             return
 
 

@@ -192,6 +192,11 @@ def test_a_run_resumed_mid_way_ends_with_the_uninterrupted_runs_train_loss_to_th
         got = json.loads((out / "metrics.json").read_text())
         assert got["train"]["train_loss"] == want["train"]["train_loss"]
         assert [h.get("train_loss") for h in got["log_history"]] == [h.get("train_loss") for h in want["log_history"]]
+        # the closing entry's time and speeds are the whole run's, as its train record says (they were the resumed
+        # process's alone: sweep s25)
+        (closing,) = [h for h in got["log_history"] if "train_runtime" in h]
+        for k in ("train_runtime", "train_steps_per_second", "train_samples_per_second"):
+            assert closing[k] == got["train"][k], (k, closing, got["train"])
 
 
 def test_a_run_killed_after_its_last_checkpoint_resumes_to_the_same_metrics(tiny_bert, data, tmp_path, monkeypatch, reference):
