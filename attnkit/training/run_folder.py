@@ -353,7 +353,8 @@ def check_resume(cfg: TrainConfig, out: Path, splits=None) -> None:
         return
     saved = out / "run_config.json"
     if saved.is_file():
-        diffs = settings_differences(_read_json(saved), asdict(cfg), _RESUME_FREE, TrainConfig.__dataclass_fields__)
+        old, now, fields = _read_json(saved), asdict(cfg), TrainConfig.__dataclass_fields__
+        diffs = settings_differences(old, now, _RESUME_FREE, fields)
     else:
         diffs = _spec_differences(cfg, ckpts[-1] / "config.json")
         raise UserError(
@@ -367,7 +368,7 @@ def check_resume(cfg: TrainConfig, out: Path, splits=None) -> None:
             "settings to resume it, add --no-resume to start afresh there, or pick another --output-dir"
         )
     check_sources(cfg, out, splits)
-    longer = settings_differences(_read_json(saved), asdict(cfg), _FINISHED_FREE, TrainConfig.__dataclass_fields__)
+    longer = settings_differences(old, now, _FINISHED_FREE, fields)
     if longer:  # free on resume (a run cut short may be lengthened or shortened), but said: it was without a word (sweep s25)
         rec = read_record(out) or {}
         finished = bool(rec.get("finished")) or (out / METRICS_FILE).is_file()

@@ -385,6 +385,12 @@ def _run_dir(rec: dict, out: Path) -> Path:
     return out / Path(str(rec["run_dir"])).name
 
 
+def _cell_label(rec: dict) -> str:
+    """A cell as the attention figure names it: "softmax", "lam -2", "alpha 1.5"."""
+    param, value = swept(rec)
+    return "softmax" if value == "softmax" else f"{param} {value_name(value)}"
+
+
 def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Path, *, layer: int | None = None, head: int = 0) -> Path | None:
     """One dev sentence's attention at ``layer``/``head`` for softmax and each lam (first seed), side by side."""
     plt = pyplot()
@@ -418,15 +424,12 @@ def plot_sweep_attention(base: TrainConfig, records: list[dict], path: str | Pat
         w = m.weights[ly, head]
         ax.imshow(np.where(w > 0, w, np.nan), cmap="viridis", vmin=0, vmax=1)
         ax.set_facecolor("white")
-        param, value = swept(r)
-        name = "softmax" if value == "softmax" else f"{param} {value_name(value)}"
-        ax.set_title(f"{name}\n{(w > 0).sum(-1).mean():.1f} non-zeros/row", fontsize=8)
+        ax.set_title(f"{_cell_label(r)}\n{(w > 0).sum(-1).mean():.1f} non-zeros/row", fontsize=8)
         ax.set_xticks(range(len(m.tokens)), m.tokens, rotation=90, fontsize=6)
         ax.set_yticks(range(len(m.tokens)), m.tokens, fontsize=6)
     title = f"{base.task}, seed {seed}: layer {maps[0][2]}, head {head} (white = exactly 0)"
     if missing:  # named, on lines of their own: one long line ran past a one-panel figure's edge (sweep s25)
-        names = ", ".join(f"{swept(r)[0]} {value_name(swept(r)[1])}" if swept(r)[1] != "softmax" else "softmax" for r in missing)
-        title += f"\nleft out, no saved model: {names}"
+        title += f"\nleft out, no saved model: {', '.join(map(_cell_label, missing))}"
     width = max(24, int(size * n * 11))  # characters of a 9-point title across the figure
     fig.suptitle("\n".join(textwrap.fill(line, width) for line in title.split("\n")), fontsize=9)
     return save_figure(fig, path)
